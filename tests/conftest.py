@@ -1,0 +1,24 @@
+"""Shared test fixtures: isolated XDG directories for every test, and the fixture folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+H200 = FIXTURES / "vllm-0.24.0-h200"
+CPU = FIXTURES / "vllm-0.24.0-cpu"
+
+
+@pytest.fixture(autouse=True)
+def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own config, state and data directories (never the operator's)."""
+    root = tmp_path / "xdg"
+    for name in ("config", "state", "data"):
+        (root / name).mkdir(parents=True)
+    monkeypatch.setenv("DISAGG_TUI_CONFIG_DIR", str(root / "config"))
+    monkeypatch.setenv("DISAGG_TUI_STATE_DIR", str(root / "state"))
+    monkeypatch.setenv("DISAGG_TUI_DATA_DIR", str(root / "data"))
+    monkeypatch.delenv("DISAGG_TUI_RUNS_DIR", raising=False)
+    return root

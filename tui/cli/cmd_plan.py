@@ -1,0 +1,45 @@
+"""``disagg-tui plan``: the exact commands and environment of a layout, with the preflight report apart."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tui.cli.common import add_plan_options, make_plan
+from tui.cli.context import CliContext, add_global_options
+from tui.core.errors import EXIT_OK
+from tui.core.preflight import preflight
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("plan", help="show the exact commands and environment of a layout (nothing runs)",
+                       description="Print the launch plan as copy-paste shell (or JSON); the preflight report "
+                                   "goes to stderr, apart from the commands.")
+    add_plan_options(p)
+    p.add_argument("--json", action="store_true", help="print the plan and preflight as JSON")
+    p.add_argument("--no-preflight", action="store_true", help="skip the preflight checks")
+    add_global_options(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, ctx: CliContext) -> int:
+    _profile, launch = make_plan(args, ctx)
+    checks = [] if args.no_preflight else preflight(launch, ctx.host.facts, _safe_nvml(ctx))
+    if args.json:
+        ctx.print_json({"plan": launch.to_dict(), "preflight": [c.to_dict() for c in checks]})
+    else:
+        ctx.print(launch.shell())
+    for w in launch.warnings:
+        ctx.warn(w)
+    if checks and not args.json:
+        print("preflight:", file=ctx.err)
+        for c in checks:
+            print("  " + c.line(), file=ctx.err)
+    return EXIT_OK
+
+
+def _safe_nvml(ctx: CliContext) -> Any:
+    try:
+        return ctx.host.nvml()
+    except Exception:  # noqa: BLE001 - preflight reports what it can
+        return None

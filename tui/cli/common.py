@@ -1,0 +1,59 @@
+"""Argument helpers shared by commands that take a model and a topology."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from tui.cli.context import CliContext, parse_gpu_list
+from tui.core.errors import InputError
+from tui.core.planner import LaunchPlan, PlanOptions, plan
+from tui.core.profiles import ModelProfile
+from tui.core.topology import parse_topology
+
+
+def add_plan_options(p: argparse.ArgumentParser, *, topology_required: bool = True) -> None:
+    p.add_argument("--model", "-m", required=True, metavar="M", help="profile id or path to a profile file")
+    p.add_argument("--topology", "-t", required=topology_required, metavar="T",
+                   help="tp<N>, dp<N>, <X>p<Y>d or <X>p<Y>d-tp<K>")
+    p.add_argument("--gpus", metavar="0,1", help="GPU indices to use (default: the first ones)")
+    p.add_argument("--host", default="127.0.0.1", help="address servers and proxy bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="endpoint port: proxy or single server (default 8000)")
+    p.add_argument("--model-path", metavar="DIR", help="serve this local folder instead of the profile's model")
+    p.add_argument("--arg", action="append", default=[], metavar="'--flag value'",
+                   help="extra vllm serve argument(s), repeatable")
+    p.add_argument("--env", action="append", default=[], metavar="K=V", help="extra environment, repeatable")
+    p.add_argument("--gpu-memory-utilization", type=float, metavar="F")
+    p.add_argument("--max-model-len", type=int, metavar="N")
+
+
+def plan_options(args: argparse.Namespace, ctx: CliContext) -> PlanOptions:
+    extra_args: list[str] = []
+    for item in args.arg:
+        try:
+            extra_args += shlex.split(item)
+        except ValueError as exc:
+            raise InputError(f"cannot split {item!r}: {exc}", field="--arg") from None
+    env: list[tuple[str, str]] = []
+    for item in args.env:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise InputError(f"expected K=V, got {item!r}", field="--env")
+        env.append((k, v))
+    if not 1 <= args.port <= 65535:
+        raise InputError(f"port must be 1..65535, got {args.port}", field="--port")
+    gmu = args.gpu_memory_utilization
+    if gmu is not None and not 0.05 <= gmu <= 0.99:
+        raise InputError(f"must be within 0.05..0.99, got {gmu}", field="--gpu-memory-utilization")
+    return PlanOptions(
+        gpus=parse_gpu_list(args.gpus), host=args.host, port=args.port,
+        vllm_executable=getattr(args, "vllm", None) or "vllm", extra_args=tuple(extra_args), extra_env=tuple(env),
+        model_path=args.model_path, gpu_memory_utilization=gmu, max_model_len=args.max_model_len,
+    )
+
+
+def make_plan(args: argparse.Namespace, ctx: CliContext, topology: str | None = None) -> tuple[ModelProfile,
+                                                                                                  LaunchPlan]:
+    profile = ctx.catalog.model(args.model)
+    topo = parse_topology(topology or args.topology)
+    return profile, plan(profile, topo, ctx.host.facts, plan_options(args, ctx))

@@ -1,0 +1,135 @@
+"""What every command shares: global options, the catalogue, the host, and one-line output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from tui.core.errors import InputError
+from tui.core.host import Host, HostOptions, select_host
+from tui.core.profiles import Catalog
+
+SIM_FAULTS = ("flashinfer-no-nvcc", "flashinfer-jit-stall", "dp-ready-timeout", "moe-dp-crash", "kv-too-small",
+              "gpu-memory-taken", "port-taken", "nixl-missing", "ssm-layout")
+
+
+def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
+    """The options every command accepts (before or after the command name)."""
+    default = None if top_level else argparse.SUPPRESS
+    g = parser.add_argument_group("host")
+    g.add_argument("--sim", action="store_true", default=False if top_level else argparse.SUPPRESS,
+                   help="use the simulated host (automatic when no NVIDIA driver answers)")
+    g.add_argument("--sim-gpu", choices=("b200", "h200"), default=default,
+                   help="simulated GPU model (default b200)")
+    g.add_argument("--sim-gpus", type=_positive_int, default=default, metavar="N",
+                   help="number of simulated GPUs (default 2)")
+    g.add_argument("--sim-fault", action="append", choices=SIM_FAULTS, default=default, metavar="NAME",
+                   help=f"inject a known failure into simulated servers (repeatable): {', '.join(SIM_FAULTS)}")
+    g.add_argument("--sim-startup", type=_nonneg_float, default=default, metavar="SECONDS",
+                   help="how long a simulated cold start takes (default compressed to ~4 s; 0 = real-time ~2-15 min)")
+    g.add_argument("--sim-clock", type=_positive_float, default=default, metavar="X",
+                   help="simulated token pacing speed-up (default 1 = real time)")
+    g.add_argument("--vllm", default=default, metavar="PATH",
+                   help="the vllm executable (default: found on PATH; it often lives in its own venv)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
+    return value
+
+
+def parse_gpu_list(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise InputError(f"expected GPU indices like 0,1; got {text!r}", field="--gpus")
+        out.append(int(part))
+    if not out:
+        raise InputError("no GPU given", field="--gpus")
+    return tuple(out)
+
+
+@dataclass
+class CliContext:
+    args: argparse.Namespace
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+    _catalog: Catalog | None = None
+    _host: Host | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> CliContext:
+        return cls(args=args)
+
+    def host_options(self) -> HostOptions:
+        a = self.args
+        return HostOptions(
+            sim=bool(getattr(a, "sim", False)),
+            sim_gpu=getattr(a, "sim_gpu", None),
+            sim_gpus=getattr(a, "sim_gpus", None),
+            sim_faults=tuple(getattr(a, "sim_fault", None) or ()),
+            sim_startup_s=getattr(a, "sim_startup", None),
+            sim_clock=getattr(a, "sim_clock", None),
+            vllm=getattr(a, "vllm", None),
+        )
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = Catalog.load()
+        return self._catalog
+
+    @property
+    def host(self) -> Host:
+        if self._host is None:
+            self._host = select_host(self.host_options())
+            for note in self._host.notes:
+                self.warn(note)
+        return self._host
+
+    def print(self, text: str = "") -> None:
+        print(text, file=self.out, flush=True)
+
+    def print_json(self, data: Any) -> None:
+        print(json.dumps(data, indent=2, default=str), file=self.out, flush=True)
+
+    def warn(self, text: str) -> None:
+        print(f"warning: {text}", file=self.err, flush=True)
+
+    def error(self, text: str) -> None:
+        print(f"disagg-tui: error: {text}", file=self.err, flush=True)
+
+    def close(self) -> None:
+        if self._host is not None:
+            self._host.close()

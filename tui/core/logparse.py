@@ -1,0 +1,163 @@
+"""vLLM 0.24 log lines: the prefix, and the startup phases a server goes through.
+
+A line looks like ``(EngineCore pid=880) INFO 11-29 07:27:22 [model_runner.py:302] Model loading took 15.27 GiB
+and 2.55 seconds``, possibly behind a log collector's own prefix (timestamps), with tqdm bars as ``\\r``-separated
+segments. Patterns here use ``search`` on the message templates of ``../shared/VLLM-0.24.md`` §5, never one
+captured instance, so other numbers, paths, process names and pids match too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_PREFIX = re.compile(
+    r"\((?P<proc>[A-Za-z_][\w:]*) pid=(?P<pid>\d+)\)\s+"
+)
+_LEVEL = re.compile(
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<date>\d\d-\d\d \d\d:\d\d:\d\d)\s+"
+    r"\[(?P<file>[^\]:]+):(?P<line>\d+)\]\s?"
+)
+_TQDM = re.compile(r"(?P<label>[A-Za-z][^:\r|]{2,80}):\s+(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    proc: str | None  # APIServer, EngineCore, Worker_TP0, EngineCore_DP1 ...
+    pid: int | None
+    level: str | None
+    source: str | None  # file.py:line
+    message: str
+
+
+def parse_line(line: str) -> LogRecord:
+    """Split a vLLM log line into its prefix fields and message (tolerates any leading collector prefix)."""
+    text = line.rstrip("\r\n")
+    proc = pid = None
+    m = _PREFIX.search(text)
+    rest = text
+    if m:
+        proc, pid = m.group("proc"), int(m.group("pid"))
+        rest = text[m.end():]
+    lm = _LEVEL.search(rest)
+    if lm and lm.start() <= 2:
+        return LogRecord(proc, pid, lm.group("level"), f"{lm.group('file')}:{lm.group('line')}", rest[lm.end():])
+    if m is None:
+        lm = _LEVEL.search(text)
+        if lm:
+            return LogRecord(None, None, lm.group("level"), f"{lm.group('file')}:{lm.group('line')}",
+                             text[lm.end():])
+    return LogRecord(proc, pid, None, None, rest)
+
+
+def last_tqdm(line: str) -> tuple[str, int, int] | None:
+    """The last progress-bar state on a line of ``\\r``-separated tqdm segments: (label, n, total)."""
+    found = None
+    for m in _TQDM.finditer(line):
+        found = (m.group("label").strip(), int(m.group("n")), int(m.group("total")))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    key: str
+    label: str
+    progress: float  # rough share of a cold start done when the phase begins (0..1)
+
+
+# In order. A server never goes back to an earlier phase.
+PHASES: tuple[Phase, ...] = (
+    Phase("launching", "starting Python, importing vLLM", 0.0),
+    Phase("args", "parsing arguments", 0.06),
+    Phase("config", "resolving model config", 0.12),
+    Phase("engine_init", "starting the engine", 0.2),
+    Phase("loading", "loading weights", 0.25),
+    Phase("loaded", "weights loaded", 0.35),
+    Phase("compiling", "torch.compile", 0.4),
+    Phase("compiled", "compiled; profiling memory", 0.6),
+    Phase("kv_cache", "allocating KV cache", 0.7),
+    Phase("warmup", "kernel warm-up", 0.72),
+    Phase("cuda_graphs", "capturing CUDA graphs", 0.75),
+    Phase("graphs_done", "CUDA graphs captured; warming up", 0.85),
+    Phase("engine_ready", "engine ready", 0.92),
+    Phase("api_starting", "starting the HTTP server", 0.96),
+    Phase("api_up", "HTTP server up", 0.99),
+    Phase("ready", "ready (/health 200)", 1.0),
+)
+PHASE_INDEX = {p.key: i for i, p in enumerate(PHASES)}
+
+_PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("args", re.compile(r"non-default args: \{|█\s+█\s+█▄\s+▄█|vLLM server version \S+, serving model")),
+    ("config", re.compile(r"Resolved architecture: \S+|Using max model len \d+|Started \d+ API server processes")),
+    ("engine_init", re.compile(r"Initializing a V1 LLM engine \(v[^)]*\) with config")),
+    ("loading", re.compile(r"Loading model from scratch\.\.\.|Starting to load model \S+\.\.\.|"
+                           r"Loading safetensors checkpoint shards:")),
+    ("loaded", re.compile(r"Model loading took [\d.]+ GiB")),
+    ("compiling", re.compile(r"Using cache directory: .* for vLLM's torch\.compile|Dynamo bytecode transform time|"
+                             r"Compiling a graph for compile range|Directly load (?:the compiled graph|AOT compil)")),
+    ("compiled", re.compile(r"torch\.compile (?:and initial profiling/warmup run together )?took [\d.]+ s in total|"
+                            r"Initial profiling/warmup run took")),
+    ("kv_cache", re.compile(r"Available KV cache memory: [\d.]+ GiB|GPU KV cache size: [\d,]+ tokens")),
+    ("warmup", re.compile(r"Warming up FlashInfer|Using FlashInfer for top-p & top-k sampling")),
+    ("cuda_graphs", re.compile(r"Capturing CUDA graphs")),
+    ("graphs_done", re.compile(r"Graph capturing finished in \d+ secs")),
+    ("engine_ready", re.compile(r"init engine \(profile, create kv cache, warmup model\) took [\d.]+ s")),
+    ("api_starting", re.compile(r"Starting vLLM server on \S+|Supported tasks: \[")),
+    ("api_up", re.compile(r"Application startup complete\.")),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseUpdate:
+    phase: Phase
+    progress: float  # overall 0..1, including progress inside the phase (bars)
+    detail: str  # e.g. "Capturing CUDA graphs (FULL) 34/51"
+
+
+class PhaseTracker:
+    """Feeds log lines, reports when a server moves to a later phase or advances inside one."""
+
+    def __init__(self) -> None:
+        self.index = 0
+        self.progress = 0.0
+        self.detail = ""
+        self.lines_seen = 0
+
+    @property
+    def phase(self) -> Phase:
+        return PHASES[self.index]
+
+    def mark_ready(self) -> PhaseUpdate:
+        self.index = PHASE_INDEX["ready"]
+        self.progress = 1.0
+        self.detail = ""
+        return PhaseUpdate(self.phase, 1.0, "")
+
+    def feed(self, line: str) -> PhaseUpdate | None:
+        self.lines_seen += 1
+        best: int | None = None
+        for key, pattern in _PHASE_PATTERNS:
+            i = PHASE_INDEX[key]
+            if i >= self.index and (best is None or i > best) and pattern.search(line):
+                best = i
+        detail = ""
+        inner = 0.0
+        bar = last_tqdm(line) if ("%|" in line) else None
+        if bar is not None:
+            label, n, total = bar
+            detail = f"{label} {n}/{total}"
+            inner = n / total if total else 0.0
+        if best is None and bar is None:
+            return None
+        new_index = best if best is not None else self.index
+        if new_index < self.index:
+            return None
+        phase = PHASES[new_index]
+        nxt = PHASES[new_index + 1].progress if new_index + 1 < len(PHASES) else 1.0
+        progress = phase.progress + (nxt - phase.progress) * inner * 0.95
+        if new_index == self.index and progress <= self.progress and not detail:
+            return None
+        self.index = new_index
+        self.progress = max(self.progress, progress)
+        self.detail = detail
+        return PhaseUpdate(phase, self.progress, detail)

@@ -1,0 +1,88 @@
+"""Where things live.
+
+Shipped with the package: ``profiles/`` and ``recordings/`` (inside the wheel under ``tui/_shipped/``; in a source
+checkout, at the repository root). The operator's files follow XDG, each overridable by an environment variable:
+
+- ``$DISAGG_TUI_CONFIG_DIR`` or ``$XDG_CONFIG_HOME/disagg-tui``: profiles and playbook additions;
+- ``$DISAGG_TUI_STATE_DIR`` or ``$XDG_STATE_HOME/disagg-tui``: the state file of running layouts, server logs,
+  the simulated GPUs;
+- ``$DISAGG_TUI_DATA_DIR`` or ``$XDG_DATA_HOME/disagg-tui``: results (``runs/``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+APP = "disagg-tui"
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../tui
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    value = os.environ.get(var)
+    if value and os.path.isabs(value):
+        return Path(value)
+    return Path.home() / fallback
+
+
+def config_dir() -> Path:
+    override = os.environ.get("DISAGG_TUI_CONFIG_DIR")
+    return Path(override) if override else _xdg("XDG_CONFIG_HOME", ".config") / APP
+
+
+def state_dir() -> Path:
+    override = os.environ.get("DISAGG_TUI_STATE_DIR")
+    return Path(override) if override else _xdg("XDG_STATE_HOME", ".local/state") / APP
+
+
+def data_dir() -> Path:
+    override = os.environ.get("DISAGG_TUI_DATA_DIR")
+    return Path(override) if override else _xdg("XDG_DATA_HOME", ".local/share") / APP
+
+
+def runs_dir() -> Path:
+    override = os.environ.get("DISAGG_TUI_RUNS_DIR")
+    return Path(override) if override else data_dir() / "runs"
+
+
+def _shipped(name: str) -> Path:
+    inside = _PACKAGE_DIR / "_shipped" / name
+    if inside.is_dir():
+        return inside
+    return _PACKAGE_DIR.parent / name
+
+
+def shipped_profiles_dir() -> Path:
+    return _shipped("profiles")
+
+
+def shipped_recordings_dir() -> Path:
+    return _shipped("recordings")
+
+
+def user_profiles_dir() -> Path:
+    return config_dir() / "profiles"
+
+
+def project_root() -> Path:
+    """The directory that holds the ``tui`` package (put on PYTHONPATH for child processes)."""
+    return _PACKAGE_DIR.parent
+
+
+def python_module_argv(module: str) -> list[str]:
+    """argv that runs one of our modules in a child Python (the simulated server, the proxy, the load generator)."""
+    return [sys.executable, "-m", module]
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child Python of ours: the parent's, with our package importable."""
+    env = dict(os.environ)
+    root = str(project_root())
+    current = env.get("PYTHONPATH", "")
+    parts = [p for p in current.split(os.pathsep) if p]
+    if root not in parts:
+        env["PYTHONPATH"] = os.pathsep.join([root, *parts])
+    if extra:
+        env.update(extra)
+    return env

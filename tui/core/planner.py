@@ -1,0 +1,508 @@
+"""The topology planner (pure): model profile × topology × GPUs × host facts → a launch plan.
+
+A plan holds, for every server, its exact argv and the environment it adds, its GPUs, host/port and role, plus
+the proxy of a disaggregated layout. Workarounds enter only where the host needs them, each with its reason, in
+the form vLLM 0.24 really honours (``../shared/VLLM-0.24.md``):
+
+- ``VLLM_USE_FLASHINFER_SAMPLER=0`` when FlashInfer would find no nvcc (its sampler is on by default and JIT-
+  compiles during engine warm-up);
+- ``--attention-backend TRITON_ATTN`` only where FlashInfer attention would be chosen (Blackwell) and would have to
+  JIT without nvcc. On Hopper vLLM picks FlashAttention 3, and forcing Triton would skew the comparison;
+- ``VLLM_ENGINE_READY_TIMEOUT_S=1800`` for TP/DP layouts (DP runs one API server per rank, which waits at most 600 s
+  by default for a first compile that takes ~800 s). It is part of vLLM's compile-cache key, so its value never
+  changes between launches of a profile;
+- ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` for hybrid (Mamba-style) models behind NIXL.
+
+Never ``VLLM_ATTENTION_BACKEND``: vLLM 0.24 does not read it. Every plan is checked for GPU overlap and HTTP and
+NIXL side-channel port clashes, which vLLM does not catch (a shared ``--port`` silently splits traffic through
+SO_REUSEPORT; a shared side-channel port hangs the second engine forever).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tui.core.errors import InputError, PlanRefused
+from tui.core.hostfacts import HostFacts
+from tui.core.profiles import ModelProfile
+from tui.core.topology import Topology, parse_topology
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+SERVER_BASE_PORT = 8100
+SERVER_PORT_STEP = 100
+SIDE_CHANNEL_BASE = 5600
+READY_TIMEOUT_ENV = "1800"
+#: working memory vLLM needs beside weights and KV (activations, CUDA graphs, sampler), GiB per GPU
+RUNTIME_OVERHEAD_GIB = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Workaround:
+    """A change the planner made for this host or profile, and why."""
+
+    change: str
+    reason: str
+    source: str = "host"  # host | profile | fix:<playbook id>
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    name: str  # server | prefill-0 | decode-0 ...
+    role: str  # single | prefill | decode
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]  # what the plan adds to the environment, in display order
+    gpus: tuple[int, ...]
+    host: str
+    port: int
+    tp: int = 1
+    dp: int = 1
+    side_channel_port: int | None = None
+    kv_role: str | None = None
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    def shell(self, *, display_exe: str | None = None) -> str:
+        argv = list(self.argv)
+        if display_exe is not None:
+            argv[0] = display_exe
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env)
+        cmd = " ".join(shlex.quote(a) for a in argv)
+        return f"{env} {cmd}" if env else cmd
+
+    def side_channel_ports(self) -> list[int]:
+        if self.side_channel_port is None:
+            return []
+        return [self.side_channel_port + r for r in range(self.dp)]
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySpec:
+    host: str
+    port: int
+    prefill: tuple[str, ...]  # server URLs
+    decode: tuple[str, ...]
+    name: str = "proxy"
+    role: str = "proxy"
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def args(self) -> list[str]:
+        out = ["--host", self.host, "--port", str(self.port)]
+        for u in self.prefill:
+            out += ["--prefill", u]
+        for u in self.decode:
+            out += ["--decode", u]
+        return out
+
+    def shell(self) -> str:
+        return " ".join(shlex.quote(a) for a in ["disagg-tui", "proxy", *self.args()])
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFix:
+    """A change to a plan, as data (what a playbook entry's fix or an operator's edit does)."""
+
+    set_env: tuple[tuple[str, str], ...] = ()
+    unset_env: tuple[str, ...] = ()
+    add_args: tuple[str, ...] = ()  # each item one flag with its value, e.g. "--attention-backend TRITON_ATTN"
+    remove_args: tuple[str, ...] = ()  # flag names; their value goes too
+    roles: tuple[str, ...] = ()  # limit to these roles (empty: every server)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.set_env or self.unset_env or self.add_args or self.remove_args)
+
+    def describe(self) -> list[str]:
+        out = [f"set {k}={v}" for k, v in self.set_env]
+        out += [f"unset {k}" for k in self.unset_env]
+        out += [f"add {a}" for a in self.add_args]
+        out += [f"remove {a}" for a in self.remove_args]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    gpus: tuple[int, ...] | None = None
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    server_base_port: int = SERVER_BASE_PORT
+    side_channel_base: int = SIDE_CHANNEL_BASE
+    vllm_executable: str = "vllm"
+    extra_args: tuple[str, ...] = ()
+    extra_env: tuple[tuple[str, str], ...] = ()
+    model_path: str | None = None  # overrides the profile's model (a local folder)
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    profile_id: str
+    model: str
+    served_name: str
+    topology: str
+    gpus: tuple[int, ...]
+    servers: tuple[ServerSpec, ...]
+    proxy: ProxySpec | None
+    simulated: bool
+    vllm_executable: str
+    workarounds: tuple[Workaround, ...] = ()
+    warnings: tuple[str, ...] = ()
+    fixes_applied: tuple[str, ...] = ()
+    host_label: str = ""
+
+    @property
+    def endpoint(self) -> str:
+        """Where clients send requests: the proxy, or the single server."""
+        if self.proxy is not None:
+            return self.proxy.url
+        return self.servers[0].url
+
+    @property
+    def topo(self) -> Topology:
+        return parse_topology(self.topology)
+
+    def server(self, name: str) -> ServerSpec | None:
+        for s in self.servers:
+            if s.name == name:
+                return s
+        return None
+
+    def shell(self) -> str:
+        """The whole layout as copy-paste shell (each server in the background, then the proxy)."""
+        lines = [f"# {self.profile_id} as {self.topology} on GPU {','.join(map(str, self.gpus))}"
+                 + (" (SIMULATED host)" if self.simulated else "")]
+        for w in self.workarounds:
+            lines.append(f"# {w.change}: {w.reason}")
+        for s in self.servers:
+            lines.append(f"# {s.name} ({s.role}) on {s.url}")
+            lines.append(s.shell() + (" &" if len(self.servers) > 1 or self.proxy else ""))
+        if self.proxy is not None:
+            lines.append(f"# proxy on {self.proxy.url}: prefill first, then decode with the KV-transfer parameters")
+            lines.append(self.proxy.shell())
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile_id": self.profile_id, "model": self.model, "served_name": self.served_name,
+            "topology": self.topology, "gpus": list(self.gpus), "simulated": self.simulated,
+            "vllm_executable": self.vllm_executable, "endpoint": self.endpoint, "host_label": self.host_label,
+            "servers": [
+                {"name": s.name, "role": s.role, "argv": list(s.argv), "env": dict(s.env), "gpus": list(s.gpus),
+                 "host": s.host, "port": s.port, "tp": s.tp, "dp": s.dp, "side_channel_port": s.side_channel_port,
+                 "kv_role": s.kv_role, "url": s.url, "shell": s.shell()}
+                for s in self.servers
+            ],
+            "proxy": None if self.proxy is None else {
+                "host": self.proxy.host, "port": self.proxy.port, "prefill": list(self.proxy.prefill),
+                "decode": list(self.proxy.decode), "url": self.proxy.url, "shell": self.proxy.shell()},
+            "workarounds": [{"change": w.change, "reason": w.reason, "source": w.source} for w in self.workarounds],
+            "warnings": list(self.warnings),
+            "fixes_applied": list(self.fixes_applied),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LaunchPlan:
+        servers = tuple(
+            ServerSpec(name=s["name"], role=s["role"], argv=tuple(s["argv"]), env=tuple(s["env"].items()),
+                       gpus=tuple(s["gpus"]), host=s["host"], port=int(s["port"]), tp=int(s.get("tp", 1)),
+                       dp=int(s.get("dp", 1)), side_channel_port=s.get("side_channel_port"),
+                       kv_role=s.get("kv_role"))
+            for s in d["servers"]
+        )
+        p = d.get("proxy")
+        proxy = None if p is None else ProxySpec(host=p["host"], port=int(p["port"]), prefill=tuple(p["prefill"]),
+                                                 decode=tuple(p["decode"]))
+        return cls(
+            profile_id=d["profile_id"], model=d["model"], served_name=d["served_name"], topology=d["topology"],
+            gpus=tuple(d["gpus"]), servers=servers, proxy=proxy, simulated=bool(d["simulated"]),
+            vllm_executable=d.get("vllm_executable", "vllm"), host_label=d.get("host_label", ""),
+            workarounds=tuple(Workaround(w["change"], w["reason"], w.get("source", "host"))
+                              for w in d.get("workarounds", [])),
+            warnings=tuple(d.get("warnings", [])), fixes_applied=tuple(d.get("fixes_applied", [])),
+        )
+
+
+# --- planning --------------------------------------------------------------------------------------------------
+
+
+def _fmt_float(x: float) -> str:
+    return f"{x:.2f}" if round(x, 2) == x else repr(x)
+
+
+def _select_gpus(topo: Topology, facts: HostFacts, wanted: tuple[int, ...] | None) -> tuple[tuple[int, ...], list[str]]:
+    warnings: list[str] = []
+    present = [g.index for g in facts.gpus]
+    need = topo.gpus_needed
+    if wanted is not None:
+        if len(set(wanted)) != len(wanted):
+            raise InputError(f"GPU listed twice in {','.join(map(str, wanted))}", field="--gpus")
+        missing = [i for i in wanted if i not in present]
+        if missing:
+            raise PlanRefused(f"GPU {','.join(map(str, missing))} not present on this host "
+                              f"(it has {len(present)}: {','.join(map(str, present)) or 'none'})")
+        if len(wanted) < need:
+            raise PlanRefused(f"{topo.name} needs {need} GPUs; --gpus gives {len(wanted)}")
+        if len(wanted) > need:
+            warnings.append(f"{topo.name} uses {need} GPUs; using {','.join(map(str, wanted[:need]))} of --gpus")
+        return tuple(wanted[:need]), warnings
+    if need > len(present):
+        hint = " (the simulated host has --sim-gpus N)" if facts.simulated else ""
+        raise PlanRefused(f"{topo.name} needs {need} GPUs; this host has {len(present)}{hint}")
+    return tuple(present[:need]), warnings
+
+
+def _check_fit(profile: ModelProfile, topo: Topology, facts: HostFacts, gpus: tuple[int, ...], gmu: float,
+               max_len: int) -> None:
+    for idx in gpus:
+        g = facts.gpu(idx)
+        if g is None:
+            continue
+        if profile.min_compute_capability is not None and g.compute_capability < profile.min_compute_capability:
+            raise PlanRefused(
+                f"{profile.id} is {profile.quantization.upper()}, which needs compute capability "
+                f"{profile.min_compute_capability:.1f}"
+                + (" (Blackwell)" if profile.min_compute_capability >= 10 else "")
+                + f"; GPU {idx} is {g.name} ({g.compute_capability:.1f})")
+    shard = topo.tp  # weights are split over the TP group of each server
+    weights = profile.weights_gib / shard
+    for idx in gpus:
+        g = facts.gpu(idx)
+        if g is None:
+            continue
+        usable = g.memory_total_mib / 1024 * gmu
+        if weights + RUNTIME_OVERHEAD_GIB > usable:
+            raise PlanRefused(
+                f"{profile.id} does not fit: {weights:.1f} GiB of weights per GPU (+{RUNTIME_OVERHEAD_GIB:g} GiB "
+                f"working memory) > {usable:.1f} GiB usable on GPU {idx} ({g.name}, gpu_memory_utilization "
+                f"{gmu:g}); use more tensor parallelism or a smaller quantisation")
+        kv_need = profile.kv_bytes_per_token() / shard * max_len / 2**30
+        kv_free = usable - weights - RUNTIME_OVERHEAD_GIB
+        if kv_need > kv_free:
+            raise PlanRefused(
+                f"{profile.id} leaves {kv_free:.1f} GiB for KV cache per GPU; one request of max_model_len "
+                f"{max_len} needs {kv_need:.1f} GiB; lower max_model_len or raise gpu_memory_utilization")
+
+
+def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
+         options: PlanOptions | None = None) -> LaunchPlan:
+    """Build the launch plan. Raises PlanRefused (exit 2) for a request the host cannot honour."""
+    opts = options or PlanOptions()
+    topo = parse_topology(topology) if isinstance(topology, str) else topology
+    gpus, warnings = _select_gpus(topo, facts, opts.gpus)
+    workarounds: list[Workaround] = []
+
+    fam_ov = profile.override_for(topo.family)
+    name_ov = profile.override_for(topo.name)
+    gmu = opts.gpu_memory_utilization or (name_ov and name_ov.gpu_memory_utilization) or \
+        (fam_ov and fam_ov.gpu_memory_utilization) or profile.gpu_memory_utilization
+    max_len = opts.max_model_len or (name_ov and name_ov.max_model_len) or (fam_ov and fam_ov.max_model_len) or \
+        profile.max_model_len
+    _check_fit(profile, topo, facts, gpus, gmu, max_len)
+
+    model = opts.model_path or profile.model
+    vllm_version = facts.vllm.version if facts.vllm else None
+    if profile.is_moe and topo.kind == "dp" and (vllm_version is None or vllm_version.startswith("0.24")):
+        warnings.append(
+            f"{profile.id} is MoE: MoE + data parallel did not start on vLLM 0.24 (CUTLASS FP8 MoE warm-up "
+            "assertion). Prefer tp, or add '--moe-backend triton' (--arg) as an untested experiment")
+    if facts.vllm is not None and facts.vllm.version and not facts.vllm.version_matches:
+        warnings.append(f"vLLM {facts.vllm.version} found; profiles, flags and log patterns were checked with "
+                        f"0.24.0 ({', '.join(profile.checked_with_vllm) or 'none listed'} for {profile.id}): "
+                        "flags and log texts change between versions")
+
+    # host-driven environment and flags
+    host_env: list[tuple[str, str]] = []
+    host_args: list[str] = []
+    tool = facts.toolchain
+    if not tool.nvcc_usable:
+        host_env.append(("VLLM_USE_FLASHINFER_SAMPLER", "0"))
+        workarounds.append(Workaround(
+            "VLLM_USE_FLASHINFER_SAMPLER=0",
+            "no usable nvcc (PATH, CUDA_HOME, /usr/local/cuda): FlashInfer's sampler, on by default in vLLM 0.24, "
+            "would JIT-compile during engine warm-up and fail"))
+        uses_flashinfer_attn = any((g := facts.gpu(i)) is not None and g.compute_capability >= 10.0 for i in gpus)
+        if uses_flashinfer_attn:
+            host_args += ["--attention-backend", "TRITON_ATTN"]
+            workarounds.append(Workaround(
+                "--attention-backend TRITON_ATTN",
+                "Blackwell GPU: vLLM would choose FlashInfer attention, which would have to JIT-compile without "
+                "nvcc; Triton attention needs no nvcc"))
+    elif tool.silent_jit_risk:
+        warnings.append("nvcc is under /usr/local/cuda but not on PATH and CUDA_HOME is unset: the first start may "
+                        "spend minutes JIT-compiling FlashInfer kernels with no output")
+
+    def base_env(role_ov: Any) -> list[tuple[str, str]]:
+        env = list(host_env)
+        env += list(profile.env)
+        for ov in (fam_ov, name_ov, role_ov):
+            if ov is not None:
+                env += list(ov.env)
+        env += list(opts.extra_env)
+        return env
+
+    def tail_args(role_ov: Any) -> list[str]:
+        args = ["--gpu-memory-utilization", _fmt_float(gmu), "--max-model-len", str(max_len)]
+        if profile.trust_remote_code:
+            args.append("--trust-remote-code")
+        if profile.served_model_name:
+            args += ["--served-model-name", profile.served_model_name]
+        if profile.load_format:
+            args += ["--load-format", profile.load_format]
+        args += host_args
+        args += list(profile.extra_args)
+        for ov in (fam_ov, name_ov, role_ov):
+            if ov is not None:
+                args += list(ov.args)
+        args += list(opts.extra_args)
+        return args
+
+    exe = opts.vllm_executable
+    servers: list[ServerSpec] = []
+    proxy: ProxySpec | None = None
+    if topo.kind in ("tp", "dp"):
+        env = [("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus))), ("VLLM_ENGINE_READY_TIMEOUT_S", READY_TIMEOUT_ENV)]
+        parallel = ["--tensor-parallel-size", str(topo.tp)] if topo.kind == "tp" else \
+            ["--data-parallel-size", str(topo.dp)]
+        argv = [exe, "serve", model, "--host", opts.host, "--port", str(opts.port), *parallel, *tail_args(None)]
+        servers.append(ServerSpec(name="server", role="single", argv=tuple(argv), env=tuple(env + base_env(None)),
+                                  gpus=gpus, host=opts.host, port=opts.port, tp=topo.tp, dp=topo.dp))
+    else:
+        if profile.is_hybrid:
+            workarounds.append(Workaround(
+                "VLLM_SSM_CONV_STATE_LAYOUT=DS",
+                "hybrid model behind NIXL: the Mamba-style conv state must use the DS layout for KV transfer",
+                "profile"))
+        gi = 0
+        idx = 0
+        for role, count in (("prefill", topo.prefill), ("decode", topo.decode)):
+            role_ov = profile.override_for(role)
+            for k in range(count):
+                sg = gpus[gi:gi + topo.tp]
+                gi += topo.tp
+                port = opts.server_base_port + SERVER_PORT_STEP * idx
+                side = opts.side_channel_base + idx
+                idx += 1
+                kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
+                env = [("CUDA_VISIBLE_DEVICES", ",".join(map(str, sg))),
+                       ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side))]
+                if profile.is_hybrid:
+                    env.append(("VLLM_SSM_CONV_STATE_LAYOUT", "DS"))
+                kv_cfg = json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role}, separators=(",", ":"))
+                argv = [exe, "serve", model, "--host", opts.host, "--port", str(port),
+                        "--tensor-parallel-size", str(topo.tp), "--kv-transfer-config", kv_cfg,
+                        *tail_args(role_ov)]
+                servers.append(ServerSpec(name=f"{role}-{k}", role=role, argv=tuple(argv),
+                                          env=tuple(env + base_env(role_ov)), gpus=sg, host=opts.host, port=port,
+                                          tp=topo.tp, dp=1, side_channel_port=side, kv_role=kv_role))
+        proxy = ProxySpec(host=opts.host, port=opts.port,
+                          prefill=tuple(s.url for s in servers if s.role == "prefill"),
+                          decode=tuple(s.url for s in servers if s.role == "decode"))
+    result = LaunchPlan(
+        profile_id=profile.id, model=model, served_name=profile.served_name, topology=topo.name, gpus=gpus,
+        servers=tuple(_dedupe_env(s) for s in servers), proxy=proxy, simulated=facts.simulated,
+        vllm_executable=exe, workarounds=tuple(workarounds), warnings=tuple(warnings), host_label=facts.label,
+    )
+    check_plan(result)
+    return result
+
+
+def _dedupe_env(s: ServerSpec) -> ServerSpec:
+    """Later settings of a variable win, keeping the first position (profile env may override host env)."""
+    order: list[str] = []
+    values: dict[str, str] = {}
+    for k, v in s.env:
+        if k not in values:
+            order.append(k)
+        values[k] = v
+    return replace(s, env=tuple((k, values[k]) for k in order))
+
+
+def check_plan(p: LaunchPlan) -> None:
+    """Internal consistency: GPUs not shared, HTTP ports and NIXL side-channel ports unique."""
+    seen_gpu: dict[int, str] = {}
+    for s in p.servers:
+        for g in s.gpus:
+            if g in seen_gpu:
+                raise PlanRefused(f"GPU {g} assigned to both {seen_gpu[g]} and {s.name}")
+            seen_gpu[g] = s.name
+    ports: dict[int, str] = {}
+    for name, port in [(s.name, s.port) for s in p.servers] + ([("proxy", p.proxy.port)] if p.proxy else []):
+        if port in ports:
+            raise PlanRefused(f"HTTP port {port} given to both {ports[port]} and {name}: vLLM binds with "
+                              "SO_REUSEPORT, so both would start and silently split the traffic")
+        ports[port] = name
+    side: dict[int, str] = {}
+    for s in p.servers:
+        for sp in s.side_channel_ports():
+            if sp in side:
+                raise PlanRefused(f"NIXL side-channel port {sp} given to both {side[sp]} and {s.name}: the second "
+                                  "engine would hang forever in init")
+            if sp in ports:
+                raise PlanRefused(f"port {sp} is both an HTTP port and {s.name}'s NIXL side channel")
+            side[sp] = s.name
+
+
+def _remove_flag(argv: list[str], flag: str) -> list[str]:
+    out: list[str] = []
+    i = 0
+    names = {flag, flag.replace("_", "-")}
+    while i < len(argv):
+        a = argv[i]
+        base = a.split("=", 1)[0].replace("_", "-")
+        if base in names and i > 2:  # never the executable, "serve" or the model
+            if "=" not in a and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                i += 2
+            else:
+                i += 1
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def apply_fix(p: LaunchPlan, fix: PlanFix, label: str) -> LaunchPlan:
+    """The plan with ``fix`` applied to every server (or those of ``fix.roles``); recorded as ``label``."""
+    servers = []
+    for s in p.servers:
+        if fix.roles and s.role not in fix.roles:
+            servers.append(s)
+            continue
+        env = [(k, v) for k, v in s.env if k not in fix.unset_env]
+        set_keys = dict(fix.set_env)
+        env = [(k, set_keys.pop(k) if k in set_keys else v) for k, v in env]
+        env += list(set_keys.items())
+        argv = list(s.argv)
+        for flag in fix.remove_args:
+            argv = _remove_flag(argv, flag.split()[0])
+        for item in fix.add_args:
+            parts = shlex.split(item)
+            if not parts:
+                continue
+            argv = _remove_flag(argv, parts[0])
+            argv += parts
+        servers.append(replace(s, env=tuple(env), argv=tuple(argv)))
+    result = replace(p, servers=tuple(servers), fixes_applied=(*p.fixes_applied, label),
+                     workarounds=(*p.workarounds, *(Workaround(d, f"playbook entry {label}", f"fix:{label}")
+                                                    for d in fix.describe())))
+    check_plan(result)
+    return result
+
+
+__all__ = [
+    "DEFAULT_PORT", "LaunchPlan", "PlanFix", "PlanOptions", "ProxySpec", "ServerSpec", "Workaround", "apply_fix",
+    "check_plan", "plan",
+]

@@ -1,0 +1,411 @@
+"""Model profiles and workloads: strict YAML, shipped ones overridden by the operator's.
+
+A model profile (``profiles/models/<id>.yaml``) says what a model is (dense or MoE, full or hybrid attention,
+quantisation, sizes), how vLLM serves it (the flags and environment it needs) and what is known about it. A
+workload says what traffic a benchmark sends. ``--model`` takes a profile id or a path to a profile file;
+``--workload`` a workload name or a path to a workload file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tui.core import paths
+from tui.core.errors import InputError
+from tui.core.yamlio import Fields, LDict, load_file
+
+ARCH_FAMILIES = ("dense", "moe")
+ATTENTION_KINDS = ("full", "hybrid")
+QUANTIZATIONS = ("bf16", "fp16", "fp8", "nvfp4", "int4", "awq", "gptq")
+KV_DTYPES = ("auto", "bf16", "fp16", "fp8")
+BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "int4": 0.5625, "awq": 0.5625,
+                   "gptq": 0.5625}
+OVERRIDE_KEYS = ("tp", "dp", "pd", "prefill", "decode")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The transformer's dimensions: what the simulator's performance model and the memory checks need."""
+
+    layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    full_attention_layers: int  # layers with a growing KV cache (all of them for full attention)
+    num_experts: int = 0
+    experts_per_token: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOverride:
+    """Per-topology (``tp``, ``dp``, ``pd``, a topology name) or per-role (``prefill``, ``decode``) changes."""
+
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    id: str
+    title: str
+    model: str  # HF id or local folder (``${VAR:-default}`` expanded)
+    family: str  # dense | moe
+    attention: str  # full | hybrid
+    quantization: str
+    kv_cache_dtype: str
+    params_b: float
+    active_params_b: float
+    weights_gib: float
+    shape: ModelShape
+    gpu_memory_utilization: float
+    max_model_len: int
+    trust_remote_code: bool
+    load_format: str | None
+    served_model_name: str | None
+    extra_args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    checked_with_vllm: tuple[str, ...]
+    min_compute_capability: float | None
+    overrides: tuple[tuple[str, ServeOverride], ...] = ()
+    notes: str = ""
+    source: str = ""  # the file it came from
+
+    @property
+    def is_moe(self) -> bool:
+        return self.family == "moe"
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.attention == "hybrid"
+
+    @property
+    def served_name(self) -> str:
+        return self.served_model_name or self.model
+
+    def override_for(self, key: str) -> ServeOverride | None:
+        for name, ov in self.overrides:
+            if name == key:
+                return ov
+        return None
+
+    def kv_bytes_per_token(self) -> float:
+        """Bytes of KV cache one token takes over the whole model (all GPUs together)."""
+        elem = 1.0 if self.kv_cache_dtype == "fp8" else 2.0
+        s = self.shape
+        return 2.0 * s.full_attention_layers * s.num_kv_heads * s.head_dim * elem
+
+    def to_dict(self) -> dict[str, Any]:
+        """The profile as YAML-ready data (what ``export`` writes and the console shows)."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "title": self.title,
+            "model": self.model,
+            "architecture": {
+                "family": self.family,
+                "attention": self.attention,
+                "params_b": self.params_b,
+                "active_params_b": self.active_params_b,
+                **{k: getattr(self.shape, k) for k in ModelShape.__dataclass_fields__},
+            },
+            "quantization": self.quantization,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "weights_gib": self.weights_gib,
+            "checked_with_vllm": list(self.checked_with_vllm),
+            "vllm": {
+                "gpu_memory_utilization": self.gpu_memory_utilization,
+                "max_model_len": self.max_model_len,
+                "trust_remote_code": self.trust_remote_code,
+                "load_format": self.load_format,
+                "served_model_name": self.served_model_name,
+                "args": list(self.extra_args),
+                "env": dict(self.env),
+            },
+        }
+        if self.min_compute_capability is not None:
+            out["min_compute_capability"] = self.min_compute_capability
+        if self.overrides:
+            out["overrides"] = {
+                k: {"args": list(v.args), "env": dict(v.env), "gpu_memory_utilization": v.gpu_memory_utilization,
+                    "max_model_len": v.max_model_len}
+                for k, v in self.overrides
+            }
+        if self.notes:
+            out["notes"] = self.notes
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Traffic for one benchmark cell, with ``vllm bench serve``'s meanings."""
+
+    name: str
+    input_len: int
+    output_len: int
+    num_prompts: int = 128
+    request_rate: float = math.inf  # requests/s; inf = all at once (saturation)
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    range_ratio: float = 0.0
+    prefix_len: int = 0
+    ignore_eos: bool = True
+    seed: int = 0
+    description: str = ""
+    source: str = ""
+
+    def with_overrides(self, **changes: Any) -> Workload:
+        clean = {k: v for k, v in changes.items() if v is not None}
+        return replace(self, **clean) if clean else self
+
+
+def expand_env_refs(text: str) -> str:
+    """``${VAR}`` / ``${VAR:-default}`` from the environment (used for configurable model folders)."""
+
+    def sub(m: re.Match[str]) -> str:
+        value = os.environ.get(m.group(1))
+        if value:
+            return value
+        return m.group(2) if m.group(2) is not None else ""
+
+    return _ENV_REF.sub(sub, text)
+
+
+def _parse_override(f: Fields) -> ServeOverride:
+    args = tuple(f.str_list("args"))
+    env = tuple(f.str_map("env").items())
+    gmu = f.number("gpu_memory_utilization", None, lo=0.05, hi=0.99)
+    mml = f.integer("max_model_len", None, lo=16)
+    f.done()
+    return ServeOverride(args=args, env=env, gpu_memory_utilization=gmu, max_model_len=mml)
+
+
+def _check_env_names(f: Fields, key: str, env: dict[str, str]) -> None:
+    for name in env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise f.error(key, f"bad environment variable name {name!r}")
+        if name == "VLLM_ATTENTION_BACKEND":
+            raise f.error(key, "VLLM_ATTENTION_BACKEND is not read by vLLM 0.24 (it only warns); use "
+                               "'--attention-backend NAME' in args")
+
+
+def parse_model_profile(data: Any, source: str | Path) -> ModelProfile:
+    f = Fields(data, source)
+    pid = f.require("id", str)
+    if not _ID.match(pid):
+        raise f.error("id", f"must be lowercase letters, digits, '.', '-' or '_'; got {pid!r}")
+    title = f.get("title", str, pid)
+    model_raw = f.require("model", str)
+    model = expand_env_refs(model_raw)
+    if not model:
+        raise f.error("model", f"{model_raw!r} expands to nothing")
+    arch = f.sub("architecture", required=True)
+    assert arch is not None
+    family = arch.choice("family", ARCH_FAMILIES, required=True)
+    attention = arch.choice("attention", ATTENTION_KINDS, "full")
+    params_b = arch.number("params_b", required=True, lo=0.01)
+    active = arch.number("active_params_b", params_b, lo=0.01)
+    if active > params_b:
+        raise arch.error("active_params_b", f"cannot exceed params_b ({params_b:g})")
+    layers = arch.integer("layers", required=True, lo=1)
+    shape = ModelShape(
+        layers=layers,
+        hidden_size=arch.integer("hidden_size", required=True, lo=1),
+        num_attention_heads=arch.integer("num_attention_heads", required=True, lo=1),
+        num_kv_heads=arch.integer("num_kv_heads", required=True, lo=1),
+        head_dim=arch.integer("head_dim", required=True, lo=1),
+        intermediate_size=arch.integer("intermediate_size", required=True, lo=1),
+        vocab_size=arch.integer("vocab_size", required=True, lo=1),
+        full_attention_layers=arch.integer("full_attention_layers", layers, lo=1, hi=layers),
+        num_experts=arch.integer("num_experts", 0, lo=0),
+        experts_per_token=arch.integer("experts_per_token", 0, lo=0),
+    )
+    arch.done()
+    if family == "moe" and (shape.num_experts < 2 or shape.experts_per_token < 1):
+        raise f.error("architecture", "a MoE model needs num_experts ≥ 2 and experts_per_token ≥ 1")
+    if attention == "full" and shape.full_attention_layers != layers:
+        raise f.error("architecture", "full attention means full_attention_layers == layers; use "
+                                      "attention: hybrid for a model with linear/Mamba-style layers")
+    quant = f.choice("quantization", QUANTIZATIONS, required=True)
+    kv = f.choice("kv_cache_dtype", KV_DTYPES, "auto")
+    weights_gib = f.number("weights_gib", None, lo=0.01)
+    if weights_gib is None:
+        weights_gib = params_b * 1e9 * BYTES_PER_PARAM[quant] / 2**30
+    min_cc = f.number("min_compute_capability", None, lo=1.0)
+    if min_cc is None and quant == "nvfp4":
+        min_cc = 10.0
+    checked = tuple(f.str_list("checked_with_vllm"))
+    v = f.sub("vllm", required=True)
+    assert v is not None
+    gmu = v.number("gpu_memory_utilization", 0.9, lo=0.05, hi=0.99)
+    mml = v.integer("max_model_len", required=True, lo=16)
+    trust = v.get("trust_remote_code", bool, False)
+    load_format = v.get("load_format", str, None)
+    served = v.get("served_model_name", str, None)
+    args = tuple(v.str_list("args"))
+    env = v.str_map("env")
+    _check_env_names(v, "env", env)
+    v.done()
+    overrides: list[tuple[str, ServeOverride]] = []
+    ov = f.sub("overrides")
+    if ov is not None:
+        for key in list(ov.data):
+            if key not in OVERRIDE_KEYS and not _looks_like_topology(key):
+                raise ov.error(key, f"override keys are {', '.join(OVERRIDE_KEYS)} or a topology name")
+            sub = ov.sub(key, required=True)
+            assert sub is not None
+            overrides.append((key, _parse_override(sub)))
+        ov.done()
+    notes = f.get("notes", str, "")
+    f.done()
+    return ModelProfile(
+        id=pid, title=title, model=model, family=family, attention=attention, quantization=quant,
+        kv_cache_dtype=kv, params_b=params_b, active_params_b=active, weights_gib=float(weights_gib), shape=shape,
+        gpu_memory_utilization=gmu, max_model_len=mml, trust_remote_code=bool(trust), load_format=load_format,
+        served_model_name=served, extra_args=args, env=tuple(env.items()), checked_with_vllm=checked,
+        min_compute_capability=min_cc, overrides=tuple(overrides), notes=notes.strip(), source=str(source),
+    )
+
+
+def _looks_like_topology(key: str) -> bool:
+    from tui.core.topology import parse_topology
+
+    try:
+        parse_topology(key)
+    except InputError:
+        return False
+    return True
+
+
+_NUMERIC_RATE = re.compile(r"^\d+(\.\d+)?$")
+
+
+def parse_rate(value: Any, *, source: str | Path = "", field: str = "request_rate", line: int | None = None
+               ) -> float:
+    """``inf`` (saturation) or a positive number of requests per second."""
+    if isinstance(value, bool):
+        raise InputError(f"expected 'inf' or a number of requests/s, got {value!r}", file=source or None,
+                         line=line, field=field)
+    if isinstance(value, int | float):
+        rate = float(value)
+    elif isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "saturation"):
+        return math.inf
+    elif isinstance(value, str) and _NUMERIC_RATE.match(value.strip()):
+        rate = float(value)
+    else:
+        raise InputError(f"expected 'inf' or a number of requests/s, got {value!r}", file=source or None,
+                         line=line, field=field)
+    if rate <= 0:
+        raise InputError(f"must be > 0 (or 'inf'); got {value!r}", file=source or None, line=line, field=field)
+    return rate
+
+
+def parse_workload(name: str, data: Any, source: str | Path, prefix: str = "") -> Workload:
+    f = Fields(data, source, prefix)
+    rate_raw = f.get("request_rate", (str, int, float), "inf")
+    rate = parse_rate(rate_raw, source=source, field=f.name("request_rate"), line=f.line_of("request_rate"))
+    w = Workload(
+        name=name,
+        input_len=f.integer("input_len", required=True, lo=1),
+        output_len=f.integer("output_len", required=True, lo=1),
+        num_prompts=f.integer("num_prompts", 128, lo=1),
+        request_rate=rate,
+        burstiness=f.number("burstiness", 1.0, lo=0.01),
+        max_concurrency=f.integer("max_concurrency", None, lo=1),
+        range_ratio=f.number("range_ratio", 0.0, lo=0.0, hi=0.999),
+        prefix_len=f.integer("prefix_len", 0, lo=0),
+        ignore_eos=f.get("ignore_eos", bool, True),
+        seed=f.integer("seed", 0, lo=0),
+        description=str(f.get("description", str, "")).strip(),
+        source=str(source),
+    )
+    f.done()
+    return w
+
+
+def parse_workloads_file(data: Any, source: str | Path) -> dict[str, Workload]:
+    """A workloads file: ``workloads: {name: {...}, ...}``, or one workload with a ``name`` key."""
+    top = Fields(data, source)
+    if top.has("workloads"):
+        ws = top.sub("workloads", required=True)
+        assert ws is not None
+        out: dict[str, Workload] = {}
+        for name in list(ws.data):
+            ws.get(name, dict)
+            if not _ID.match(name):
+                raise ws.error(name, f"workload names are lowercase letters, digits, '.', '-', '_'; got {name!r}")
+            out[name] = parse_workload(name, ws.data[name], source, prefix=f"workloads.{name}.")
+        ws.done()
+        top.done()
+        return out
+    name = top.require("name", str)
+    body = {k: v for k, v in data.items() if k != "name"}
+    if isinstance(data, LDict):
+        ld = LDict(body)
+        ld.line = data.line
+        ld.key_lines = dict(data.key_lines)
+        body = ld
+    return {name: parse_workload(name, body, source)}
+
+
+# --- the catalogue ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Catalog:
+    """Every model profile and workload the app knows: shipped ones, then the operator's (which win)."""
+
+    models: dict[str, ModelProfile] = field(default_factory=dict)
+    workloads: dict[str, Workload] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, extra_dirs: list[Path] | None = None) -> Catalog:
+        cat = cls()
+        for base in [paths.shipped_profiles_dir(), paths.user_profiles_dir(), *(extra_dirs or [])]:
+            cat._load_dir(base)
+        return cat
+
+    def _load_dir(self, base: Path) -> None:
+        models_dir = base / "models"
+        if models_dir.is_dir():
+            for path in sorted(models_dir.glob("*.y*ml")):
+                prof = parse_model_profile(load_file(path), path)
+                self.models[prof.id] = prof
+        wl = base / "workloads.yaml"
+        if wl.is_file():
+            self.workloads.update(parse_workloads_file(load_file(wl), wl))
+
+    def model(self, ref: str) -> ModelProfile:
+        """A profile by id, or by path to a profile file."""
+        if ref in self.models:
+            return self.models[ref]
+        path = Path(ref).expanduser()
+        if path.suffix in (".yaml", ".yml") or os.sep in ref or path.is_file():
+            return parse_model_profile(load_file(path), path)
+        known = ", ".join(sorted(self.models)) or "none"
+        raise InputError(f"unknown model profile {ref!r} (known: {known}; or give a path to a profile file)",
+                         field="--model")
+
+    def workload(self, ref: str) -> Workload:
+        if ref in self.workloads:
+            return self.workloads[ref]
+        path = Path(ref).expanduser()
+        if path.suffix in (".yaml", ".yml") or os.sep in ref or path.is_file():
+            found = parse_workloads_file(load_file(path), path)
+            if len(found) != 1:
+                raise InputError(f"holds {len(found)} workloads; name one of {', '.join(found)} after adding "
+                                 f"the file to {paths.user_profiles_dir() / 'workloads.yaml'}", file=path)
+            return next(iter(found.values()))
+        known = ", ".join(sorted(self.workloads)) or "none"
+        raise InputError(f"unknown workload {ref!r} (known: {known}; or give a path to a workload file)",
+                         field="--workload")

@@ -1,0 +1,246 @@
+"""YAML read through a SafeLoader that keeps line numbers, and a strict reader on top of it.
+
+Mappings load as :class:`LDict` and sequences as :class:`LList`; both remember the line of the node and of every
+key or item, so a validation error names ``file:line: field 'a.b': what is wrong``. :class:`Fields` reads a
+mapping strictly: unknown keys are errors, types are checked, and every error is an :class:`InputError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from tui.core.errors import InputError
+
+T = TypeVar("T")
+
+
+class LDict(dict[str, Any]):
+    """A mapping with the line of each key (1-based)."""
+
+    line: int = 0
+    key_lines: dict[str, int]
+
+    def line_of(self, key: str) -> int:
+        return self.key_lines.get(key, self.line)
+
+
+class LList(list[Any]):
+    """A sequence with the line of each item (1-based)."""
+
+    line: int = 0
+    item_lines: list[int]
+
+    def line_of(self, index: int) -> int:
+        if 0 <= index < len(self.item_lines):
+            return self.item_lines[index]
+        return self.line
+
+
+class _MarkedLoader(yaml.SafeLoader):
+    """SafeLoader that builds LDict/LList with node marks. Nothing beyond safe_load's types is constructed."""
+
+
+def _construct_mapping(loader: _MarkedLoader, node: yaml.MappingNode) -> LDict:
+    loader.flatten_mapping(node)
+    out = LDict()
+    out.line = node.start_mark.line + 1
+    out.key_lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str):
+            key = str(key)
+        if key in out:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        out[key] = loader.construct_object(value_node, deep=True)
+        out.key_lines[key] = key_node.start_mark.line + 1
+    return out
+
+
+def _construct_sequence(loader: _MarkedLoader, node: yaml.SequenceNode) -> LList:
+    out = LList()
+    out.line = node.start_mark.line + 1
+    out.item_lines = []
+    for child in node.value:
+        out.append(loader.construct_object(child, deep=True))
+        out.item_lines.append(child.start_mark.line + 1)
+    return out
+
+
+_MarkedLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_MarkedLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+
+
+def load_text(text: str, source: str | Path) -> Any:
+    """Parse YAML text; syntax errors become one-line InputErrors with the line."""
+    try:
+        return yaml.load(text, Loader=_MarkedLoader)  # noqa: S506 - _MarkedLoader is a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or exc.context or "invalid YAML"
+        if exc.context and exc.context_mark is not None and exc.problem_mark is not None \
+                and exc.context_mark.line != exc.problem_mark.line:
+            problem += f" ({exc.context} at line {exc.context_mark.line + 1})"
+        raise InputError(f"YAML syntax: {problem}", file=source, line=line) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"YAML syntax: {exc}", file=source) from None
+
+
+def load_file(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("no such file", file=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", file=path) from None
+    return load_text(text, path)
+
+
+def dump(data: Any) -> str:
+    """Plain YAML for files we write (profiles exported, playbook entries added)."""
+    return yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True, width=120)
+
+
+def _plain(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {str(k): _plain(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_plain(v) for v in data]
+    return data
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+               dict: "a mapping"}
+
+
+class Fields:
+    """Strict reader of one mapping: ``get``/``require`` check types; ``done`` rejects keys nobody asked for."""
+
+    def __init__(self, data: Any, source: str | Path, prefix: str = "", line: int | None = None) -> None:
+        self.source = source
+        self.prefix = prefix
+        if not isinstance(data, dict):
+            raise InputError("expected a mapping", file=source, line=getattr(data, "line", line),
+                             field=prefix.rstrip(".") or None)
+        self.data: dict[str, Any] = data
+        self.line = getattr(data, "line", line)
+        self._seen: set[str] = set()
+
+    def name(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+    def line_of(self, key: str) -> int | None:
+        if isinstance(self.data, LDict):
+            return self.data.line_of(key)
+        return self.line
+
+    def error(self, key: str, message: str) -> InputError:
+        return InputError(message, file=self.source, line=self.line_of(key), field=self.name(key))
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def _check(self, key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, bool) and bool not in kinds:
+            raise self.error(key, f"expected {' or '.join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)}, "
+                                  f"got {value!r}")
+        if not isinstance(value, kinds):
+            got = "nothing" if value is None else repr(value) if not isinstance(value, dict | list) else \
+                type(value).__name__.replace("LDict", "a mapping").replace("LList", "a list")
+            raise self.error(key, f"expected {' or '.join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)}, "
+                                  f"got {got}")
+        return value
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+        self._seen.add(key)
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        if value is None:
+            return default
+        return self._check(key, value, kind)
+
+    def require(self, key: str, kind: type | tuple[type, ...]) -> Any:
+        self._seen.add(key)
+        if key not in self.data or self.data[key] is None:
+            raise InputError("required field is missing", file=self.source, line=self.line,
+                             field=self.name(key))
+        return self._check(key, self.data[key], kind)
+
+    def choice(self, key: str, choices: Iterable[str], default: str | None = None, *, required: bool = False) -> Any:
+        value = self.require(key, str) if required else self.get(key, str, default)
+        allowed = list(choices)
+        if value is not None and value not in allowed:
+            raise self.error(key, f"must be one of {', '.join(allowed)}; got {value!r}")
+        return value
+
+    def number(self, key: str, default: float | None = None, *, lo: float | None = None, hi: float | None = None,
+               required: bool = False) -> Any:
+        value = self.require(key, float) if required else self.get(key, float, default)
+        if value is None:
+            return None
+        if lo is not None and value < lo:
+            raise self.error(key, f"must be ≥ {lo:g}; got {value:g}")
+        if hi is not None and value > hi:
+            raise self.error(key, f"must be ≤ {hi:g}; got {value:g}")
+        return value
+
+    def integer(self, key: str, default: int | None = None, *, lo: int | None = None, hi: int | None = None,
+                required: bool = False) -> Any:
+        value = self.require(key, int) if required else self.get(key, int, default)
+        if value is None:
+            return None
+        if lo is not None and value < lo:
+            raise self.error(key, f"must be ≥ {lo}; got {value}")
+        if hi is not None and value > hi:
+            raise self.error(key, f"must be ≤ {hi}; got {value}")
+        return value
+
+    def str_list(self, key: str, default: list[str] | None = None) -> list[str]:
+        value = self.get(key, list, None)
+        if value is None:
+            return list(default or [])
+        out = []
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, str | int | float):
+                line = value.line_of(i) if isinstance(value, LList) else self.line_of(key)
+                raise InputError(f"item {i + 1} must be a string; got {item!r}", file=self.source, line=line,
+                                 field=self.name(key))
+            out.append(str(item))
+        return out
+
+    def str_map(self, key: str) -> dict[str, str]:
+        value = self.get(key, dict, None)
+        if value is None:
+            return {}
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            if isinstance(v, bool) or not isinstance(v, str | int | float):
+                line = value.line_of(k) if isinstance(value, LDict) else self.line_of(key)
+                raise InputError(f"value must be a string or number; got {v!r}", file=self.source, line=line,
+                                 field=f"{self.name(key)}.{k}")
+            out[str(k)] = str(v)
+        return out
+
+    def sub(self, key: str, *, required: bool = False) -> Fields | None:
+        value = self.require(key, dict) if required else self.get(key, dict, None)
+        if value is None:
+            return None
+        return Fields(value, self.source, f"{self.name(key)}.", line=self.line_of(key))
+
+    def done(self) -> None:
+        for key in self.data:
+            if key not in self._seen:
+                raise InputError(
+                    "unknown field" + (f" (known: {', '.join(sorted(self._seen))})" if self._seen else ""),
+                    file=self.source, line=self.line_of(key), field=self.name(key),
+                )

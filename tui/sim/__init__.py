@@ -1,0 +1,1 @@
+"""The simulated host: fake NVML and a fake vLLM server over real loopback HTTP. Never imports Textual."""
