@@ -1,0 +1,178 @@
+"""The state file of running layouts: what a later process (or a new console over SSH) needs to reattach.
+
+``<state_dir>/layouts.json``, guarded by an ``fcntl`` lock on ``<state_dir>/layouts.lock`` so two operators (or two
+commands) on one host never interleave. One record per layout: its plan (secrets redacted), and for every process
+we launched its pid, process group, start time (so a reused pid is never taken for ours), log file, URL and role.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tui.core import paths
+from tui.core.errors import InputError
+
+STATE_VERSION = 1
+_SECRET = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET.search(name))
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    hide_next = False
+    for a in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        flag = a.split("=", 1)[0]
+        if flag.startswith("--") and is_secret_name(flag):
+            if "=" in a:
+                out.append(f"{flag}={REDACTED}")
+            else:
+                out.append(a)
+                hide_next = True
+            continue
+        out.append(a)
+    return out
+
+
+@dataclass
+class ProcessRecord:
+    name: str  # server name (prefill-0, decode-0, server) or "proxy"
+    role: str  # single | prefill | decode | proxy
+    pid: int
+    pgid: int
+    create_time: float  # psutil create_time of the process, to detect pid reuse
+    log: str  # log file path
+    url: str
+    gpus: list[int] = field(default_factory=list)
+    argv: list[str] = field(default_factory=list)  # redacted
+    started: float = 0.0
+    ready_at: float | None = None
+    exited: int | None = None  # exit code once seen dead (None while alive or unknown)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProcessRecord:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class LayoutRecord:
+    id: str
+    created: float
+    simulated: bool
+    plan: dict[str, Any]  # LaunchPlan.to_dict(), secrets redacted
+    processes: list[ProcessRecord]
+    status: str = "starting"  # starting | ready | failed | stopping | stopped
+    owner_pid: int = 0
+    owner_user: str = ""
+    sim: dict[str, Any] = field(default_factory=dict)  # the simulated host's settings when simulated
+    endpoint: str = ""
+    note: str = ""
+
+    @property
+    def gpus(self) -> list[int]:
+        return [int(g) for g in self.plan.get("gpus", [])]
+
+    @property
+    def topology(self) -> str:
+        return str(self.plan.get("topology", ""))
+
+    @property
+    def profile_id(self) -> str:
+        return str(self.plan.get("profile_id", ""))
+
+    def process(self, name: str) -> ProcessRecord | None:
+        return next((p for p in self.processes if p.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["processes"] = [asdict(p) for p in self.processes]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LayoutRecord:
+        procs = [ProcessRecord.from_dict(p) for p in d.get("processes", [])]
+        known = set(cls.__dataclass_fields__) - {"processes"}
+        return cls(processes=procs, **{k: v for k, v in d.items() if k in known})
+
+
+def new_layout_id(topology: str, profile_id: str) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{profile_id}-{topology}"
+
+
+class StateStore:
+    """Read-modify-write of the layouts file under an exclusive lock."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or paths.state_dir()
+        self.file = self.root / "layouts.json"
+        self.lock_file = self.root / "layouts.lock"
+
+    def logs_dir(self, layout_id: str) -> Path:
+        return self.root / "layouts" / layout_id
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[dict[str, LayoutRecord]]:
+        """Hold the lock; yields the layouts by id; whatever the block leaves in the dict is written back."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_file, "a+", encoding="utf-8") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                layouts = self._read()
+                yield layouts
+                self._write(layouts)
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _read(self) -> dict[str, LayoutRecord]:
+        try:
+            raw = self.file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        try:
+            data = json.loads(raw)
+            items = data["layouts"]
+            return {k: LayoutRecord.from_dict(v) for k, v in items.items()}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError(f"state file is damaged ({exc}); move it aside to start afresh",
+                             file=self.file) from None
+
+    def _write(self, layouts: dict[str, LayoutRecord]) -> None:
+        tmp = self.file.with_name(f".layouts.{os.getpid()}.tmp")
+        data = {"version": STATE_VERSION, "layouts": {k: v.to_dict() for k, v in layouts.items()}}
+        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        os.replace(tmp, self.file)
+
+    def read(self) -> dict[str, LayoutRecord]:
+        """A snapshot without holding the lock (for status displays)."""
+        if not self.file.exists():
+            return {}
+        with self.locked() as layouts:
+            return dict(layouts)
+
+    def active(self) -> LayoutRecord | None:
+        """The layout that is up (or starting) on this host, if any."""
+        for rec in self.read().values():
+            if rec.status in ("starting", "ready", "stopping"):
+                return rec
+        return None
