@@ -1,0 +1,1 @@
+"""Live telemetry: every GPU through NVML, every server's health and metrics."""
