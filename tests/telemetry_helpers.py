@@ -75,6 +75,7 @@ class LocalServer:
     requests: list[str] = field(default_factory=list)
     _server: asyncio.base_events.Server | None = None
     _writers: set[asyncio.StreamWriter] = field(default_factory=set)
+    _closing: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def url(self) -> str:
@@ -86,6 +87,8 @@ class LocalServer:
         return self
 
     async def close(self) -> None:
+        self._closing.set()
+        await asyncio.sleep(0)  # let hanging handlers return before their connections go
         if self._server is not None:
             self._server.close()
             for w in list(self._writers):
@@ -113,7 +116,7 @@ class LocalServer:
                 self.requests.append(path)
                 answer = self.handler(method, path)
                 if answer is None:
-                    await asyncio.Event().wait()  # hang forever (until closed)
+                    await self._closing.wait()  # hang until the server closes
                     return
                 status, ctype, body = answer
                 reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}.get(status, "X")
