@@ -89,6 +89,7 @@ class ServerStatus:
     window: MetricsWindow = field(default_factory=MetricsWindow)
     labels: prom.LabelCache = field(default_factory=prom.LabelCache)
     metrics_missing_until: float = 0.0
+    up: asyncio.Event = field(default_factory=asyncio.Event)  # set while /health answers 200
     polls: int = 0
     scrapes: int = 0
 
@@ -216,14 +217,15 @@ class ServerPoller:
         await self._every(1.0 / self.config.health_hz, lambda: self._poll_health(st))
 
     async def _metrics_loop(self, st: ServerStatus) -> None:
-        async def tick() -> None:
-            if st.health is None or st.health.state != UP:
-                return
-            if self._wall() < st.metrics_missing_until:
-                return
-            await self._poll_metrics(st)
-
-        await self._every(1.0 / self.config.metrics_hz, tick)
+        # scrape only while the server is up, the first time right after /health first answers 200
+        loop = asyncio.get_running_loop()
+        period = 1.0 / self.config.metrics_hz
+        while True:
+            await st.up.wait()
+            started = loop.time()
+            if self._wall() >= st.metrics_missing_until:
+                await self._poll_metrics(st)
+            await asyncio.sleep(max(period - (loop.time() - started), 0.0))
 
     # --- one poll ---------------------------------------------------------------------------------------------
     def _publish(self, event: ServerHealth | ServerMetrics) -> None:
@@ -274,6 +276,10 @@ class ServerPoller:
                 task = asyncio.get_running_loop().create_task(self._fetch_info(st))
                 self._info_tasks.add(task)
                 task.add_done_callback(self._info_tasks.discard)
+        if state == UP:
+            st.up.set()
+        else:
+            st.up.clear()
         st.polls += 1
         st.health = ServerHealth(ts=now, server=ep.name, endpoint=base, role=ep.role, state=state,
                                  latency_ms=latency, status_code=status_code, error=error, since=since,
