@@ -85,20 +85,23 @@ def test_static_facts_match_the_preset(sim: tuple[SimGpuState, Clock]) -> None:
 def test_memory_and_processes_follow_claims(sim: tuple[SimGpuState, Clock]) -> None:
     state, _ = sim
     h0, h1 = fn.nvmlDeviceGetHandleByIndex(0), fn.nvmlDeviceGetHandleByIndex(1)
-    assert fn.nvmlDeviceGetMemoryInfo(h0).used == 0
+    assert fn.nvmlDeviceGetMemoryInfo(h0, pynvml.nvmlMemory_v2).used == 0
+    assert fn.nvmlDeviceGetMemoryInfo(h0).used == fn.RESERVED_BYTES  # v1 counts the driver's reserve as used
     assert fn.nvmlDeviceGetComputeRunningProcesses(h0) == []
     child = subprocess.Popen(["sleep", "60"])
     try:
         _claim(state, os.getpid(), 0, 100, 0.5)
         _claim(state, child.pid, 0, 20, 0.75)
-        mem = fn.nvmlDeviceGetMemoryInfo(h0)
+        mem = fn.nvmlDeviceGetMemoryInfo(h0, pynvml.nvmlMemory_v2)
         assert mem.used == 120 * GIB + fn.CONTEXT_OVERHEAD_BYTES
-        assert mem.free == mem.total - mem.used
+        assert mem.free == mem.total - mem.used - mem.reserved
+        v1 = fn.nvmlDeviceGetMemoryInfo(h0)
+        assert (v1.used, v1.free) == (mem.used + mem.reserved, mem.free)
         procs = {p.pid: p.usedGpuMemory for p in fn.nvmlDeviceGetComputeRunningProcesses(h0)}
         assert procs == {os.getpid(): 100 * GIB, child.pid: 20 * GIB}
         assert fn.nvmlDeviceGetUtilizationRates(h0).gpu == 100  # 0.5 + 0.75, capped
         assert fn.nvmlDeviceGetUtilizationRates(h1).gpu == 0
-        assert fn.nvmlDeviceGetMemoryInfo(h1).used == 0
+        assert fn.nvmlDeviceGetMemoryInfo(h1, pynvml.nvmlMemory_v2).used == 0
         assert fn.nvmlDeviceGetGraphicsRunningProcesses(h0) == []
     finally:
         child.kill()
@@ -107,7 +110,7 @@ def test_memory_and_processes_follow_claims(sim: tuple[SimGpuState, Clock]) -> N
     fn.configure(state.root.parent, clock=Clock())
     procs = {p.pid for p in fn.nvmlDeviceGetComputeRunningProcesses(h0)}
     assert procs == {os.getpid()}
-    assert fn.nvmlDeviceGetMemoryInfo(h0).used == 100 * GIB + fn.CONTEXT_OVERHEAD_BYTES
+    assert fn.nvmlDeviceGetMemoryInfo(h0, pynvml.nvmlMemory_v2).used == 100 * GIB + fn.CONTEXT_OVERHEAD_BYTES
 
 
 def test_power_temperature_clock_follow_load_with_lag(sim: tuple[SimGpuState, Clock]) -> None:

@@ -244,3 +244,24 @@ def test_keep_prefixes_cover_every_family_derive_reads() -> None:
     for name in names:
         assert name.startswith(derive.KEEP_PREFIXES), name
     assert re.match(r"vllm:request_time_per_output_token_seconds", derive.TPOT)
+
+
+def test_running_totals_agree_with_pairwise_deltas_over_a_long_run() -> None:
+    """The window keeps running totals (O(1) per scrape); they must equal the pairwise sums, resets included."""
+    exps = [exp for _, exp in _series("bench1_in512_out2048_n128")]
+    w = MetricsWindow(window_s=7.0, rate_window_s=5.0)
+    for i in range(60):  # five passes over the series: every 12th scrape the counters "reset"
+        w.add(float(i), exps[i % len(exps)])
+        linked = w._since(7.0)
+        unlinked = [derive._Scrape(sc.ts, sc.exp) for sc in linked]
+        for name in (derive.GENERATION_TOKENS, derive.PROMPT_TOKENS, derive.PREFIX_HITS):
+            assert derive.counter_delta(linked, name) == pytest.approx(derive.counter_delta(unlinked, name))
+        for name in (derive.TTFT, derive.ITL):
+            a, b = derive.histogram_delta(linked, name), derive.histogram_delta(unlinked, name)
+            assert (a is None) == (b is None)
+            if a is not None and b is not None:
+                assert [(x.le, x.count) for x in a.buckets] == pytest.approx([(x.le, x.count) for x in b.buckets])
+                assert a.sum == pytest.approx(b.sum) and a.count == pytest.approx(b.count)
+    assert len(w) == 8  # bounded: the 7 s window of 1 s scrapes plus its base
+    oldest = w._since(60.0)[0]
+    assert oldest.prev is None  # the chain is cut behind the window: nothing old is kept alive

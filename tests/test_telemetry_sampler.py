@@ -349,7 +349,7 @@ class ReplayNvml:
         return []
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("nvml"):  # what the capture did not record: this "driver" does not support it
+        if name.startswith(("nvmlDevice", "nvmlSystem")):  # not recorded: this "driver" does not support it
             def unsupported(*args: Any) -> Any:
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
             return unsupported
@@ -380,3 +380,29 @@ def test_replayed_h200_series_reads_back_in_app_units(series: str) -> None:
     assert facts.links == (("X",),)
     # under load: every reading busy, power near the limit after the first
     assert min(r["util_gpu"] for r in rows) >= 93
+
+
+def test_memory_is_read_as_nvidia_smi_shows_it(state_dir: Path) -> None:
+    SimGpuState(state_dir).write_claim(Claim(pid=os.getpid(), gpus=[0], memory_bytes={0: 100 * GIB}))
+    g = GpuSampler(fn).sample()[0]
+    assert g.mem_used == 100 * GIB + fn.CONTEXT_OVERHEAD_BYTES  # nvmlMemory_v2: the driver's reserve apart
+
+    class OldDriver(Spy):
+        def __getattr__(self, name: str) -> Any:
+            if name == "nvmlDeviceGetMemoryInfo":
+                def info(handle: Any, version: int | None = None) -> Any:
+                    self.calls[name] = self.calls.get(name, 0) + 1
+                    if version is not None:
+                        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+                    return fn.nvmlDeviceGetMemoryInfo(handle)
+                return info
+            return super().__getattr__(name)
+
+    old = OldDriver(fn)
+    sampler = GpuSampler(old)
+    for _ in range(3):
+        g = sampler.sample()[0]
+    assert g.mem_used == 100 * GIB + fn.CONTEXT_OVERHEAD_BYTES + fn.RESERVED_BYTES  # v1: reserve counted as used
+    assert g.reason("mem_used") is None
+    # per GPU: the total once (static), v2 once (then known missing), v1 at each of the 3 samples
+    assert old.calls["nvmlDeviceGetMemoryInfo"] == 2 * (1 + 1 + 3)

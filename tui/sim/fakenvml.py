@@ -9,8 +9,9 @@ without ``simgpu/host.json`` behaves like a host whose driver is not loaded.
 The GPUs are ``<state_dir>/simgpu/`` (see :mod:`tui.sim.gpustate`): ``host.json`` (model and count) and the live
 claims the simulated engines write. Per GPU:
 
-- memory used = Σ claims' memory on it, plus the context overhead the driver reserves once any process holds one
-  (measured: 624 MiB on the H200 of ``fixtures/vllm-0.24.0-h200/rerun/nvml``); processes = the claims' pids;
+- memory used = Σ claims' memory on it, plus a small context overhead once any process holds memory; the
+  driver's reserve is apart (``nvmlMemory_v2``: ``reserved``) or counted as used (v1), as NVML does (measured on
+  the H200 of ``fixtures/vllm-0.24.0-h200``: reserved 616 MiB, overhead 9 MiB); processes = the claims' pids;
 - utilisation = Σ claims' util (capped at 100 %), memory-controller utilisation likewise;
 - power = idle + (limit − idle) × 0.99 × util, where idle is the preset's idle power without a context and
   ``LOADED_IDLE_FACTOR`` × that with one (H200: 76 W bare, 121 W with vLLM loaded, ≈ 695 W flat out);
@@ -70,6 +71,7 @@ from pynvml import (
     NVMLError,
     nvmlClocksEventReasonGpuIdle,
     nvmlClocksEventReasonSwPowerCap,
+    nvmlMemory_v2,
 )
 
 from tui.core.gpuspecs import GpuSpec
@@ -79,11 +81,12 @@ __all__ = [
     "NVML_AFFINITY_SCOPE_NODE", "NVML_CLOCK_GRAPHICS", "NVML_CLOCK_MEM", "NVML_CLOCK_SM", "NVML_CLOCK_VIDEO",
     "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "NVML_P2P_CAPS_INDEX_NVLINK",
     "NVML_P2P_STATUS_OK", "NVML_PCIE_UTIL_RX_BYTES", "NVML_PCIE_UTIL_TX_BYTES", "NVML_TEMPERATURE_GPU", "NVMLError",
-    "configure",
+    "configure", "nvmlMemory_v2",
 ]
 
 MIB = 2**20
-CONTEXT_OVERHEAD_BYTES = 624 * MIB
+RESERVED_BYTES = 616 * MIB  # H200: "Reserved 616 MiB" (nvidia-smi -q), with or without processes
+CONTEXT_OVERHEAD_BYTES = 9 * MIB  # H200 under vLLM: used 124047 MiB (v2) for one 124038 MiB process
 LOADED_IDLE_FACTOR = 121.0 / 76.0  # H200: 121 W idle with vLLM loaded (smi/nvidia-smi_server_idle.txt) vs 76 W bare
 POWER_FULL_SHARE = 0.99  # 695 W of 700 at 100 % (rerun/nvml)
 AMBIENT_C = 35.0  # H200 bare, rerun/smi/nvidia-smi_idle_before.txt
@@ -252,7 +255,7 @@ def _load(i: int) -> _Load:
         multi = multi or len(c.gpus) > 1
         procs.append((c.pid, used))
     total = _spec().memory_total_mib * MIB
-    used_all = min(mem + (CONTEXT_OVERHEAD_BYTES if context else 0), total)
+    used_all = min(mem + (CONTEXT_OVERHEAD_BYTES if context else 0), total - RESERVED_BYTES)
     return _Load(used_all, min(max(util, 0.0), 1.0), min(max(mem_util, 0.0), 1.0), context, tuple(procs), multi)
 
 
@@ -468,13 +471,16 @@ def nvmlDeviceGetTopologyCommonAncestor(handle1: Any, handle2: Any) -> int:
 
 
 def nvmlDeviceGetMemoryInfo(handle: Any, version: int | None = None) -> SimpleNamespace:
+    """v1 (no version): the driver's reserve counts as used; ``nvmlMemory_v2``: apart, as nvidia-smi shows it."""
     _check("nvmlDeviceGetMemoryInfo")
     i = _gpu(handle)
     with _lock:
         load = _load(i)
     total = _spec().memory_total_mib * MIB
-    return SimpleNamespace(total=total, used=load.memory, free=total - load.memory,
-                           reserved=CONTEXT_OVERHEAD_BYTES if load.context else 0, version=version or 0)
+    free = total - RESERVED_BYTES - load.memory
+    if version:
+        return SimpleNamespace(version=version, total=total, reserved=RESERVED_BYTES, free=free, used=load.memory)
+    return SimpleNamespace(total=total, free=free, used=load.memory + RESERVED_BYTES)
 
 
 def nvmlDeviceGetUtilizationRates(handle: Any) -> SimpleNamespace:

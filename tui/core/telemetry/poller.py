@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -42,6 +44,21 @@ DEFAULT_METRICS_HZ = 1.0
 TIMEOUT_SHARE = 0.8  # a request may take this share of its period
 METRICS_BACKOFF_S = 30.0  # a server without /metrics (404) is asked again this rarely
 MAX_METRICS_BYTES = 8 * 2**20
+
+
+def _record_missing_sniffio() -> None:
+    """httpcore 1.0 runs ``import sniffio`` on every request, in a try/except. Where sniffio is not installed
+    (anyio 4.x no longer pulls it in), each of those failing imports searches ``sys.path`` again: about a fifth
+    of a health poll's CPU. Python's own marker for "this module is absent", ``sys.modules[name] = None``,
+    makes the import fail at once; httpcore then assumes asyncio, which is what runs here."""
+    if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
+        sys.modules["sniffio"] = None  # type: ignore[assignment]
+
+
+_record_missing_sniffio()
+
+
+_HEADERS = {"user-agent": "disagg-tui-telemetry", "accept": "*/*"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +140,8 @@ class ServerPoller:
             self._status[key] = ServerStatus(
                 endpoint=ep, window=MetricsWindow(window_s=self.config.window_s,
                                                   rate_window_s=self.config.rate_window_s))
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx.AsyncBaseTransport | None = None
+        self._urls: dict[str, httpx.URL] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._info_tasks: set[asyncio.Task[None]] = set()
 
@@ -131,13 +149,14 @@ class ServerPoller:
     def statuses(self) -> list[ServerStatus]:
         return list(self._status.values())
 
-    def _make_client(self) -> httpx.AsyncClient:
+    def _make_client(self) -> httpx.AsyncBaseTransport:
+        # httpx's transport, without the client layer: a poll needs no cookies, auth, redirects or proxies, and
+        # skipping them halves the CPU of a /health poll (benchmarks/telemetry_cost.py)
+        if self._transport is not None:
+            return self._transport
         n = max(len(self._status), 1)
-        return httpx.AsyncClient(
-            transport=self._transport, trust_env=False, follow_redirects=False,
-            limits=httpx.Limits(max_connections=4 * n, max_keepalive_connections=2 * n),
-            headers={"user-agent": "disagg-tui-telemetry"},
-        )
+        return httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=4 * n, max_keepalive_connections=2 * n),
+                                        retries=0)
 
     async def __aenter__(self) -> ServerPoller:
         if self._client is None:
@@ -166,7 +185,8 @@ class ServerPoller:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         if self._client is not None:
-            await self._client.aclose()
+            if self._client is not self._transport:  # an injected transport belongs to the caller
+                await self._client.aclose()
             self._client = None
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -233,9 +253,20 @@ class ServerPoller:
             self.bus.publish(event)
 
     async def _get(self, url: str, limit_s: float) -> httpx.Response:
+        """GET ``url`` with the whole exchange bounded by ``limit_s``; the body is read before returning."""
         assert self._client is not None
+        target = self._urls.get(url)
+        if target is None:
+            target = self._urls[url] = httpx.URL(url)
+        request = httpx.Request("GET", target, headers=_HEADERS,
+                                extensions={"timeout": httpx.Timeout(limit_s).as_dict()})
         async with asyncio.timeout(limit_s):  # the whole exchange, not only each read
-            return await self._client.get(url, timeout=httpx.Timeout(limit_s))
+            response = await self._client.handle_async_request(request)
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+        return response
 
     async def _poll_health(self, st: ServerStatus, *, fetch_info: bool = True) -> None:
         ep = st.endpoint

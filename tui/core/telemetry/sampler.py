@@ -177,7 +177,7 @@ class GpuSampler:
         h = g.handle
         ts = self._wall()
         util = q(g, na, "util", "nvmlDeviceGetUtilizationRates", h)
-        mem = q(g, na, "mem_used", "nvmlDeviceGetMemoryInfo", h)
+        mem = self._memory(g, na)
         power = q(g, na, "power_w", "nvmlDeviceGetPowerUsage", h)
         temp = q(g, na, "temp_c", "nvmlDeviceGetTemperature", h,
                  self._const("NVML_TEMPERATURE_GPU", _TEMPERATURE_GPU))
@@ -214,6 +214,18 @@ class GpuSampler:
             energy_j=energy / 1000.0 if energy is not None else None,
             processes=procs, unavailable=tuple(na),
         )
+
+    def _memory(self, g: _Gpu, na: list[tuple[str, str]]) -> Any:
+        """Memory as nvidia-smi shows it (``nvmlMemory_v2``: the driver's reserve apart), v1 where v2 is missing."""
+        version = getattr(self.nvml, "nvmlMemory_v2", None)
+        if isinstance(version, int) and (g.index, "mem_v2") not in self._permanent:
+            scratch: list[tuple[str, str]] = []
+            mem = self._q(g, scratch, "mem_v2", "nvmlDeviceGetMemoryInfo", g.handle, version)
+            if mem is not None or (g.index, "mem_v2") not in self._permanent:
+                if mem is None:
+                    na.append(("mem_used", scratch[-1][1]))
+                return mem
+        return self._q(g, na, "mem_used", "nvmlDeviceGetMemoryInfo", g.handle)
 
     def _throttle(self, g: _Gpu, na: list[tuple[str, str]]) -> int | None:
         scratch: list[tuple[str, str]] = []
