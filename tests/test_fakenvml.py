@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,8 +107,8 @@ def test_memory_and_processes_follow_claims(sim: tuple[SimGpuState, Clock]) -> N
     finally:
         child.kill()
         child.wait()
-    # a dead engine frees its memory, like a real one
-    fn.configure(state.root.parent, clock=Clock())
+    # a dead engine frees its memory, like a real one (once the claims are read again)
+    time.sleep(fn._CLAIMS_TTL_S)
     procs = {p.pid for p in fn.nvmlDeviceGetComputeRunningProcesses(h0)}
     assert procs == {os.getpid()}
     assert fn.nvmlDeviceGetMemoryInfo(h0, pynvml.nvmlMemory_v2).used == 100 * GIB + fn.CONTEXT_OVERHEAD_BYTES
@@ -221,3 +222,23 @@ def test_nvlink_counters_grow_with_tp_load(sim: tuple[SimGpuState, Clock]) -> No
     expected = PRESETS["h200"].nvlink_bandwidth * fn.NVLINK_BUSY_SHARE
     assert rate == pytest.approx(expected, rel=0.01)  # load is accounted as of each reading
     assert later[0].timestamp == int(clock.t * 1e6)
+
+
+def test_configure_again_keeps_the_history_another_dir_starts_afresh(tmp_path: Path) -> None:
+    SimGpuState(tmp_path).init_host("h200", 1)
+    fn.configure(tmp_path)
+    fn.nvmlInit()
+    h = fn.nvmlDeviceGetHandleByIndex(0)
+    energy = fn.nvmlDeviceGetTotalEnergyConsumption(h)
+    fn.configure(tmp_path)  # e.g. SimHost.nvml() asked again: the same driver
+    assert fn.nvmlDeviceGetCount() == 1
+    assert fn.nvmlDeviceGetTotalEnergyConsumption(h) >= energy
+    other = tmp_path / "other"
+    SimGpuState(other).init_host("b200", 2)
+    fn.configure(other)
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        fn.nvmlDeviceGetCount()
+    fn.nvmlInit()
+    assert fn.nvmlDeviceGetCount() == 2
+    fn.nvmlShutdown()
+    fn.configure(None)

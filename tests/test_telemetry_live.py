@@ -19,6 +19,7 @@ from tui.core import paths
 from tui.core.host import HostOptions, SimHost
 from tui.core.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.telemetry.live import LiveTelemetry, collect_snapshot
+from tui.core.telemetry.poller import PollerConfig
 from tui.core.telemetry.view import json_line, tick_lines
 from tui.sim.gpustate import Claim, SimGpuState
 
@@ -119,7 +120,8 @@ async def test_collect_snapshot_of_a_simulated_1p1d(layout_1p1d: Layout1P1D) -> 
 async def test_live_ticks_follow_the_sampling_rate(layout_1p1d: Layout1P1D) -> None:
     host = SimHost(HostOptions(sim=True))
     ticks = []
-    async with LiveTelemetry(host, StateStore(), rate_hz=10.0) as live:
+    config = PollerConfig(health_hz=5.0, metrics_hz=5.0)  # several scrapes in the test's 1.2 s
+    async with LiveTelemetry(host, StateStore(), rate_hz=10.0, poller_config=config) as live:
         async for tick in live.ticks(1.2):
             ticks.append(tick)
     assert 8 <= len(ticks) <= 13
@@ -132,7 +134,7 @@ async def test_live_ticks_follow_the_sampling_rate(layout_1p1d: Layout1P1D) -> N
 async def test_watch_json_lines_in_a_subprocess(layout_1p1d: Layout1P1D) -> None:
     env = paths.child_env({"PYTHONUNBUFFERED": "1"})
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tui", "watch", "--sim", "--json", "--seconds", "2", "--rate", "4",
+        sys.executable, "-m", "tui", "watch", "--sim", "--json", "--seconds", "2.5", "--rate", "4",
         cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -142,7 +144,7 @@ async def test_watch_json_lines_in_a_subprocess(layout_1p1d: Layout1P1D) -> None
             await proc.wait()
     assert proc.returncode == 0, err.decode()
     lines = out.decode().splitlines()
-    assert 5 <= len(lines) <= 10  # 2 s at 4 Hz
+    assert 7 <= len(lines) <= 12  # 2.5 s at 4 Hz
     ticks = [json.loads(line) for line in lines]
     assert all(set(t) >= {"time", "host", "gpus", "servers"} for t in ticks)
     assert [t["time"] for t in ticks] == sorted(t["time"] for t in ticks)

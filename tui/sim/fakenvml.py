@@ -145,11 +145,22 @@ class _Handle:
 
 def configure(state_dir: Path | str | None, *, clock: Callable[[], float] | None = None,
               unsupported: Iterable[str] = ()) -> None:
-    """Choose the state directory (and, for tests, the clock and the functions that answer Not Supported)."""
+    """Choose the state directory (and, for tests, the clock and the functions that answer Not Supported).
+
+    A different directory (or clock, or set of unsupported functions) is a fresh simulated driver: NVML must be
+    initialised again, and temperatures, clocks and energy start afresh. The same settings again change nothing,
+    so a host asked for its NVML twice keeps one continuous history.
+    """
     with _lock:
-        _world.state_dir = Path(state_dir) if state_dir is not None else None
-        _world.clock = clock or time.time
-        _world.unsupported = frozenset(unsupported)
+        new_dir = Path(state_dir) if state_dir is not None else None
+        new_clock = clock or time.time
+        new_unsupported = frozenset(unsupported)
+        if (new_dir, new_clock, new_unsupported) == (_world.state_dir, _world.clock, _world.unsupported):
+            return
+        _world.state_dir = new_dir
+        _world.clock = new_clock
+        _world.unsupported = new_unsupported
+        _world.init_count = 0
         _world.claims = ()
         _world.claims_read_at = -math.inf
         _world.claims_dir_mtime = -1

@@ -1,10 +1,12 @@
 """The GPU sampler: NVML (real, or the simulated host's fake) read off the event loop, nvitop-style.
 
-Handles, names, UUIDs, total memory and the link matrix are read once; the power limit and PCIe throughput (which
-NVML measures over a 20 ms window inside the call) once a second; the rest every sample. Each query is wrapped:
-an unsupported or failed metric becomes ``None`` with a reason in the sample's ``unavailable`` list, and a metric
-the driver does not support on a GPU is not asked again. Every call here blocks: run it in a thread
-(:class:`SamplerThread` does, publishing :class:`GpuSampled` on the bus).
+Handles, names, UUIDs, total memory and the link matrix are read once; the rest every sample except three costly
+readings, measured on an H200 (driver 580): PCIe throughput, which NVML measures over a 20 ms window inside the
+call (~1 ms of CPU each), and the power limit, every 2 s; the energy counter (~4 ms of CPU a call), every 5 s. Those
+are refreshed one GPU per sample in turn, so a host with 8 GPUs never stalls a tick, and carried in between.
+Each query is wrapped: an unsupported or failed metric becomes ``None`` with a reason in the sample's
+``unavailable`` list, and a metric the driver does not support on a GPU is not asked again. Every call here
+blocks: run it in a thread (:class:`SamplerThread` does, publishing :class:`GpuSampled` on the bus).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from tui.core.telemetry.procmap import ProcessOwners
 
 DEFAULT_RATE_HZ = 4.0
 MAX_RATE_HZ = 10.0
-SLOW_PERIOD_S = 1.0
+SLOW_PERIOD_S = 2.0  # PCIe throughput and power limit
+ENERGY_PERIOD_S = 5.0  # the total energy counter
 
 # NVML return codes (nvml.h): these mean "this GPU or driver will never answer this query"
 _NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND = 3, 4, 13
@@ -56,6 +59,10 @@ class _Gpu:
     power_limit_w: float | None = None
     pcie: tuple[float | None, float | None] = (None, None)
     slow_na: list[tuple[str, str]] = field(default_factory=list)
+    last_slow: float = -math.inf
+    energy_j: float | None = None
+    energy_na: list[tuple[str, str]] = field(default_factory=list)
+    last_energy: float = -math.inf
     nvlink_prev: tuple[float, float, float] | None = None  # (t seconds, tx KiB, rx KiB)
 
 
@@ -63,16 +70,18 @@ class GpuSampler:
     """Reads every GPU of one NVML module. Not thread-safe: one thread samples."""
 
     def __init__(self, nvml: Any, *, owners: ProcessOwners | None = None, wall: Callable[[], float] = time.time,
-                 clock: Callable[[], float] = time.monotonic, slow_period_s: float = SLOW_PERIOD_S) -> None:
+                 clock: Callable[[], float] = time.monotonic, slow_period_s: float = SLOW_PERIOD_S,
+                 energy_period_s: float = ENERGY_PERIOD_S) -> None:
         self.nvml = nvml
         self.owners = owners or ProcessOwners()
         self._wall = wall
         self._clock = clock
         self._slow_period = slow_period_s
+        self._energy_period = energy_period_s
+        self._turn = 0
         self._gpus: list[_Gpu] | None = None
         self._facts: GpuHostFacts | None = None
         self._permanent: dict[tuple[int, str], str] = {}
-        self._last_slow = -math.inf
         err = getattr(nvml, "NVMLError", None)
         self._nvml_error: type[BaseException] = err if isinstance(err, type) else Exception
 
@@ -165,13 +174,20 @@ class GpuSampler:
 
     def sample(self) -> tuple[GpuSample, ...]:
         gpus = self._devices()
-        now_c = self._clock()
-        slow = now_c - self._last_slow >= self._slow_period
-        if slow:
-            self._last_slow = now_c
-        return tuple(self._sample_one(g, slow) for g in gpus)
+        now = self._clock()
+        # the costly readings: every GPU at its first sample, then at most one GPU per sample, in turn
+        slow_gpu = energy_gpu = None
+        for k in range(len(gpus)):
+            g = gpus[(self._turn + k) % len(gpus)]
+            if slow_gpu is None and now - g.last_slow >= self._slow_period:
+                slow_gpu = g
+            if energy_gpu is None and now - g.last_energy >= self._energy_period:
+                energy_gpu = g
+        self._turn += 1
+        return tuple(self._sample_one(g, now, slow=g is slow_gpu or g.last_slow == -math.inf,
+                                      energy=g is energy_gpu or g.last_energy == -math.inf) for g in gpus)
 
-    def _sample_one(self, g: _Gpu, slow: bool) -> GpuSample:
+    def _sample_one(self, g: _Gpu, now: float, *, slow: bool, energy: bool) -> GpuSample:
         q = self._q
         na: list[tuple[str, str]] = []
         h = g.handle
@@ -184,9 +200,15 @@ class GpuSampler:
         sm = q(g, na, "sm_clock_mhz", "nvmlDeviceGetClockInfo", h, self._const("NVML_CLOCK_SM", _CLOCK_SM))
         memclk = q(g, na, "mem_clock_mhz", "nvmlDeviceGetClockInfo", h, self._const("NVML_CLOCK_MEM", _CLOCK_MEM))
         pstate = q(g, na, "pstate", "nvmlDeviceGetPerformanceState", h)
-        energy = q(g, na, "energy_j", "nvmlDeviceGetTotalEnergyConsumption", h)
+        if energy:
+            g.last_energy = now
+            g.energy_na = []
+            mj = q(g, g.energy_na, "energy_j", "nvmlDeviceGetTotalEnergyConsumption", h)
+            g.energy_j = mj / 1000.0 if mj is not None else None
+        na.extend(g.energy_na)
         throttle_mask = self._throttle(g, na)
         if slow:
+            g.last_slow = now
             g.slow_na = []
             limit = q(g, g.slow_na, "power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", h)
             g.power_limit_w = limit / 1000.0 if limit is not None else None
@@ -211,7 +233,7 @@ class GpuSampler:
             pstate=int(pstate) if pstate is not None else None,
             throttle=decode_throttle(int(throttle_mask)) if throttle_mask is not None else None,
             pcie_tx_bps=g.pcie[0], pcie_rx_bps=g.pcie[1], nvlink_tx_bps=nv_tx, nvlink_rx_bps=nv_rx,
-            energy_j=energy / 1000.0 if energy is not None else None,
+            energy_j=g.energy_j,
             processes=procs, unavailable=tuple(na),
         )
 
