@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 from telemetry_helpers import H200, LocalServer, during_series, exposition_text, free_port_closed
 
 from tui.core.events import EventBus
-from tui.core.state import LayoutRecord, ProcessRecord
+from tui.core.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.telemetry.events import DEAD, DOWN, ERROR, STARTING, UNRESPONSIVE, UP, ServerHealth, ServerMetrics
-from tui.core.telemetry.layout import endpoints_from_layout, parse_endpoint
+from tui.core.telemetry.layout import ActiveLayout, endpoints_from_layout, parse_endpoint
 from tui.core.telemetry.poller import Endpoint, PollerConfig, ServerPoller
 
 VERSION = b'{"version":"0.24.0"}'
@@ -191,3 +192,23 @@ def test_endpoints_from_a_layout_and_from_the_command_line() -> None:
     assert parse_endpoint("decode=http://127.0.0.1:8200#decode") == Endpoint("decode", "http://127.0.0.1:8200",
                                                                              "decode")
     assert parse_endpoint("127.0.0.1:8100", 3) == Endpoint("server-3", "http://127.0.0.1:8100", "single")
+
+
+def test_active_layout_reads_without_rewriting_the_state_file(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    active = ActiveLayout(store, min_interval_s=0.0)
+    assert active.get() is None and active.endpoints() == []
+    procs = [ProcessRecord("server", "single", 1, 1, 0.0, "", "http://127.0.0.1:8000")]
+    with store.locked() as layouts:
+        layouts["old"] = LayoutRecord(id="old", created=0.0, simulated=True, plan={}, processes=procs,
+                                       status="stopped")
+        layouts["up"] = LayoutRecord(id="up", created=1.0, simulated=True, plan={}, processes=procs,
+                                      status="starting")
+    before = store.file.stat().st_mtime_ns
+    for _ in range(3):
+        layout = active.get()
+        assert layout is not None and layout.id == "up"
+    assert store.file.stat().st_mtime_ns == before
+    assert active.starting("server") and not active.starting("nobody")
+    store.file.write_text("{not json")
+    assert active.get() is None  # a damaged file reads as no layout (the supervisor reports it)

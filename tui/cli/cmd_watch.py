@@ -11,7 +11,7 @@ from typing import Any
 from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_OK, InputError
 from tui.core.state import StateStore
-from tui.core.telemetry.layout import parse_endpoint
+from tui.core.telemetry.layout import ActiveLayout, parse_endpoint
 from tui.core.telemetry.live import LiveTelemetry
 from tui.core.telemetry.poller import DEFAULT_HEALTH_HZ, DEFAULT_METRICS_HZ, PollerConfig
 from tui.core.telemetry.sampler import DEFAULT_RATE_HZ, MAX_RATE_HZ
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     endpoints = [parse_endpoint(e, i) for i, e in enumerate(args.endpoint)] or None
     host = ctx.host
     store = StateStore()
-    if endpoints is None and store.active() is None:
+    if endpoints is None and ActiveLayout(store).get() is None:
         ctx.warn("no active layout on this host: watching the GPUs only (start one with 'disagg-tui up', or "
                  "name servers with --endpoint)")
     try:

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from tui.core.errors import InputError
 from tui.core.state import LayoutRecord, StateStore
 from tui.core.telemetry.poller import Endpoint
 from tui.core.telemetry.procmap import ServerRef, refs_from_layout
@@ -40,6 +41,20 @@ def parse_endpoint(text: str, index: int = 0) -> Endpoint:
     return Endpoint(name=name, url=url.rstrip("/"), role=role or "single")
 
 
+ACTIVE_STATUSES = ("starting", "ready", "stopping")
+
+
+def _read_active(store: StateStore) -> LayoutRecord | None:
+    """The active layout, read without the lock: ``StateStore.read()`` takes the lock and writes the file back
+    (a new mtime at every read), and the state file is only ever replaced whole (atomic rename), so a plain read
+    always sees a complete file. A damaged file reads as no layout."""
+    try:
+        layouts = store._read()
+    except InputError:
+        return None
+    return next((rec for rec in layouts.values() if rec.status in ACTIVE_STATUSES), None)
+
+
 class ActiveLayout:
     """A cached view of ``StateStore.active()``; thread-safe (the sampler's thread reads it too)."""
 
@@ -68,7 +83,7 @@ class ActiveLayout:
                 mtime = None
             if mtime != self._mtime:
                 self._mtime = mtime
-                self._layout = self.store.active() if mtime is not None else None
+                self._layout = _read_active(self.store) if mtime is not None else None
                 self._refs = refs_from_layout(self._layout) if self._layout is not None else ()
             return self._layout
 
