@@ -226,7 +226,7 @@ class Spy:
 def test_unsupported_metrics_become_none_with_a_reason_and_are_not_asked_again(tmp_path: Path) -> None:
     SimGpuState(tmp_path).init_host("b200", 2)
     fn.configure(tmp_path, unsupported={"nvmlDeviceGetPowerUsage", "nvmlDeviceGetCurrentClocksEventReasons",
-                                        "nvmlDeviceGetCurrentClocksThrottleReasons"})
+                                        "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetUtilizationRates"})
     fn.nvmlInit()
     try:
         spy = Spy(fn, broken={"nvmlDeviceGetTemperature": RuntimeError("sensor glitch")},
@@ -239,10 +239,11 @@ def test_unsupported_metrics_become_none_with_a_reason_and_are_not_asked_again(t
         assert g.temp_c is None and g.reason("temp_c") == "sensor glitch"
         assert g.energy_j is None and "not in this NVML binding" in (g.reason("energy_j") or "")
         assert g.throttle is None and g.reason("throttle") is not None
-        assert g.util_gpu == 0.0 and g.mem_used == 0 and g.sm_clock_mhz is not None  # the rest is read
+        assert g.util_gpu is None and g.reason("util_gpu") == g.reason("util_mem") == "Not Supported (NVML 3)"
+        assert g.mem_used == 0 and g.sm_clock_mhz is not None and g.mem_clock_mhz is not None  # the rest is read
         assert spy.calls["nvmlDeviceGetPowerUsage"] == 2  # once per GPU, never again
         assert spy.calls["nvmlDeviceGetTemperature"] == 6  # a transient failure is retried
-        assert g.reason("util_gpu") is None
+        assert g.reason("mem_used") is None and g.reason("sm_clock_mhz") is None
     finally:
         fn.nvmlShutdown()
         fn.configure(None)

@@ -192,7 +192,9 @@ class GpuSampler:
         na: list[tuple[str, str]] = []
         h = g.handle
         ts = self._wall()
-        util = q(g, na, "util", "nvmlDeviceGetUtilizationRates", h)
+        scratch: list[tuple[str, str]] = []
+        util = q(g, scratch, "util", "nvmlDeviceGetUtilizationRates", h)
+        na.extend((f, why) for _, why in scratch for f in ("util_gpu", "util_mem"))
         mem = self._memory(g, na)
         power = q(g, na, "power_w", "nvmlDeviceGetPowerUsage", h)
         temp = q(g, na, "temp_c", "nvmlDeviceGetTemperature", h,
