@@ -407,3 +407,17 @@ def test_memory_is_read_as_nvidia_smi_shows_it(state_dir: Path) -> None:
     assert g.reason("mem_used") is None
     # per GPU: the total once (static), v2 once (then known missing), v1 at each of the 3 samples
     assert old.calls["nvmlDeviceGetMemoryInfo"] == 2 * (1 + 1 + 3)
+
+
+def test_topology_text_has_nvidia_smi_topo_cells() -> None:
+    """``nvidia-smi topo -m`` on the captured H200: ``GPU0  X  0-15  0  N/A`` (the last is the GPU's own NUMA id)."""
+    text = (H200 / "smi" / "nvidia-smi_topo-m.txt").read_text()
+    smi_row = next(line for line in text.splitlines() if line.startswith("GPU0")).split()
+    from tui.core.telemetry.gpu import GpuAffinity, GpuHostFacts, cpu_list
+
+    facts = GpuHostFacts(driver="580.159.04", cuda_driver="13.0", nvml_version=None, count=1,
+                         names=("NVIDIA H200",), uuids=("GPU-x",), links=(("X",),),
+                         affinity=(GpuAffinity(0, cpu_list(list(range(16))), 0),))
+    ours = facts.topo_text().splitlines()[1].split()
+    assert ours == smi_row[:4]
+    assert cpu_list([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
