@@ -223,8 +223,8 @@ class Launch:
                     code = popen.poll() if popen is not None else (None if process_alive(proc.pid, proc.create_time)
                                                                    else -1)
                     if code is not None:
-                        await asyncio.sleep(0.3)  # let the follower read the last lines
-                        follower.poll_once()
+                        await asyncio.sleep(0.3)  # let the process's last writes land
+                        await asyncio.to_thread(follower.poll_once)
                         last = tuple(follower.last_lines.get(name, ()))[-25:]
                         at = self.trackers[name].phase.key if name in self.trackers else "?"
                         proc.exited = code
@@ -233,6 +233,8 @@ class Launch:
                                         hint=f"log: {proc.log}")
                 checks = [n for n in pending if n != "proxy" or len(pending) == 1]
                 results = await asyncio.gather(*(self._probe(client, pending[n].url) for n in checks))
+                if any(results):  # read what the log says up to now, so its phases come before "ready"
+                    await asyncio.to_thread(follower.poll_once)
                 for name, ok in zip(checks, results, strict=True):
                     if ok:
                         proc = pending.pop(name)

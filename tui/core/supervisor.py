@@ -170,6 +170,7 @@ class LogFollower(threading.Thread):
         self._interval = interval
         self._files: dict[str, tuple[Path, int, int, bytes]] = {}  # name -> (path, offset, lineno, partial)
         self._lock = threading.Lock()
+        self._poll_lock = threading.Lock()  # one reader at a time: the thread, or a caller catching up
         self._stop = threading.Event()
         self.last_lines: dict[str, deque[str]] = {}
         self.last_output: dict[str, float] = {}
@@ -195,6 +196,10 @@ class LogFollower(threading.Thread):
         self.poll_once()
 
     def poll_once(self) -> None:
+        with self._poll_lock:
+            self._poll()
+
+    def _poll(self) -> None:
         with self._lock:
             items = list(self._files.items())
         for name, (path, offset, lineno, partial) in items:
