@@ -31,6 +31,36 @@ class Playbook:
                 probes.setdefault(p.text, p)
         self.context_probes: tuple[Probe, ...] = tuple(probes.values())
         self.context_index: dict[str, int] = {p.text: i for i, p in enumerate(self.context_probes)}
+        # literal -> (line rules, context probes) it may let through; probes without literals always run
+        index: dict[str, tuple[list[int], list[int]]] = {}
+        self.rules_always: tuple[int, ...] = tuple(i for i, (_, p) in enumerate(self.line_rules) if not p.literals)
+        self.context_always: tuple[int, ...] = tuple(i for i, p in enumerate(self.context_probes) if not p.literals)
+        for i, (_, p) in enumerate(self.line_rules):
+            for lit in p.literals:
+                index.setdefault(lit, ([], []))[0].append(i)
+        for i, p in enumerate(self.context_probes):
+            for lit in p.literals:
+                index.setdefault(lit, ([], []))[1].append(i)
+        self.literals: tuple[str, ...] = tuple(index)
+        self.literal_index: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+            k: (tuple(r), tuple(c)) for k, (r, c) in index.items()}
+
+    def candidates(self, text: str) -> tuple[list[int], list[int]]:
+        """The line rules and context probes worth running on ``text`` (their literal occurs), in priority order.
+
+        One substring search per distinct literal of the whole playbook, instead of one per pattern: most log
+        lines contain none of them and cost no regular expression at all.
+        """
+        present = [lit for lit in self.literals if lit in text]
+        if not present:
+            return list(self.rules_always), list(self.context_always)
+        rules: set[int] = set(self.rules_always)
+        ctx: set[int] = set(self.context_always)
+        for lit in present:
+            r, c = self.literal_index[lit]
+            rules.update(r)
+            ctx.update(c)
+        return sorted(rules), sorted(ctx)
 
     def __len__(self) -> int:
         return len(self.entries)

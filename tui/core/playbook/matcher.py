@@ -58,7 +58,7 @@ class Matcher:
 
     def _refilter(self) -> None:
         ctx = self.context
-        self._rules = [(e, p) for e, p in self.playbook.line_rules if e.when.admits(ctx)]
+        self._admitted = [e.when.admits(ctx) for e, _ in self.playbook.line_rules]
 
     def _learn(self, text: str) -> None:
         """Fill what the caller did not say from the log itself: the vLLM version, the kind of topology."""
@@ -98,8 +98,13 @@ class Matcher:
             self.ready_seen = True
         self._learn(text)
         out: list[Diagnosis] = []
-        for entry, probe in self._rules:
-            m = probe.search(text)
+        book = self.playbook
+        rule_ids, probe_ids = book.candidates(text)
+        for i in rule_ids:
+            if not self._admitted[i]:
+                continue
+            entry, probe = book.line_rules[i]
+            m = probe.regex.search(text)
             if m is None or not self._after_ok(entry, n):
                 continue
             captures = {k: v for k, v in m.groupdict().items() if v is not None}
@@ -113,8 +118,8 @@ class Matcher:
                     self._reported.append(diag)
                     out.append(diag)
             break
-        for i, probe in enumerate(self.playbook.context_probes):
-            if probe.search(text) is not None:
+        for i in probe_ids:
+            if book.context_probes[i].regex.search(text) is not None:
                 self._probe_last[i] = n
         if text.strip():
             self._last_lineno, self._last_text = n, text
