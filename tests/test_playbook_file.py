@@ -40,7 +40,8 @@ def test_shipped_playbook_is_valid_and_complete() -> None:
         assert book.get(needed) is not None, needed
     auto = {e.id for e in book.entries if e.auto}
     assert auto == {"flashinfer-no-nvcc", "flashinfer-jit-stall", "flashinfer-sampler-unavailable",
-                    "engine-ready-timeout", "ssm-conv-layout-nixl", "vllm-attention-backend-env-ignored"}
+                    "engine-ready-timeout", "ssm-conv-layout-nixl", "vllm-attention-backend-env-ignored",
+                    "vllm-port-uri"}
     assert not book.entry("moe-dp-start-failure").auto  # an experiment, never automatic
     assert book.entry("triton-jit-during-inference").severity == "info"
 

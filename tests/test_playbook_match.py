@@ -169,6 +169,12 @@ TEMPLATES = [
     ("bad-json-config", "  Unexpected keyword argument [type=unexpected_keyword_argument, input_value=1, "
      "input_type=int]"),
     ("bad-flag-value", "main.py: error: argument --tensor-parallel-size/-tp: invalid int value: 'two'"),
+    ("bad-flag-value", "ValueError: `model` should be provided as the first positional argument when using `vllm "
+     "serve`. i.e. `vllm serve <model> --<arg> <value>`."),
+    ("port-retried", "WARNING 02-03 04:05:06 [parallel.py:624] Address already in use. Retrying with a new port."),
+    ("port-retried", "Port 29551 is already in use, trying port 29552"),
+    ("vllm-port-uri", "ValueError: VLLM_PORT 'tcp://10.96.14.2:8000' appears to be a URI. This may be caused by a "
+     "Kubernetes service discovery issue"),
     ("attention-backend-rejected", "ValueError: Unknown attention backend: 'TRITON'. Valid options are: FLASH_ATTN, "
      "TRITON_ATTN, FLASHINFER"),
     ("attention-backend-rejected", "ValueError: Selected backend AttentionBackendEnum.FLASHMLA is not valid for this "
