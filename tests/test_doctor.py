@@ -246,6 +246,18 @@ def test_model_specific_known_issues(env: dict[str, str]) -> None:
         "known issues: qwen3.6-27b-nvfp4", "pass",
         "hybrid attention behind NIXL: the plan sets VLLM_SSM_CONV_STATE_LAYOUT=DS")
     assert hybrid["nixl"].status == "pass"  # from the launch preflight, for a plan with a proxy
+    stripped = replace(layout, servers=tuple(replace(s, env=tuple(kv for kv in s.env
+                                                                  if kv[0] != "VLLM_SSM_CONV_STATE_LAYOUT"))
+                                             for s in layout.servers))
+    bad = by_name(doctor(b200, None, env=env, profile=qwen, plan=stripped, min_cache_free_gib=0.0))
+    assert bad["known issues: qwen3.6-27b-nvfp4"].status == "fail"
+    assert bad["known issues: qwen3.6-27b-nvfp4"].reason.endswith("does not set it for prefill-0, decode-0")
+    # a refused plan (NVFP4 on Hopper): no plan to speak of, so the check says what the planner would do
+    refused = [c for c in doctor(h200, None, env=env, profile=qwen, topology=parse_topology("1p1d"),
+                                 plan_refused="needs Blackwell", ports=[], min_cache_free_gib=0.0)
+               if c.name.startswith("known issues") and c.status == "pass"]
+    assert [c.reason for c in refused] == ["hybrid attention behind NIXL needs VLLM_SSM_CONV_STATE_LAYOUT=DS; the "
+                                           "planner sets it"]
 
 
 def test_plan_refused_is_a_failing_check(env: dict[str, str]) -> None:

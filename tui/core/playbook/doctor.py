@@ -291,12 +291,16 @@ def check_known_issues(profile: ModelProfile, facts: HostFacts, topology: Topolo
             out.append(_ok(name, "MoE: use tp or a disaggregated layout, not dp, on vLLM 0.24"))
     if profile.is_hybrid:
         if topology is not None and topology.disaggregated:
-            env = dict(plan.servers[0].env) if plan is not None and plan.servers else {}
-            if plan is None or env.get("VLLM_SSM_CONV_STATE_LAYOUT") == "DS":
+            missing = [s.name for s in plan.servers if s.env_dict().get("VLLM_SSM_CONV_STATE_LAYOUT") != "DS"] \
+                if plan is not None else []
+            if plan is None:
+                out.append(_ok(name, "hybrid attention behind NIXL needs VLLM_SSM_CONV_STATE_LAYOUT=DS; the planner "
+                                     "sets it"))
+            elif not missing:
                 out.append(_ok(name, "hybrid attention behind NIXL: the plan sets VLLM_SSM_CONV_STATE_LAYOUT=DS"))
             else:
                 out.append(_fail(name, "hybrid attention behind NIXL needs VLLM_SSM_CONV_STATE_LAYOUT=DS, and the "
-                                       "plan does not set it"))
+                                       f"plan does not set it for {', '.join(missing)}"))
         elif topology is None:
             out.append(_ok(name, "hybrid attention: behind NIXL it needs VLLM_SSM_CONV_STATE_LAYOUT=DS (the planner "
                                  "sets it)"))
