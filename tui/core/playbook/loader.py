@@ -55,6 +55,10 @@ def compile_probe(text: str, f: Fields, key: str, index: int | None = None, line
         where = f"{f.name(key)}[{index + 1}]" if index is not None else f.name(key)
         raise InputError(f"bad regular expression {text!r}: {exc}", file=f.source,
                          line=line or f.line_of(key), field=where) from None
+    if regex.search("") is not None:
+        where = f"{f.name(key)}[{index + 1}]" if index is not None else f.name(key)
+        raise InputError(f"{text!r} matches an empty line, so it would match every line; make it say what to look "
+                         "for", file=f.source, line=line or f.line_of(key), field=where)
     return Probe(text=text, regex=regex, literals=required_literals(text))
 
 
