@@ -66,6 +66,12 @@ def test_stall_rule_judges_the_whole_log(book: Playbook) -> None:
     for n, line in enumerate((H200 / "failures/fail_flashinfer_no_nvcc.log").read_text().split("\n"), 1):
         m.feed(line, n)
     assert m.finish(exit_code=1, ready=False) == []
+    # given up by the app, which then killed it (SIGKILL): still the stall, not "killed by a signal"
+    m = book.matcher()
+    for line in (H200 / "failures/fail_flashinfer_no_nvcc.log").read_text().split("\n"):
+        m.feed(line)
+    assert [d.entry_id for d in m.finish(exit_code=-9, ready=False, stalled_phase="graphs_done")] == \
+        ["flashinfer-jit-stall"]
     # and had it become ready, nothing at all
     m = book.matcher()
     for line in (H200 / "failures/fail_flashinfer_no_nvcc.log").read_text().split("\n"):

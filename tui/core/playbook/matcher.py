@@ -157,7 +157,8 @@ class Matcher:
         ``exit_code``: the process's exit status (negative: the signal that killed it), None while it still runs
         or when unknown. ``ready``: whether it became ready (None: judged from the log's ``Application startup
         complete.``). ``stalled_phase``: the phase the app gave up in while it still ran (None: the phase the log
-        reached). A saved log that ends without readiness and without an exit status counts as stalled there.
+        reached); give it even when the app then killed the process, whose exit status then does not make it an
+        exit. A saved log that ends without readiness and without an exit status counts as stalled there.
         Calling it again returns nothing new.
         """
         if self._finished:
@@ -192,7 +193,7 @@ class Matcher:
     def _end_ok(self, end: EndRule, exit_code: int | None, stalled: bool, phase: str) -> bool:
         if end.stalled is True and not stalled:
             return False
-        if end.stalled is False and exit_code is None:
+        if end.stalled is False and (stalled or exit_code is None):
             return False
         if end.exit_codes and exit_code not in end.exit_codes:
             return False
