@@ -253,14 +253,15 @@ def render(engines: list[tuple[str, EngineMetrics, EngineGauges]], model_name: s
               "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; "
               "'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). Sum of "
               "all reasons equals vllm:num_requests_waiting.", "gauge")
-    for lab, _, g in base:
-        ex.sample("vllm:num_requests_waiting_by_reason", {**lab, "reason": "capacity"}, g.waiting - g.waiting_deferred)
-        ex.sample("vllm:num_requests_waiting_by_reason", {**lab, "reason": "deferred"}, g.waiting_deferred)
+    for reason in ("capacity", "deferred"):
+        for lab, _, g in base:
+            value = g.waiting_deferred if reason == "deferred" else g.waiting - g.waiting_deferred
+            ex.sample("vllm:num_requests_waiting_by_reason", {**lab, "reason": reason}, value)
     ex.family("vllm:engine_sleep_state", "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means "
               "engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
               "gauge")
-    for lab, _, _ in base:
-        for state, v in (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)):
+    for state, v in (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)):
+        for lab, _, _ in base:
             ex.sample("vllm:engine_sleep_state", {**lab, "sleep_state": state}, v)
     ex.family("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge")
     for lab, _, g in base:
@@ -268,13 +269,13 @@ def render(engines: list[tuple[str, EngineMetrics, EngineGauges]], model_name: s
     for name, help_text in _COUNTERS_2:
         ex.counter(f"vllm:{name}", help_text, [(lab, m.counters[name], m.created) for lab, m, _ in base])
     ex.counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
-               [({**lab, "source": s}, m.by_source[s], m.created) for lab, m, _ in base for s in SOURCES])
+               [({**lab, "source": s}, m.by_source[s], m.created) for s in SOURCES for lab, m, _ in base])
     ex.counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
                [(lab, m.cached, m.created) for lab, m, _ in base])
     ex.counter("vllm:generation_tokens", "Number of generation tokens processed.",
                [(lab, m.counters["generation_tokens"], m.created) for lab, m, _ in base])
     ex.counter("vllm:request_success", "Count of successfully processed requests.",
-               [({**lab, "finished_reason": r}, m.success[r], m.created) for lab, m, _ in base for r in FINISH_REASONS])
+               [({**lab, "finished_reason": r}, m.success[r], m.created) for r in FINISH_REASONS for lab, m, _ in base])
     for name, help_text, _ in _HISTOGRAMS:
         ex.histogram(f"vllm:{name}", help_text, [(lab, m.hist[name]) for lab, m, _ in base])
     ex.family("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", "gauge")

@@ -163,57 +163,66 @@ class EngineScheduler:
     # --- the step -------------------------------------------------------------------------------------------
     def step(self, now: float) -> StepResult | None:
         """Schedule and run one step starting at ``now``; None when there is nothing to run now."""
-        self.expired.extend(self.expire_leases(now))
-        for req in [r for r in self.transferring if r.ready_at <= now]:
-            self.transferring.remove(req)
-            req.num_computed = req.external_tokens
-            req.state = RUNNING
-            self.running.append(req)
+        if self.held:
+            self.expired.extend(self.expire_leases(now))
+        if self.transferring:
+            for req in [r for r in self.transferring if r.ready_at <= now]:
+                self.transferring.remove(req)
+                req.num_computed = req.external_tokens
+                req.state = RUNNING
+                self.running.append(req)
         budget = self.max_batched
-        scheduled: list[tuple[SimRequest, int]] = []
+        decodes: list[SimRequest] = []
+        decode_ctx = 0
+        prefills: list[tuple[SimRequest, int]] = []
         preempted = 0
+        cap_offset = self.state_blocks * BLOCK_SIZE
+        running = self.running
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            n = min(req.total_tokens - req.num_computed, budget)
-            if not self._grow(req, req.num_computed + n):
-                while not self._grow(req, req.num_computed + n):
-                    victim = self.running[-1]
+        while i < len(running) and budget > 0:
+            req = running[i]
+            computed = req.num_computed
+            n = req.prompt_len + req.generated - computed
+            if n > budget:
+                n = budget
+            if computed + n > req.blocks * BLOCK_SIZE - cap_offset and not self._grow(req, computed + n):
+                while not self._grow(req, computed + n):
+                    victim = running[-1]
                     self._preempt(victim)
                     preempted += 1
                     if victim is req:
                         break
                 if req.state != RUNNING:
                     continue  # req itself was preempted; index i now points at the next one
-            scheduled.append((req, n))
+            if n == 1 and computed >= req.prompt_len:
+                decodes.append(req)
+                decode_ctx += computed
+            else:
+                prefills.append((req, n))
             budget -= n
             i += 1
         if not preempted:
-            self._admit(now, budget, scheduled)
-        if not scheduled:
+            self._admit(now, budget, prefills)
+        if not decodes and not prefills:
             return None
-        decode_seqs = 0
-        decode_ctx = 0
-        chunks: list[Chunk] = []
-        prefill = 0
-        for req, n in scheduled:
-            if n == 1 and req.num_computed >= req.prompt_len:
-                decode_seqs += 1
-                decode_ctx += req.num_computed
-            else:
-                chunks.append(Chunk(n, req.num_computed, req.num_computed + n == req.total_tokens))
-                prefill += n
-        duration, mem_time = self.cost.step(decode_seqs, decode_ctx, chunks)
-        sampled = decode_seqs + sum(1 for c in chunks if c.samples)
+        chunks = [Chunk(n, req.num_computed, req.num_computed + n == req.total_tokens) for req, n in prefills]
+        duration, mem_time = self.cost.step(len(decodes), decode_ctx, chunks)
+        sampled = len(decodes) + sum(1 for c in chunks if c.samples)
         stall = 0.0
         if self.jit_stall_s > 0 and sampled > 1:
             stall = self.jit_stall_s
             self.jit_stall_s = 0.0
         duration += stall
         end = now + duration
-        result = StepResult(start=now, duration=duration, prefill_tokens=prefill, decode_tokens=decode_seqs,
-                            preempted=preempted, stalled=stall, mem_time=mem_time)
-        for req, n in scheduled:
+        result = StepResult(start=now, duration=duration, prefill_tokens=sum(n for _, n in prefills),
+                            decode_tokens=len(decodes), preempted=preempted, stalled=stall, mem_time=mem_time)
+        emitted = result.emitted
+        for req in decodes:
+            req.num_computed += 1
+            req.generated += 1
+            req.last_token_at = end
+            emitted.append(req)
+        for req, n in prefills:
             if req.num_computed < req.prompt_len:
                 req.computed_prompt += min(n, req.prompt_len - req.num_computed)
             req.num_computed += n
@@ -223,7 +232,8 @@ class EngineScheduler:
             if req.first_token_at is None:
                 req.first_token_at = end
             req.last_token_at = end
-            result.emitted.append(req)
+            emitted.append(req)
+        for req in emitted:
             if req.generated >= req.max_tokens:
                 self._finish(req, end, "length")
                 result.finished.append(req)
@@ -231,6 +241,8 @@ class EngineScheduler:
 
     # --- internals ------------------------------------------------------------------------------------------
     def _admit(self, now: float, budget: int, scheduled: list[tuple[SimRequest, int]]) -> None:
+        """Admit waiting requests in arrival order while budget, max_num_seqs and free blocks allow (all of them
+        start with a prefill chunk, appended to ``scheduled``)."""
         while self.waiting and budget > 0 and len(self.running) + len(self.transferring) < self.max_num_seqs:
             req = self.waiting[0]
             if req.external_tokens > 0 and req.state == WAITING:
