@@ -25,6 +25,8 @@ def add_plan_options(p: argparse.ArgumentParser, *, topology_required: bool = Tr
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="extra environment, repeatable")
     p.add_argument("--gpu-memory-utilization", type=float, metavar="F")
     p.add_argument("--max-model-len", type=int, metavar="N")
+    p.add_argument("--allow-shared-gpus", action="store_true",
+                   help="let servers of a disaggregated layout share a GPU (--gpus 0,0): a functional check only")
 
 
 def plan_options(args: argparse.Namespace, ctx: CliContext) -> PlanOptions:
@@ -49,6 +51,7 @@ def plan_options(args: argparse.Namespace, ctx: CliContext) -> PlanOptions:
         gpus=parse_gpu_list(args.gpus), host=args.host, port=args.port,
         vllm_executable=getattr(args, "vllm", None) or "vllm", extra_args=tuple(extra_args), extra_env=tuple(env),
         model_path=args.model_path, gpu_memory_utilization=gmu, max_model_len=args.max_model_len,
+        allow_shared_gpus=args.allow_shared_gpus,
     )
 
 
