@@ -103,6 +103,10 @@ class FakeUpstreams:
     def settings(self, **kw: Any) -> ProxySettings:
         return ProxySettings(prefill=self.prefill, decode=self.decode, **kw)
 
+    def requests(self) -> list[Seen]:
+        """Everything but health checks (the proxy runs one round at startup to warm its connections)."""
+        return [s for s in self.seen if s.path != "/health"]
+
     def completions(self, role: str | None = None) -> list[Seen]:
         urls = {"prefill": self.prefill, "decode": self.decode}.get(role or "", self.prefill + self.decode)
         return [s for s in self.seen if s.path.endswith("completions") and s.server in urls]
@@ -143,8 +147,8 @@ class FakeUpstreams:
 
 
 @asynccontextmanager
-async def serving(app: ProxyApp) -> AsyncIterator[str]:
-    """The proxy app on a real uvicorn (httptools) bound to an ephemeral port; yields its URL."""
+async def serving(app: ProxyApp) -> AsyncIterator[tuple[str, uvicorn.Server]]:
+    """The proxy app on a real uvicorn (httptools) bound to an ephemeral port; yields its URL and the server."""
     sock = bind_socket("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn_config(app, log=None))
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -154,7 +158,7 @@ async def serving(app: ProxyApp) -> AsyncIterator[str]:
                 if task.done():
                     task.result()
                 await asyncio.sleep(0.005)
-        yield listen_url(sock)
+        yield listen_url(sock), server
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 15)
@@ -165,7 +169,7 @@ async def serving(app: ProxyApp) -> AsyncIterator[str]:
 async def proxy_for(fakes: FakeUpstreams, **settings: Any) -> AsyncIterator[tuple[ProxyApp, httpx.AsyncClient]]:
     """A served proxy in front of ``fakes`` and a client pointed at it."""
     app = ProxyApp(fakes.settings(**settings), transport=fakes.transport())
-    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10, trust_env=False) as client:
+    async with serving(app) as (url, _server), httpx.AsyncClient(base_url=url, timeout=10, trust_env=False) as client:
         yield app, client
 
 

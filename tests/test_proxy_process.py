@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from proxy_procs import Child, fake_server, proxy_process, refused_url
 
+from tests.proxy_procs import Child, fake_server, proxy_process, refused_url
 from tui.cli.main import build_parser
 from tui.core.proxy import main as proxy_main
 from tui.core.proxy_upstream import decode_body, prefill_body

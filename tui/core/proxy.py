@@ -92,8 +92,11 @@ def bind_socket(host: str, port: int) -> socket.socket:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise InputError(f"cannot resolve {host!r}: {exc.strerror}", field="--host") from None
-    family, kind, proto, _name, address = infos[0]
-    sock = socket.socket(family, kind, proto)
+    family, _kind, _proto, _name, address = infos[0]
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY on accepted connections only when the listening socket's
+    # proto is TCP. With proto 0, Nagle holds the second write of an answer (its body after its headers) until
+    # the client's delayed ACK, ~40 ms later, on every request of a kept-alive connection.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)

@@ -17,8 +17,10 @@ serialisations and two upstream round trips over kept-alive connections.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -74,6 +76,21 @@ class ProxySettings:
     connect_timeout_s: float = 10.0
     max_keepalive: int = 512
     access_log: bool = True
+
+
+def make_missing_sniffio_fail_fast() -> bool:
+    """Where ``sniffio`` is not installed, make ``import sniffio`` fail at once instead of searching sys.path.
+
+    httpcore 1.0.x imports sniffio inside ``current_async_library()``, which runs for every lock and semaphore
+    it creates, several per request; since anyio 4.11 no longer depends on sniffio it is often absent, and Python
+    does not cache a failed import, so each call walks every sys.path entry (encode/httpcore discussion #1102,
+    PR #1103). A ``None`` in ``sys.modules`` is Python's documented way to make an import fail immediately; the
+    import fails either way, only the cost changes. Returns whether it did so.
+    """
+    if "sniffio" in sys.modules or importlib.util.find_spec("sniffio") is not None:
+        return False
+    sys.modules["sniffio"] = None  # type: ignore[assignment]
+    return True
 
 
 def error_body(message: str, status: int, err_type: str) -> bytes:
@@ -160,6 +177,7 @@ class ProxyApp:
         self._on_ready = on_ready
         self._clock = clock
         self._client: httpx.AsyncClient | None = None
+        self._warmup: asyncio.Task[object] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------------------
 
@@ -171,6 +189,7 @@ class ProxyApp:
 
     async def startup(self) -> None:
         s = self.settings
+        make_missing_sniffio_fail_fast()
         self._client = httpx.AsyncClient(
             transport=self._transport,
             timeout=httpx.Timeout(None, connect=s.connect_timeout_s),
@@ -180,10 +199,16 @@ class ProxyApp:
             trust_env=False,  # an HTTP_PROXY in the environment must never reroute traffic to local servers
             follow_redirects=False,
         )
+        # one health round in the background: opens a kept-alive connection to every server and loads what httpx
+        # imports lazily, so the first client request does not pay for either
+        self._warmup = asyncio.get_running_loop().create_task(self.health.get())
         if self._on_ready is not None:
             self._on_ready()
 
     async def shutdown(self) -> None:
+        if self._warmup is not None:
+            self._warmup.cancel()
+            self._warmup = None
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -263,6 +288,7 @@ class ProxyApp:
                 trace.status = CLIENT_CLOSED
                 metrics.client_disconnects += 1
                 return
+            t_body = self._clock()
             try:
                 body = json.loads(raw)
             except ValueError as exc:
@@ -283,8 +309,8 @@ class ProxyApp:
                 upstream_headers["authorization"] = auth
             guard = _DisconnectGuard(receive)
             async with guard:
-                await self._relay(scope, send, body, upstream_headers, headers.get(b"accept-encoding"), trace, t0,
-                                  guard)
+                await self._relay(scope, send, body, upstream_headers, headers.get(b"accept-encoding"), trace,
+                                  t_body, guard)
             if guard.disconnected:
                 trace.status = CLIENT_CLOSED
                 metrics.client_disconnects += 1
@@ -297,7 +323,7 @@ class ProxyApp:
                 _access.info("%s", _access_line(scope, trace, self._clock() - t0))
 
     async def _relay(self, scope: Scope, send: Send, body: dict[str, Any], upstream_headers: dict[str, str],
-                     accept_encoding: str | None, trace: _Trace, t0: float, guard: _DisconnectGuard) -> None:
+                     accept_encoding: str | None, trace: _Trace, t_body: float, guard: _DisconnectGuard) -> None:
         path: str = scope["path"]
         clock = self._clock
         client = self.client
@@ -344,7 +370,7 @@ class ProxyApp:
         d.outstanding += 1
         try:
             td0 = clock()
-            metrics.internal.observe((tp0 - t0) + (td0 - tp1))
+            metrics.internal.observe((tp0 - t_body) + (td0 - tp1))
             try:
                 dresp = await client.send(d_request, stream=True)
             except httpx.TransportError as exc:

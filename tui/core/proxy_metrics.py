@@ -111,6 +111,7 @@ class ProxyMetrics:
             for url, h in per_server.items():
                 out.extend(h.lines(name, f'server="{_esc(url)}"'))
         family("disagg_proxy_internal_seconds", "histogram",
-               "time the proxy itself spent on a completion request before it reached decode, prefill time excluded")
+               "time the proxy itself spent on a completion request between reading its body and sending it to decode, "
+               "the prefill round trip excluded")
         out.extend(self.internal.lines("disagg_proxy_internal_seconds", ""))
         return "\n".join(out) + "\n"
