@@ -40,6 +40,7 @@ class FakeVllm:
         self.port = port
         self.token_delay = token_delay
         self.prompt_tokens: Counter[str] = Counter()  # by source, as vLLM's metric
+        self.finished: Counter[str] = Counter()  # by reason, as vllm:request_success_total
         self.requests = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -79,15 +80,17 @@ class FakeVllm:
         elif path == "/metrics":
             lines = [f'vllm:prompt_tokens_by_source_total{{engine="0",model_name="{MODEL}",source="{s}"}} '
                      f"{float(self.prompt_tokens[s])}" for s in ("local_compute", "external_kv_transfer")]
+            lines += [f'vllm:request_success_total{{engine="0",finished_reason="{r}",model_name="{MODEL}"}} '
+                      f"{float(self.finished[r])}" for r in ("length", "abort")]
             await _respond(send, 200, ("\n".join(lines) + "\n").encode(), b"text/plain; version=1.0.0; charset=utf-8")
         elif path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
             self.requests += 1
             rid = headers.get(b"x-request-id", b"0").decode()
-            await self._complete(send, json.loads(body), rid, chat=path.endswith("chat/completions"))
+            await self._complete(receive, send, json.loads(body), rid, chat=path.endswith("chat/completions"))
         else:
             await _respond(send, 404, b'{"detail":"Not Found"}')
 
-    async def _complete(self, send: Send, req: dict[str, Any], rid: str, *, chat: bool) -> None:
+    async def _complete(self, receive: Receive, send: Send, req: dict[str, Any], rid: str, *, chat: bool) -> None:
         n_prompt = len(_prompt_tokens(req))
         kv_in = req.get("kv_transfer_params") or {}
         if self.role == "prefill":
@@ -101,6 +104,7 @@ class FakeVllm:
                           "remote_num_tokens": n_prompt}
             doc = _final(rid, chat, 1, n_prompt)
             doc["kv_transfer_params"] = kv_out
+            self.finished["length"] += 1
             await _respond(send, 200, json.dumps(doc).encode())
             return
         if kv_in.get("do_remote_prefill"):
@@ -109,14 +113,34 @@ class FakeVllm:
             self.prompt_tokens["local_compute"] += n_prompt
         n_out = int(req.get("max_tokens") or 16)
         if not req.get("stream"):
+            self.finished["length"] += 1
             await _respond(send, 200, json.dumps(_final(rid, chat, n_out, n_prompt)).encode())
             return
+        # like vLLM, a client that goes away aborts its request (counted as finished_reason="abort")
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            await self._stream(send, req, rid, chat, n_prompt, n_out, gone)
+        finally:
+            watcher.cancel()
+        self.finished["abort" if gone.is_set() else "length"] += 1
+
+    async def _stream(self, send: Send, req: dict[str, Any], rid: str, chat: bool, n_prompt: int, n_out: int,
+                      gone: asyncio.Event) -> None:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
         obj = "chat.completion.chunk" if chat else "text_completion"
         for i in range(n_out):
             if self.token_delay:
                 await asyncio.sleep(self.token_delay)
+            if gone.is_set():
+                return
             choice: dict[str, Any] = {"index": 0, "logprobs": None,
                                       "finish_reason": "length" if i == n_out - 1 else None}
             if chat:

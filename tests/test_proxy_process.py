@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -105,3 +106,23 @@ def test_disagg_tui_proxy_is_registered_with_the_global_options() -> None:
     assert args.sim is True
     assert (args.host, args.port, args.prefill, args.decode) == (
         "127.0.0.1", 8000, ["127.0.0.1:8100"], ["127.0.0.1:8200", "127.0.0.1:8201"])
+
+
+def test_a_client_that_goes_away_aborts_the_decode_request(children: list[Child]) -> None:
+    p = fake_server("prefill")
+    d = fake_server("decode", "--token-delay", "0.05")
+    children += [p, d]
+    d_url = d.url()
+    proxy = proxy_process("--prefill", p.url(), "--decode", d_url)
+    children.append(proxy)
+    url = proxy.url()
+    body = {**BODY, "max_tokens": 400}  # 20 s of tokens: it can only end early by being aborted
+    with httpx.Client(timeout=10, trust_env=False) as client:
+        with client.stream("POST", url + "/v1/completions", json=body) as r:
+            assert next(r.iter_raw()).startswith(b"data: ")
+        # the response is closed mid-stream: the proxy must drop its decode request, and D sees the abort
+        deadline = time.monotonic() + 10
+        while 'finished_reason="abort",model_name="fake/model"} 1.0' not in client.get(d_url + "/metrics").text:
+            assert time.monotonic() < deadline, client.get(d_url + "/metrics").text
+            time.sleep(0.05)
+        assert client.get(url + "/metrics").text.count("disagg_proxy_client_disconnects_total 1") == 1

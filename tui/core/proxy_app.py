@@ -32,6 +32,7 @@ import httpx
 
 from tui.core.proxy_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tui.core.proxy_metrics import ProxyMetrics
+from tui.core.proxy_transport import LeanTransport
 from tui.core.proxy_upstream import (
     Balance,
     HealthCache,
@@ -190,11 +191,15 @@ class ProxyApp:
     async def startup(self) -> None:
         s = self.settings
         make_missing_sniffio_fail_fast()
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=s.max_keepalive,
+                              keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self._client = httpx.AsyncClient(
-            transport=self._transport,
+            # plain http:// through the lean asyncio transport; https:// through httpx's own
+            transport=self._transport if self._transport is not None else LeanTransport(limits),
+            mounts=None if self._transport is not None else {
+                "https://": httpx.AsyncHTTPTransport(limits=limits, trust_env=False)},
             timeout=httpx.Timeout(None, connect=s.connect_timeout_s),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=s.max_keepalive,
-                                keepalive_expiry=KEEPALIVE_EXPIRY_S),
+            limits=limits,
             headers={"user-agent": "disagg-tui-proxy", "accept-encoding": "identity"},
             trust_env=False,  # an HTTP_PROXY in the environment must never reroute traffic to local servers
             follow_redirects=False,
