@@ -465,6 +465,8 @@ def check_plan(p: LaunchPlan) -> None:
             seen_gpu[g] = s.name
     ports: dict[int, str] = {}
     for name, port in [(s.name, s.port) for s in p.servers] + ([("proxy", p.proxy.port)] if p.proxy else []):
+        if not 1 <= port <= 65535:
+            raise PlanRefused(f"{name} would get port {port}, outside 1..65535; choose a lower --server-port")
         if port in ports:
             raise PlanRefused(f"HTTP port {port} given to both {ports[port]} and {name}: vLLM binds with "
                               "SO_REUSEPORT, so both would start and silently split the traffic")
