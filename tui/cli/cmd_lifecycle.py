@@ -13,7 +13,8 @@ from tui.cli.common import add_plan_options, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
 from tui.core.events import Event, EventBus, Notice
-from tui.core.lifecycle import UpOptions, bring_up, process_states, tear_down, timeouts_for
+from tui.core.guided import FixApplied, GuidedLaunch
+from tui.core.lifecycle import UpOptions, process_states, tear_down, timeouts_for
 from tui.core.lifecycle_events import (
     ServerExited,
     ServerLaunched,
@@ -21,6 +22,7 @@ from tui.core.lifecycle_events import (
     ServerReady,
     ServerStalled,
 )
+from tui.core.playbook import Diagnosis, load_playbook
 from tui.core.state import LayoutRecord, StateStore
 
 
@@ -35,6 +37,9 @@ def register(sub: Any) -> None:
     up.add_argument("--stall-timeout", type=float, metavar="S",
                     help="report a start whose log is silent for S seconds as stalled")
     up.add_argument("--logs", action="store_true", help="print every server log line while starting")
+    up.add_argument("--apply-fix", metavar="ID|auto",
+                    help="apply a playbook entry's fix to the plan before launching; 'auto': launch, and when a "
+                         "start fails with a known failure whose fix is safe, apply it and relaunch")
     add_global_options(up)
     up.set_defaults(handler=run_up)
 
@@ -86,6 +91,16 @@ class ProgressPrinter:
                 print(f"    | {line}", file=out)
         elif isinstance(ev, Notice):
             print(f"[{t:6.1f}s] {ev.level}: {ev.message}", file=out, flush=True)
+        elif isinstance(ev, Diagnosis):
+            print(f"[{t:6.1f}s] {ev.headline()}", file=out, flush=True)
+            if ev.line:
+                print(f"    > {ev.line.strip()[:200]}", file=out)
+            print(f"    {ev.explanation.strip().splitlines()[0] if ev.explanation.strip() else ''}", file=out)
+            print(f"    fix: {ev.fix}", file=out, flush=True)
+        elif isinstance(ev, FixApplied):
+            what = "applying" if ev.reason == "asked" else "auto-fix"
+            print(f"[{t:6.1f}s] {what} [{ev.entry_id}]: {'; '.join(ev.changes) or 'no change'}", file=out,
+                  flush=True)
         elif self.show_logs and ev.kind == "log_line":
             print(f"    {getattr(ev, 'server', '')}| {getattr(ev, 'text', '')}", file=out)
 
@@ -112,7 +127,10 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
             raise InputError(f"must be > 0, got {value}", field=name)
     bus = EventBus()
     bus.subscribe(ProgressPrinter(ctx, show_logs=args.logs))
-    record = asyncio.run(bring_up(profile, launch_plan, host, bus, options=options))
+    guided = GuidedLaunch(profile, launch_plan, host, bus, load_playbook(), options=options, apply=args.apply_fix)
+    record, final_plan = asyncio.run(guided.run())
+    if final_plan.fixes_applied:
+        ctx.print(f"fixes applied: {', '.join(final_plan.fixes_applied)} (recorded with the layout)")
     ctx.print("")
     ctx.print(f"layout {record.id} is up" + (" (SIMULATED host)" if record.simulated else ""))
     ctx.print(f"endpoint: {record.endpoint}")

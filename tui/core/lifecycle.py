@@ -49,6 +49,18 @@ REAL_STALL_TIMEOUT_S = 600.0
 LineHook = Callable[[str, int, str], None]  # (server, lineno, text), called in the log thread
 
 
+class StartFailure(RunFailed):
+    """A server did not become ready: it exited, stalled, or ran out of time. Says which and in what phase."""
+
+    def __init__(self, title: str, *, server: str, phase: str, returncode: int | None = None,
+                 stalled: bool = False, hint: str | None = None) -> None:
+        super().__init__(title, hint)
+        self.server = server
+        self.phase = phase
+        self.returncode = returncode
+        self.stalled = stalled
+
+
 @dataclass
 class UpOptions:
     ready_timeout_s: float = REAL_READY_TIMEOUT_S
@@ -229,8 +241,8 @@ class Launch:
                         at = self.trackers[name].phase.key if name in self.trackers else "?"
                         proc.exited = code
                         self.bus.publish(ServerExited(server=name, returncode=code, during=at, last_lines=last))
-                        raise RunFailed(f"{name} exited with code {code} during startup ({at})",
-                                        hint=f"log: {proc.log}")
+                        raise StartFailure(f"{name} exited with code {code} during startup ({at})",
+                                           server=name, phase=at, returncode=code, hint=f"log: {proc.log}")
                 checks = [n for n in pending if n != "proxy" or len(pending) == 1]
                 results = await asyncio.gather(*(self._probe(client, pending[n].url) for n in checks))
                 if any(results):  # read what the log says up to now, so its phases come before "ready"
@@ -254,15 +266,17 @@ class Launch:
                         phase = self.trackers[name].phase
                         last = tuple(follower.last_lines.get(name, ()))[-25:]
                         self.bus.publish(ServerStalled(server=name, phase=phase.key, silent_s=silent, last_lines=last))
-                        raise RunFailed(f"{name} stalled: no log output for {silent:.0f} s during startup "
-                                        f"({phase.key}: {phase.label})", hint=f"log: {pending[name].log}")
+                        raise StartFailure(f"{name} stalled: no log output for {silent:.0f} s during startup "
+                                           f"({phase.key}: {phase.label})", server=name, phase=phase.key,
+                                           stalled=True, hint=f"log: {pending[name].log}")
                 if pending and now > deadline:
                     name = next(iter(pending))
                     reached = self.trackers[name].phase if name in self.trackers else None
-                    raise RunFailed(f"{name} not ready after {self.options.ready_timeout_s:.0f} s"
-                                    + (f" (reached {reached.key}: {reached.label})" if reached else ""),
-                                    hint="a first start compiles for minutes; raise --ready-timeout if it was "
-                                         "still making progress")
+                    raise StartFailure(f"{name} not ready after {self.options.ready_timeout_s:.0f} s"
+                                       + (f" (reached {reached.key}: {reached.label})" if reached else ""),
+                                       server=name, phase=reached.key if reached else "?", stalled=True,
+                                       hint="a first start compiles for minutes; raise --ready-timeout if it "
+                                            "was still making progress")
                 if pending:
                     await asyncio.sleep(self.options.probe_interval_s)
 
