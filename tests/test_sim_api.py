@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from tests.conftest import H200
 from tests.simserver import SimServer, SimServers
 
