@@ -251,34 +251,40 @@ class ProxyApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
+        if path in COMPLETION_ROUTES and scope["method"] == "POST":
+            await self._completion(scope, receive, send)
+            return
+        t0 = self._clock()
+        route, status, note = await self._other(scope, receive, send)
+        self.metrics.requests[(route, status)] += 1
+        # every request gets its line, except the probes and scrapes that answer as expected (they come every
+        # second or so from the supervisor and Prometheus and would bury the rest)
+        quiet = status == 200 and route in ("/health", "/metrics")
+        if not quiet and self.settings.access_log and _access.isEnabledFor(logging.INFO):
+            _access.info("%s", _request_line(scope, status) + f"{note} total={_ms(self._clock() - t0)}")
+
+    async def _other(self, scope: Scope, receive: Receive, send: Send) -> tuple[str, int, str]:
+        """Every route but the completions: (route as counted, status, what the access line adds)."""
+        path: str = scope["path"]
         method: str = scope["method"]
-        if path in COMPLETION_ROUTES:
-            if method == "POST":
-                await self._completion(scope, receive, send)
-                return
-        elif path == "/health":
+        if path == "/health":
             if method == "GET":
-                await self._health(scope, send)
-                return
+                return await self._health(send)
         elif path in ("/metrics", "/metrics/"):
             if method == "GET":
-                self.metrics.requests[("/metrics", 200)] += 1
                 await _respond(send, 200, METRICS_CONTENT_TYPE.encode(), self.metrics.render().encode())
-                return
+                return "/metrics", 200, ""
         elif path in TO_DECODE_ROUTES:
             if method == "GET":
-                await self._forward(scope, receive, send, self.decode.first)
-                return
+                return await self._forward(scope, receive, send, self.decode.first)
         elif path in TO_PREFILL_ROUTES:
             if method == "POST":
-                await self._forward(scope, receive, send, self.prefill.first)
-                return
-        else:
-            self.metrics.requests[("other", 404)] += 1
+                return await self._forward(scope, receive, send, self.prefill.first)
+        elif path not in COMPLETION_ROUTES:
             await _respond(send, 404, _JSON, b'{"detail":"Not Found"}')
-            return
-        self.metrics.requests[(path, 405)] += 1
+            return "other", 404, ""
         await _respond(send, 405, _JSON, b'{"detail":"Method Not Allowed"}')
+        return path, 405, ""
 
     # --- completions: P, then D ------------------------------------------------------------------------------
 
@@ -446,41 +452,37 @@ class ProxyApp:
 
     # --- other routes ----------------------------------------------------------------------------------------
 
-    async def _health(self, scope: Scope, send: Send) -> None:
+    async def _health(self, send: Send) -> tuple[str, int, str]:
         checks = await self.health.get()
         down = [c for c in checks if not c.ok]
         servers = [c.to_dict() for c in checks]
         if down:
-            status = 503
-            doc: dict[str, Any] = {"status": "unhealthy", "message": "; ".join(c.describe() for c in down),
-                                   "servers": servers}
-        else:
-            status = 200
-            doc = {"status": "ok", "servers": servers}
-        self.metrics.requests[("/health", status)] += 1
-        await _respond(send, status, _JSON, _dumps(doc))
+            message = "; ".join(c.describe() for c in down)
+            await _respond(send, 503, _JSON, _dumps({"status": "unhealthy", "message": message, "servers": servers}))
+            return "/health", 503, f" ({message})"
+        await _respond(send, 200, _JSON, _dumps({"status": "ok", "servers": servers}))
+        return "/health", 200, ""
 
-    async def _forward(self, scope: Scope, receive: Receive, send: Send, server: Upstream) -> None:
+    async def _forward(self, scope: Scope, receive: Receive, send: Send, server: Upstream) -> tuple[str, int, str]:
         path: str = scope["path"]
         raw = await _read_body(receive)
         if raw is None:
-            self.metrics.requests[(path, CLIENT_CLOSED)] += 1
-            return
+            return path, CLIENT_CLOSED, ""
         headers = _wanted_headers(scope)
         out = {k.decode(): v for k, v in headers.items() if k in (b"authorization", b"content-type")}
         query = scope.get("query_string", b"")
         url = server.url + path + ("?" + query.decode("latin-1") if query else "")
+        leg = f" {'P' if server.role == 'prefill' else 'D'}={server.url}"
         try:
             r = await self.client.request(scope["method"], url, content=raw or None, headers=out)
         except httpx.TransportError as exc:
             reason = describe_transport_error(exc)
             self.metrics.upstream_errors[(server.role, server.url, "unreachable")] += 1
-            self.metrics.requests[(path, 502)] += 1
             await _respond(send, 502, _JSON, error_body(f"{server.role} server {server.url} is unreachable: "
                                                         f"{reason}", 502, "BadGatewayError"))
-            return
-        self.metrics.requests[(path, r.status_code)] += 1
+            return path, 502, f"{leg} ({reason})"
         await _respond(send, r.status_code, r.headers.get("content-type", "application/json").encode(), r.content)
+        return path, r.status_code, f"{leg} {r.status_code}"
 
 
 # --- helpers --------------------------------------------------------------------------------------------------
@@ -522,12 +524,16 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.1f}ms"
 
 
-def _access_line(scope: Scope, t: _Trace, total_s: float) -> str:
-    """One line per completion request, uvicorn's access format plus the P and D legs (never a header)."""
+def _request_line(scope: Scope, status: int) -> str:
+    """uvicorn's access format: ``127.0.0.1:50000 - "POST /v1/completions HTTP/1.1" 200``."""
     client = scope.get("client")
     who = f"{client[0]}:{client[1]}" if client else "-"
-    line = (f'{who} - "{scope["method"]} {scope["path"]} HTTP/{scope.get("http_version", "1.1")}" {t.status} '
-            f"rid={t.rid or '-'}")
+    return f'{who} - "{scope["method"]} {scope["path"]} HTTP/{scope.get("http_version", "1.1")}" {status}'
+
+
+def _access_line(scope: Scope, t: _Trace, total_s: float) -> str:
+    """One line per completion request, uvicorn's access format plus the P and D legs (never a header)."""
+    line = _request_line(scope, t.status) + f" rid={t.rid or '-'}"
     if t.prefill is not None:
         line += f" P={t.prefill.url} {t.prefill_status if t.prefill_status is not None else '-'} {_ms(t.prefill_s)}"
     if t.kv is False:
