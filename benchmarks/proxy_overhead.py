@@ -2,7 +2,7 @@
 
     /work/main/.venv/bin/python benchmarks/proxy_overhead.py [--requests 200] [--concurrency 16] [--tokens 32]
 
-Starts a fake prefill and a fake decode server (``benchmarks/fake_pd.py``: no model work, answers at once and
+Starts a fake prefill and a fake decode server (``python -m tui.sim.fakepd``: no model work, answers at once and
 streams ``--tokens`` SSE chunks ``--token-delay`` apart) and the proxy (``python -m tui.core.proxy``, access log on,
 written to a file as under the supervisor), each in its own process. The same streaming completion is then sent
 three ways, in the same run and interleaved so drift hits all three alike:
@@ -289,13 +289,12 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
         logdir = Path(tmp)
-        fake = str(ROOT / "benchmarks" / "fake_pd.py")
         children: list[Child] = []
         try:
-            p = start("prefill", [sys.executable, fake, "--role", "prefill", "--port", "0"], logdir)
+            p = start("prefill", [sys.executable, "-m", "tui.sim.fakepd", "--role", "prefill", "--port", "0"], logdir)
             children.append(p)
-            d = start("decode", [sys.executable, fake, "--role", "decode", "--port", "0", "--token-delay",
-                                 str(args.token_delay)], logdir)
+            d = start("decode", [sys.executable, "-m", "tui.sim.fakepd", "--role", "decode", "--port", "0",
+                                 "--token-delay", str(args.token_delay)], logdir)
             children.append(d)
             proxy = start("proxy", [sys.executable, "-m", "tui.core.proxy", "--port", "0", "--prefill", p.url,
                                     "--decode", d.url], logdir)
