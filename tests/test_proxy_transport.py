@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
-import sys
 from collections.abc import AsyncIterator
 
 import httpx
@@ -152,15 +150,3 @@ async def test_a_slow_reader_pauses_the_socket_and_gets_every_byte(monkeypatch: 
     assert all(got[i * 65536] == i for i in range(64))
     assert any(paused)
 
-
-@pytest.mark.parametrize("installed", [False, True])
-def test_a_missing_sniffio_is_made_to_fail_fast(monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
-    monkeypatch.delitem(sys.modules, "sniffio", raising=False)
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if installed else None)
-    assert proxy_transport.make_missing_sniffio_fail_fast() is (not installed)
-    if not installed:
-        assert sys.modules["sniffio"] is None
-        with pytest.raises(ModuleNotFoundError):
-            import sniffio  # noqa: F401
-    else:
-        assert "sniffio" not in sys.modules

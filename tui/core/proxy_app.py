@@ -47,7 +47,7 @@ from tui.core.proxy_http import (
 )
 from tui.core.proxy_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tui.core.proxy_metrics import ProxyMetrics
-from tui.core.proxy_transport import LeanTransport, make_missing_sniffio_fail_fast
+from tui.core.proxy_transport import LeanTransport
 from tui.core.proxy_upstream import (
     Balance,
     HealthCache,
@@ -112,7 +112,6 @@ class ProxyApp:
 
     async def startup(self) -> None:
         s = self.settings
-        make_missing_sniffio_fail_fast()
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=s.max_keepalive,
                               keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self._client = httpx.AsyncClient(

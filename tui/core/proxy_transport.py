@@ -9,7 +9,7 @@ per-chunk figure, the proxy spends about a third less CPU per relayed chunk.
 
 Only plain ``http://`` goes through it; the proxy's client mounts httpx's default transport for ``https://``
 upstreams. Back-pressure is kept: past ``HIGH_WATER`` buffered bytes the socket stops being read until the
-consumer catches up. :func:`make_missing_sniffio_fail_fast` removes another per-request cost of the httpx stack.
+consumer catches up.
 """
 
 # ruff: noqa: ASYNC109 - the ``timeout`` parameters are httpcore's AsyncNetworkStream/Backend interface
@@ -17,10 +17,8 @@ consumer catches up. :func:`make_missing_sniffio_fail_fast` removes another per-
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import socket
-import sys
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -264,18 +262,3 @@ class LeanTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._pool.aclose()
-
-
-def make_missing_sniffio_fail_fast() -> bool:
-    """Where ``sniffio`` is not installed, make ``import sniffio`` fail at once instead of searching sys.path.
-
-    httpcore 1.0.x imports sniffio inside ``current_async_library()``, which runs for every lock and semaphore
-    it creates, several per request; since anyio 4.11 no longer depends on sniffio it is often absent, and Python
-    does not cache a failed import, so each call walks every sys.path entry (encode/httpcore discussion #1102,
-    PR #1103). A ``None`` in ``sys.modules`` is Python's documented way to make an import fail immediately; the
-    import fails either way, only the cost changes. Returns whether it did so.
-    """
-    if "sniffio" in sys.modules or importlib.util.find_spec("sniffio") is not None:
-        return False
-    sys.modules["sniffio"] = None  # type: ignore[assignment]
-    return True
