@@ -6,8 +6,8 @@ import json
 import re
 
 import pytest
-from telemetry_helpers import CPU, H200, captured_at, during_series, exposition_text
 
+from tests.telemetry_helpers import CPU, H200, captured_at, during_series, exposition_text
 from tui.core.telemetry import derive, prom
 from tui.core.telemetry.derive import MetricsWindow
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from telemetry_helpers import LocalServer, Tree, during_series, exposition_text, spawn_tree
 
+from tests.telemetry_helpers import LocalServer, Tree, during_series, exposition_text, spawn_tree
 from tui.cli.main import main
 from tui.core import paths
 from tui.core.host import HostOptions, SimHost
@@ -147,6 +147,7 @@ async def test_watch_json_lines_in_a_subprocess(layout_1p1d: Layout1P1D) -> None
     assert 7 <= len(lines) <= 12  # 2.5 s at 4 Hz
     ticks = [json.loads(line) for line in lines]
     assert all(set(t) >= {"time", "host", "gpus", "servers"} for t in ticks)
+    assert all(s["health"] == "up" for s in ticks[0]["servers"])  # the first tick already knows
     assert [t["time"] for t in ticks] == sorted(t["time"] for t in ticks)
     assert all(t["host"]["simulated"] and "SIMULATED" in t["host"]["label"] for t in ticks)
     _check_gpus(ticks[-1])

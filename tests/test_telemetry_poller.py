@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from telemetry_helpers import H200, LocalServer, during_series, exposition_text, free_port_closed
 
+from tests.telemetry_helpers import H200, LocalServer, during_series, exposition_text, free_port_closed
 from tui.core.events import EventBus
 from tui.core.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.telemetry.events import DEAD, DOWN, ERROR, STARTING, UNRESPONSIVE, UP, ServerHealth, ServerMetrics

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from telemetry_helpers import CPU, H200, exposition_text, metrics_captures
 
+from tests.telemetry_helpers import CPU, H200, exposition_text, metrics_captures
 from tui.core.telemetry import prom
 
 CAPTURES = metrics_captures()

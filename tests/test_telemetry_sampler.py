@@ -12,8 +12,8 @@ from typing import Any
 
 import pynvml
 import pytest
-from telemetry_helpers import H200, Tree, spawn_tree
 
+from tests.telemetry_helpers import H200, Tree, spawn_tree
 from tui.core.events import EventBus
 from tui.core.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.telemetry.events import GpuSampled

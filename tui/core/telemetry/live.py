@@ -162,6 +162,7 @@ class LiveTelemetry:
         self.poller = ServerPoller(self._endpoints, self.bus, config=self.poller_config,
                                    starting=self.active.starting, transport=self._transport)
         await self.poller.start()
+        await self.poller.first_health()  # so the first tick already says whether each server is up
 
     def statuses(self) -> list[ServerStatus]:
         return self.poller.statuses() if self.poller is not None else []

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,18 +42,6 @@ DEFAULT_METRICS_HZ = 1.0
 TIMEOUT_SHARE = 0.8  # a request may take this share of its period
 METRICS_BACKOFF_S = 30.0  # a server without /metrics (404) is asked again this rarely
 MAX_METRICS_BYTES = 8 * 2**20
-
-
-def _record_missing_sniffio() -> None:
-    """httpcore 1.0 runs ``import sniffio`` on every request, in a try/except. Where sniffio is not installed
-    (anyio 4.x no longer pulls it in), each of those failing imports searches ``sys.path`` again: about a fifth
-    of a health poll's CPU. Python's own marker for "this module is absent", ``sys.modules[name] = None``,
-    makes the import fail at once; httpcore then assumes asyncio, which is what runs here."""
-    if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
-        sys.modules["sniffio"] = None  # type: ignore[assignment]
-
-
-_record_missing_sniffio()
 
 
 _HEADERS = {"user-agent": "disagg-tui-telemetry", "accept": "*/*"}
@@ -144,6 +130,7 @@ class ServerPoller:
         self._urls: dict[str, httpx.URL] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._info_tasks: set[asyncio.Task[None]] = set()
+        self._first_round = asyncio.Event()  # set once every server has had one /health poll
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     def statuses(self) -> list[ServerStatus]:
@@ -175,6 +162,14 @@ class ServerPoller:
         for st in self._status.values():
             self._tasks.append(asyncio.create_task(self._health_loop(st), name=f"health {st.endpoint.name}"))
             self._tasks.append(asyncio.create_task(self._metrics_loop(st), name=f"metrics {st.endpoint.name}"))
+
+    async def first_health(self, limit_s: float | None = None) -> None:
+        """Wait until every server has answered (or failed) its first /health poll, at most ``limit_s``."""
+        if all(st.health is not None for st in self._status.values()):
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._first_round.wait(),
+                                   limit_s if limit_s is not None else self.config.health_timeout + 0.1)
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks + list(self._info_tasks), []
@@ -316,6 +311,8 @@ class ServerPoller:
                                  latency_ms=latency, status_code=status_code, error=error, since=since,
                                  version=st.version, model=st.model, max_model_len=st.max_model_len)
         self._publish(st.health)
+        if not self._first_round.is_set() and all(s.health is not None for s in self._status.values()):
+            self._first_round.set()
 
     async def _fetch_info(self, st: ServerStatus) -> None:
         base = st.endpoint.url.rstrip("/")
