@@ -40,6 +40,7 @@ class StubConfig:
     model: str = "stub-model"
     max_model_len: int = 1 << 20
     fail_every: int = 0  # every Nth completion answers HTTP 500 (0: never)
+    kv_source: str = "local_compute"  # how /metrics counts prompt tokens (external_kv_transfer: a fed decode server)
 
 
 @dataclass
@@ -86,8 +87,9 @@ class StubServer:
             "# TYPE vllm:generation_tokens_total counter\n"
             f"vllm:generation_tokens_total{{{lab}}} {float(s.generation_tokens)}\n"
             "# TYPE vllm:prompt_tokens_by_source_total counter\n"
-            f'vllm:prompt_tokens_by_source_total{{{lab},source="local_compute"}} {float(s.prompt_tokens)}\n'
-            f'vllm:prompt_tokens_by_source_total{{{lab},source="external_kv_transfer"}} 0.0\n'
+            + "".join(f'vllm:prompt_tokens_by_source_total{{{lab},source="{src}"}} '
+                      f'{float(s.prompt_tokens) if src == self.config.kv_source else 0.0}\n'
+                      for src in ("local_compute", "local_cache_hit", "external_kv_transfer"))
         )
 
 
@@ -345,12 +347,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="stub-model")
     p.add_argument("--max-model-len", type=int, default=1 << 20)
     p.add_argument("--fail-every", type=int, default=0)
+    p.add_argument("--kv-source", choices=("local_compute", "external_kv_transfer"), default="local_compute")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this CPU core")
     a = p.parse_args(argv)
     if a.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {a.cpu})
     cfg = StubConfig(mode=a.mode, chunks_per_write=max(1, a.chunks_per_write), ms_per_token=a.ms_per_token,
-                     ttft_ms=a.ttft_ms, model=a.model, max_model_len=a.max_model_len, fail_every=a.fail_every)
+                     ttft_ms=a.ttft_ms, model=a.model, max_model_len=a.max_model_len, fail_every=a.fail_every,
+                     kv_source=a.kv_source)
 
     async def serve() -> None:
         srv = StubServer(cfg)

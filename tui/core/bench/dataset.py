@@ -66,6 +66,9 @@ class RandomSpec:
             raise InputError("prefix_len must be ≥ 0", field="prefix_len")
         if self.vocab_size <= len(set(self.exclude_ids)):
             raise InputError("no token ids left to sample from", field="vocab_size")
+        if self.prefix_len + length_bounds(self.input_len, self.range_ratio)[0] < 1:
+            raise InputError(f"input length {self.input_len} is too small for range ratio {self.range_ratio:g} "
+                             "(the shortest prompt would be empty)", field="input_len")
 
 
 def length_bounds(length: int, ratio: float, *, at_least_one: bool = False) -> tuple[int, int]:
@@ -81,9 +84,6 @@ def random_prompts(spec: RandomSpec) -> list[Prompt]:
     rng = random.Random(spec.seed)
     in_lo, in_hi = length_bounds(spec.input_len, spec.range_ratio)
     out_lo, out_hi = length_bounds(spec.output_len, spec.range_ratio, at_least_one=True)
-    if spec.prefix_len + in_lo < 1:
-        raise InputError("input length too small for this range ratio (prefix + shortest input < 1)",
-                         field="input_len")
     n = spec.num_prompts
     input_lens = [rng.randint(in_lo, in_hi) for _ in range(n)]
     output_lens = [rng.randint(out_lo, out_hi) for _ in range(n)]

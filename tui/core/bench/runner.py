@@ -19,6 +19,7 @@ from typing import Any
 
 from tui.core import paths
 from tui.core.bench import serverside
+from tui.core.bench.dataset import RandomSpec
 from tui.core.bench.events import BenchDone, BenchTick
 from tui.core.bench.live import LiveWindow
 from tui.core.bench.loadgen import unpack_floats
@@ -145,9 +146,23 @@ async def resolve_model(endpoint: str, model: str | None) -> tuple[str, dict[str
     return name, info
 
 
+def check_options(opts: BenchOptions) -> None:
+    """Refuse a workload the worker could not build, before anything is created (InputError, exit 2)."""
+    w = opts.workload
+    if not opts.prompts_file:
+        RandomSpec(input_len=w.input_len, output_len=w.output_len, num_prompts=w.num_prompts,
+                   range_ratio=w.range_ratio, prefix_len=w.prefix_len, seed=w.seed,
+                   vocab_size=opts.vocab_size).check()
+    if not w.burstiness > 0:
+        raise InputError(f"must be > 0, got {w.burstiness}", field="burstiness")
+    if not w.request_rate > 0:
+        raise InputError(f"must be > 0 (or inf), got {w.request_rate}", field="request_rate")
+
+
 async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | None = None,
                     on_tick: Callable[[BenchTick], None] | None = None) -> Run:
     w = opts.workload
+    check_options(opts)
     model, info = await resolve_model(target.endpoint, opts.model)
     rate = None if math.isinf(w.request_rate) else w.request_rate
     name = target.name or (run_name(target.topology, w.name, rate, target.repeat)
