@@ -47,7 +47,9 @@ def _events(n: int) -> list[dict | str]:
     return ev
 
 
-async def _feed(response: bytes, piece: int) -> tuple[StreamResult, _FakeTransport]:
+async def _feed(response: bytes, piece: int, *, recv_buffer: bool = False) -> tuple[StreamResult, _FakeTransport]:
+    """Feed a response in reads of ``piece`` bytes: as ``data_received`` calls, or (``recv_buffer``) through the
+    shared receive buffer as asyncio does for a BufferedProtocol (which takes the copy-free path)."""
     client = StreamClient("http://127.0.0.1:9")
     conn = _Conn(client)
     tr = _FakeTransport()
@@ -56,20 +58,36 @@ async def _feed(response: bytes, piece: int) -> tuple[StreamResult, _FakeTranspo
     res = StreamResult(start=0.0)
     conn.begin(res, b"POST", fut)
     for i in range(0, len(response), piece):
-        conn.data_received(response[i:i + piece])
+        part = response[i:i + piece]
+        if recv_buffer:
+            buf = conn.get_buffer(-1)
+            buf[:len(part)] = part
+            conn.buffer_updated(len(part))
+        else:
+            conn.data_received(part)
     assert fut.done()
     return res, tr
 
 
-@pytest.mark.parametrize("piece", [1, 7, 64, 100000])
+@pytest.mark.parametrize("recv_buffer", [False, True], ids=["data_received", "recv_buffer"])
+@pytest.mark.parametrize("piece", [1, 7, 64, 333, 100000])
 @pytest.mark.parametrize("chunk", [5, 300])
-async def test_counts_survive_any_split(piece: int, chunk: int) -> None:
+async def test_counts_survive_any_split(piece: int, chunk: int, recv_buffer: bool) -> None:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-    res, tr = await _feed(head + _chunked(_sse(_events(12)), chunk), piece)
+    res, tr = await _feed(head + _chunked(_sse(_events(12)), chunk), piece, recv_buffer=recv_buffer)
     assert res.success and res.chunks == 12
     assert res.completion_tokens == 12 and res.prompt_tokens == 7
     assert len(res.itl) == 11
     assert not tr.closed  # keep-alive: the connection goes back to the pool
+
+
+async def test_one_event_per_chunk_counts_per_read() -> None:
+    """vLLM writes one event per HTTP chunk; chunks that arrive in one read share its timestamp (ITL 0)."""
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    body = b"".join(_chunked(_sse([e]), 10000)[:-5] for e in _events(30)) + b"0\r\n\r\n"
+    for piece in (len(body) + len(head), 700):
+        res, _ = await _feed(head + body, piece, recv_buffer=True)
+        assert res.success and res.chunks == 30 and res.completion_tokens == 30 and len(res.itl) == 29
 
 
 async def test_content_length_and_close_delimited_bodies() -> None:

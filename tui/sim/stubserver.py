@@ -9,8 +9,9 @@ Two ways to stream (``--mode``):
 
 - ``fast``: as fast as the socket takes it, ``--chunks-per-write`` SSE events per write (one HTTP chunk), to
   measure how many tokens per second a client can take;
-- ``paced``: every stream emits token k at ``arrival + ttft + k·ms_per_token`` on an absolute schedule (a late
-  wake-up sends the tokens then due together), to check that a client measures a known TPOT.
+- ``paced``: every stream sends its first token ``ttft`` after the request arrived, then token k at
+  ``first + k·ms_per_token`` on an absolute schedule (a late wake-up sends the tokens then due together), so
+  (last − first)/(n − 1) is exactly the pace: a known TPOT for a client to measure.
 
 Raw asyncio (no framework) so the server is never the slower side. Run: ``python -m tui.sim.stubserver --port 0``;
 it prints ``listening on http://127.0.0.1:PORT`` once it accepts connections.
@@ -21,7 +22,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
+import re
 import signal
 import sys
 import time
@@ -52,6 +55,9 @@ class StubStats:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     failed: int = 0
+    # paced streams: the TPOT the stub really delivered, (last token sent − first sent)/(n − 1), summed
+    delivered_tpot_sum: float = 0.0
+    delivered_streams: int = 0
 
 
 class StubServer:
@@ -60,6 +66,33 @@ class StubServer:
         self.stats = StubStats()
         self.server: asyncio.base_events.Server | None = None
         self._seq = 0
+        # paced streams wait in 1 ms slots of one timer wheel: one wake-up per millisecond serves every stream
+        # due in it (a timer per token costs more than the write it schedules)
+        self._wheel: dict[int, list[_Stream]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_slot = 0
+
+    def schedule(self, stream: _Stream, when: float) -> None:
+        slot = math.ceil(when * 1000.0)
+        self._wheel.setdefault(slot, []).append(stream)
+        if self._timer is None or slot < self._timer_slot:
+            self._arm(slot)
+
+    def _arm(self, slot: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_slot = slot
+        self._timer = asyncio.get_running_loop().call_at(slot / 1000.0, self._turn_wheel)
+
+    def _turn_wheel(self) -> None:
+        self._timer = None
+        now = asyncio.get_running_loop().time()
+        current = int(now * 1000.0)
+        for slot in sorted(k for k in self._wheel if k <= current):
+            for stream in self._wheel.pop(slot):
+                stream.tick(now)
+        if self._wheel and self._timer is None:
+            self._arm(min(self._wheel))
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         loop = asyncio.get_running_loop()
@@ -70,6 +103,8 @@ class StubServer:
     def close(self) -> None:
         if self.server is not None:
             self.server.close()
+        if self._timer is not None:
+            self._timer.cancel()
 
     def next_id(self) -> str:
         self._seq += 1
@@ -199,7 +234,10 @@ class _Conn(asyncio.Protocol):
         elif method == "GET" and path == "/metrics":
             self._respond("200 OK", srv.metrics_text().encode(), "text/plain; version=1.0.0; charset=utf-8")
         elif method == "GET" and path == "/stub/stats":
-            self._json("200 OK", vars(srv.stats))
+            st = dict(vars(srv.stats))
+            n = st["delivered_streams"]
+            st["delivered_tpot_ms_mean"] = st["delivered_tpot_sum"] / n * 1000 if n else None
+            self._json("200 OK", st)
         elif method == "POST" and path == "/v1/completions":
             self._completion(body)
         else:
@@ -209,14 +247,12 @@ class _Conn(asyncio.Protocol):
         srv = self.srv
         cfg = srv.config
         try:
-            req = json.loads(body)
+            req, n_prompt = _read_request(body)
             max_tokens = int(req.get("max_tokens") or 16)
-            prompt = req.get("prompt")
         except (ValueError, TypeError, AttributeError):
             self._json("400 Bad Request", {"error": {"message": "bad JSON body", "type": "BadRequestError",
                                                      "param": None, "code": 400}})
             return
-        n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
         srv.stats.completions += 1
         if cfg.fail_every and srv.stats.completions % cfg.fail_every == 0:
             srv.stats.failed += 1
@@ -254,6 +290,26 @@ class _Conn(asyncio.Protocol):
             stream.start_paced(cfg.ms_per_token / 1000.0, cfg.ttft_ms / 1000.0)
         else:
             asyncio.get_running_loop().create_task(stream.run_fast(cfg.chunks_per_write))
+
+
+_PROMPT_IDS = re.compile(rb'"prompt":\s*\[([0-9,\s]*)\]')
+
+
+def _read_request(body: bytes) -> tuple[dict[str, Any], int]:
+    """The request without its prompt, and the prompt's token count. A token-id prompt is counted, not parsed:
+    1,000 requests of 8,000 ids would otherwise cost the stub a second of JSON parsing at the start of a run."""
+    m = _PROMPT_IDS.search(body)
+    if m is not None:
+        ids = m.group(1).strip()
+        n_prompt = ids.count(b",") + 1 if ids else 0
+        req = json.loads(body[: m.start(1)] + body[m.end(1):])
+    else:
+        req = json.loads(body)
+        prompt = req.get("prompt")
+        n_prompt = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+    if not isinstance(req, dict):
+        raise ValueError("not an object")
+    return req, n_prompt
 
 
 class _Stream:
@@ -295,18 +351,23 @@ class _Stream:
             tr.write(_chunk(self._tail()) + b"0\r\n\r\n")
         self.conn._done()
 
-    async def run_fast(self, per_write: int) -> None:
+    async def run_fast(self, per_write: int, writes_per_turn: int = 8) -> None:
+        """Write ``per_write`` events per write call, several writes per turn of the event loop (so the stub
+        outruns a client), yielding to the other streams between turns and whenever the socket is full."""
         conn = self.conn
         tr = conn.transport
         assert tr is not None
         full = _chunk(self.ev * per_write)
         while self.sent < self.n and not conn.closed:
-            k = min(per_write, self.n - self.sent)
-            if k == per_write and self.sent + k < self.n:
-                self.sent += k
-                tr.write(full)
-            else:
-                tr.write(_chunk(self._events(k)))
+            for _ in range(writes_per_turn):
+                k = min(per_write, self.n - self.sent)
+                if k == per_write and self.sent + k < self.n:
+                    self.sent += k
+                    tr.write(full)
+                else:
+                    tr.write(_chunk(self._events(k)))
+                if self.sent >= self.n or conn.paused:
+                    break
             if conn.paused and conn.resumed is not None:
                 await conn.resumed.wait()
             else:
@@ -314,26 +375,37 @@ class _Stream:
         self._end()
 
     def start_paced(self, dt: float, ttft: float) -> None:
-        loop = asyncio.get_running_loop()
+        self.one = _chunk(self.ev)
         self.dt = dt
-        self.t0 = loop.time() + ttft
-        loop.call_at(self.t0, self._tick)
+        self.conn.srv.schedule(self, asyncio.get_running_loop().time() + ttft)
 
-    def _tick(self) -> None:
+    def tick(self, now: float) -> None:
+        """Send the tokens now due (one, unless the stub fell behind) and wait in the wheel for the next."""
         conn = self.conn
+        srv = conn.srv
         if conn.closed:
-            self.conn.srv.stats.active -= 1
+            srv.stats.active -= 1
             return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        if self.sent == 0:
+            # the pace counts from the first token actually sent: a stub busy at the start of a run (reading a
+            # thousand long prompts) delays the first token, not the cadence of the rest
+            self.t0 = now
         due = min(self.n, int((now - self.t0) / self.dt) + 1) if self.dt > 0 else self.n
         k = max(1, due - self.sent)
+        if k == 1 and self.sent + 1 < self.n:
+            payload = self.one  # the usual case: one token, not the last
+            self.sent += 1
+        else:
+            payload = _chunk(self._events(min(k, self.n - self.sent)))
         assert conn.transport is not None
-        conn.transport.write(_chunk(self._events(min(k, self.n - self.sent))))
+        conn.transport.write(payload)
         if self.sent >= self.n:
+            if self.n > 1:
+                srv.stats.delivered_tpot_sum += (now - self.t0) / (self.n - 1)
+                srv.stats.delivered_streams += 1
             self._end()
             return
-        loop.call_at(self.t0 + self.sent * self.dt, self._tick)
+        srv.schedule(self, self.t0 + self.sent * self.dt)
 
 
 def main(argv: list[str] | None = None) -> int:

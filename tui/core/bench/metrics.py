@@ -15,7 +15,9 @@ Definitions (``vllm/benchmarks/serve.py:calculate_metrics``; ``../shared/VLLM-0.
 
 from __future__ import annotations
 
+import base64
 import math
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +88,29 @@ class RequestRecord:
             chunks=int(d.get("chunks") or 0), error=str(d.get("error") or ""),
             expected_input=int(d.get("expected_input") or 0), expected_output=int(d.get("expected_output") or 0),
         )
+
+
+def pack_floats(values: list[float]) -> str:
+    """Floats as base64 of little-endian float64: exact, and far cheaper than JSON for a long ITL list."""
+    return base64.b64encode(array("d", values).tobytes()).decode("ascii")
+
+
+def unpack_floats(text: str) -> list[float]:
+    a = array("d")
+    a.frombytes(base64.b64decode(text))
+    return a.tolist()
+
+
+def record_from_wire(msg: Mapping[str, Any]) -> RequestRecord:
+    """A record as the worker sends it (and as the journal of a run keeps it): short keys, ITL packed."""
+    return RequestRecord(
+        index=int(msg["i"]), start=float(msg["st"]), success=bool(msg["ok"]), ttft=float(msg.get("ttft") or 0.0),
+        latency=float(msg.get("lat") or 0.0), itl=unpack_floats(msg.get("itl") or ""),
+        prompt_tokens=int(msg.get("pt") or 0),
+        output_tokens=None if msg.get("ct") is None else int(msg["ct"]), chunks=int(msg.get("ch") or 0),
+        error=str(msg.get("err") or ""), expected_input=int(msg.get("ei") or 0),
+        expected_output=int(msg.get("eo") or 0),
+    )
 
 
 def parse_goodput(items: Iterable[str]) -> dict[str, float]:

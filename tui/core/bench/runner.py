@@ -22,8 +22,7 @@ from tui.core.bench import serverside
 from tui.core.bench.dataset import RandomSpec
 from tui.core.bench.events import BenchDone, BenchTick
 from tui.core.bench.live import LiveWindow
-from tui.core.bench.loadgen import unpack_floats
-from tui.core.bench.metrics import DEFAULT_METRICS, DEFAULT_PERCENTILES, RequestRecord, summarize
+from tui.core.bench.metrics import DEFAULT_METRICS, DEFAULT_PERCENTILES, summarize
 from tui.core.bench.store import Run, RunMeta, RunWriter, load_run, rate_label, run_name, safe_name
 from tui.core.errors import InputError
 from tui.core.events import EventBus
@@ -106,16 +105,6 @@ def worker_config(opts: BenchOptions, endpoint: str, model: str) -> dict[str, An
         "warmup": opts.warmup,
         "cpu": opts.worker_cpu,
     }
-
-
-def record_from_msg(msg: dict[str, Any]) -> RequestRecord:
-    return RequestRecord(
-        index=int(msg["i"]), start=float(msg["st"]), success=bool(msg["ok"]), ttft=float(msg.get("ttft") or 0.0),
-        latency=float(msg.get("lat") or 0.0), itl=unpack_floats(msg.get("itl") or ""),
-        prompt_tokens=int(msg.get("pt") or 0), output_tokens=msg.get("ct"), chunks=int(msg.get("ch") or 0),
-        error=str(msg.get("err") or ""), expected_input=int(msg.get("ei") or 0),
-        expected_output=int(msg.get("eo") or 0),
-    )
 
 
 def summary_header(opts: BenchOptions, target: BenchTarget, model: str) -> dict[str, Any]:
@@ -277,11 +266,12 @@ async def _drive_worker(config: dict[str, Any], writer: RunWriter, live: LiveWin
     async def pump() -> None:
         assert proc.stdout is not None
         async for raw in proc.stdout:
+            if raw.startswith(b'{"t":"r",'):
+                writer.add_wire(raw)  # journaled now, decoded when the run ends
+                continue
             msg = json.loads(raw)
             t = msg.get("t")
-            if t == "r":
-                writer.add(record_from_msg(msg))
-            elif t == "tick":
+            if t == "tick":
                 publish(live.update(msg))
             elif t == "phase" and msg.get("phase") == "warmup":
                 live.warmup_total = int(msg.get("n") or 0)

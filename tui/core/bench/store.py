@@ -9,14 +9,16 @@ What a run directory holds:
 - ``workload.json`` and ``plan.json`` (when a layout is known); ``logs/``: the servers' logs;
 - ``requests.parquet``: one row per finished request (send time, TTFT, every ITL gap, E2E, token counts, error).
 
-Records are written as they arrive: each one is appended to ``requests.jsonl`` (flushed at once) and every
-couple of seconds the new ones become a parquet part in ``requests/``. A clean end merges the parts into
+Records are written as they arrive: each one is appended to ``requests.jsonl`` (flushed at once, in the worker's
+compact form with the ITL list packed as base64 float64) and every
+few seconds the new ones become a parquet part in ``requests/``. A clean end merges the parts into
 ``requests.parquet``. A run that was killed keeps its journal and parts; ``load_run`` reads them and reports the
 run ``incomplete`` (its owner process is gone), with a summary computed from the requests that finished.
 """
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import json
 import math
@@ -33,6 +35,8 @@ from tui.core import paths
 from tui.core.bench.metrics import (
     DETAILED_KEYS,
     RequestRecord,
+    pack_floats,
+    record_from_wire,
     records_from_vllm_json,
     strip_detailed,
     summarize,
@@ -44,8 +48,8 @@ SUMMARY_FILE = "summary.json"
 REQUESTS_FILE = "requests.parquet"
 PARTS_DIR = "requests"
 JOURNAL_FILE = "requests.jsonl"
-FLUSH_EVERY_S = 2.0
-FLUSH_EVERY_N = 256
+FLUSH_EVERY_S = 5.0
+FLUSH_EVERY_N = 2048
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -115,6 +119,12 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def _to_wire(rec: RequestRecord) -> dict[str, Any]:
+    return {"i": rec.index, "st": rec.start, "ok": rec.success, "ttft": rec.ttft, "lat": rec.latency,
+            "itl": pack_floats(rec.itl), "pt": rec.prompt_tokens, "ct": rec.output_tokens, "ch": rec.chunks,
+            "err": rec.error, "ei": rec.expected_input, "eo": rec.expected_output}
+
+
 def records_frame(records: Sequence[RequestRecord]) -> Any:
     import polars as pl
 
@@ -168,38 +178,52 @@ class RunWriter:
         if plan is not None:
             _write_json(directory / "plan.json", plan)
         self.save_meta()
-        self._journal = open(directory / JOURNAL_FILE, "a", encoding="utf-8")  # noqa: SIM115 - closed in finish
-        self._pending: list[RequestRecord] = []
+        self._journal = open(directory / JOURNAL_FILE, "ab")  # noqa: SIM115 - closed in finish
+        self._raw: list[bytes] = []  # every record line, as received
+        self._records: list[RequestRecord] = []  # decoded so far
+        self._in_parts = 0  # records already written to parquet parts
         self._part = 0
         self._last_flush = time.monotonic()
-        self.records: list[RequestRecord] = []
 
     def save_meta(self) -> None:
         _write_json(self.dir / RUN_FILE, self.meta.to_dict())
 
-    def add(self, rec: RequestRecord) -> None:
-        self._journal.write(json.dumps(rec.to_dict(), separators=(",", ":")) + "\n")
+    def add_wire(self, line: bytes) -> None:
+        """Keep a finished request as the worker sent it: journaled at once, decoded later. While a run goes the
+        parent does as little as it can (it may share a core with the client or the server)."""
+        line = line.rstrip(b"\n")
+        self._journal.write(line + b"\n")
         self._journal.flush()
-        self.records.append(rec)
-        self._pending.append(rec)
-        if len(self._pending) >= FLUSH_EVERY_N or time.monotonic() - self._last_flush >= FLUSH_EVERY_S:
+        self._raw.append(line)
+        if (len(self._raw) - self._in_parts >= FLUSH_EVERY_N
+                or time.monotonic() - self._last_flush >= FLUSH_EVERY_S):
             self.flush_part()
 
+    def add(self, rec: RequestRecord) -> None:
+        self.add_wire(json.dumps(_to_wire(rec), separators=(",", ":")).encode())
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        for line in self._raw[len(self._records):]:
+            self._records.append(record_from_wire(json.loads(line)))
+        return self._records
+
     def flush_part(self) -> None:
+        """The records since the last part become one parquet part."""
         self._last_flush = time.monotonic()
-        if not self._pending:
+        new = self.records[self._in_parts:]
+        if not new:
             return
         self._part += 1
         path = self.dir / PARTS_DIR / f"part-{self._part:06d}.parquet"
         tmp = path.with_suffix(".tmp")
-        records_frame(self._pending).write_parquet(tmp)
+        records_frame(new).write_parquet(tmp)
         os.replace(tmp, path)
-        self._pending = []
+        self._in_parts += len(new)
 
     def finish(self, status: str, summary: dict[str, Any] | None, *, message: str = "") -> None:
         """Merge the parts into ``requests.parquet``, write the summary, record the status."""
         self._journal.close()
-        self._pending = []
         ordered = sorted(self.records, key=lambda r: r.index)
         tmp = self.dir / f".{REQUESTS_FILE}.tmp"
         records_frame(ordered).write_parquet(tmp)
@@ -259,10 +283,10 @@ def read_records(directory: Path) -> list[RequestRecord]:
             by_index[rec.index] = rec
     journal = directory / JOURNAL_FILE
     if journal.exists():
-        for line in journal.read_text(encoding="utf-8").splitlines():
+        for line in journal.read_bytes().splitlines():
             try:
-                rec = RequestRecord.from_dict(json.loads(line))
-            except (ValueError, KeyError, TypeError):
+                rec = record_from_wire(json.loads(line))
+            except (ValueError, KeyError, TypeError, binascii.Error):
                 continue  # a line cut short by the kill
             by_index.setdefault(rec.index, rec)
     return [by_index[k] for k in sorted(by_index)]
