@@ -1,0 +1,175 @@
+"""A ``vllm bench serve`` run against simulated servers, entirely in virtual time (pure, fast).
+
+What the real-time simulated server does step by step, this runs without clocks: the same schedulers and the same
+performance model, so its figures are the ones the simulated server paces its tokens by. Used by the calibration
+tests and ``benchmarks/sim_calibration.py``. Metrics follow ``vllm bench serve``'s definitions: TTFT from request
+start to first token, TPOT = (latency − TTFT) / (output tokens − 1), output throughput = output tokens / duration.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import statistics
+from dataclasses import dataclass, field
+
+from tui.core.gpuspecs import GpuSpec
+from tui.core.profiles import ModelProfile
+from tui.core.topology import Topology, parse_topology
+from tui.sim.perfmodel import BLOCK_SIZE, Hardware, ModelCost, batch_defaults, memory_plan
+from tui.sim.scheduler import EngineScheduler, SimRequest
+
+PROXY_LATENCY_S = 1e-3  # our proxy: P's response read, D's request sent
+STATS_WINDOW_S = 10.0  # vLLM's stats-line interval
+
+
+@dataclass
+class BenchResult:
+    topology: str
+    completed: int
+    duration: float
+    total_input: int
+    total_output: int
+    ttfts: list[float] = field(repr=False, default_factory=list)
+    tpots: list[float] = field(repr=False, default_factory=list)
+    itls: list[float] = field(repr=False, default_factory=list)
+    peak_prompt_throughput: float = 0.0  # best 10 s stats-line window, tokens/s
+    preemptions: int = 0
+
+    @property
+    def output_throughput(self) -> float:
+        return self.total_output / self.duration if self.duration > 0 else 0.0
+
+    @property
+    def mean_ttft_ms(self) -> float:
+        return 1000 * statistics.fmean(self.ttfts) if self.ttfts else 0.0
+
+    @property
+    def median_ttft_ms(self) -> float:
+        return 1000 * statistics.median(self.ttfts) if self.ttfts else 0.0
+
+    @property
+    def mean_tpot_ms(self) -> float:
+        return 1000 * statistics.fmean(self.tpots) if self.tpots else 0.0
+
+    @property
+    def median_itl_ms(self) -> float:
+        return 1000 * statistics.median(self.itls) if self.itls else 0.0
+
+
+@dataclass
+class _Engine:
+    sched: EngineScheduler
+    clock: float = 0.0
+    arrivals: list[tuple[float, int, SimRequest]] = field(default_factory=list)  # heap
+    prompt_windows: dict[int, int] = field(default_factory=dict)
+
+    def run(self, on_emit: dict[str, list[float]], on_finish: list[SimRequest]) -> None:
+        seq = 0
+        while True:
+            while self.arrivals and self.arrivals[0][0] <= self.clock:
+                self.sched.add(heapq.heappop(self.arrivals)[2])
+            if not self.sched.has_work():
+                if not self.arrivals:
+                    return
+                self.clock = self.arrivals[0][0]
+                continue
+            res = self.sched.step(self.clock)
+            if res is None:
+                ready = self.sched.next_ready_time()
+                nxt = [t for t in (ready, self.arrivals[0][0] if self.arrivals else None) if t is not None]
+                if not nxt:
+                    return
+                self.clock = max(self.clock, min(nxt))
+                continue
+            seq += 1
+            self.clock = res.end
+            if res.prefill_tokens:
+                w = int(res.start // STATS_WINDOW_S)
+                self.prompt_windows[w] = self.prompt_windows.get(w, 0) + res.prefill_tokens
+            for req in res.emitted:
+                on_emit.setdefault(req.rid, []).append(res.end)
+            on_finish.extend(res.finished)
+
+
+def _scheduler(profile: ModelProfile, hw: Hardware, tp: int, gmu: float, jit_stall_s: float) -> EngineScheduler:
+    mbt, mns = batch_defaults(hw.spec)
+    mem = memory_plan(profile, hw, tp=tp, gpu_memory_utilization=gmu, max_num_batched_tokens=mbt)
+    return EngineScheduler(ModelCost(profile, hw, tp), kv_tokens=mem.kv_tokens, max_num_seqs=mns,
+                           max_num_batched_tokens=mbt, state_tokens_per_seq=mem.state_tokens_per_seq,
+                           jit_stall_s=jit_stall_s)
+
+
+def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology, *, input_len: int,
+                   output_len: int, num_prompts: int = 128, gpu_memory_utilization: float | None = None,
+                   jit_stall_s: float = 0.0) -> BenchResult:
+    """All ``num_prompts`` requests sent at t=0 (``--request-rate inf``), ``--ignore-eos``."""
+    topo = parse_topology(topology) if isinstance(topology, str) else topology
+    hw = Hardware.for_gpu(gpu)
+    gmu = gpu_memory_utilization or profile.gpu_memory_utilization
+    emits: dict[str, list[float]] = {}
+    done: list[SimRequest] = []
+    windows: dict[int, int] = {}
+    preemptions = 0
+    reqs = [SimRequest(rid=str(i), prompt_len=input_len, max_tokens=output_len, arrival=0.0)
+            for i in range(num_prompts)]
+    if topo.kind in ("tp", "dp"):
+        engines = [_Engine(_scheduler(profile, hw, topo.tp, gmu, jit_stall_s)) for _ in range(topo.dp)]
+        for i, r in enumerate(reqs):
+            heapq.heappush(engines[i % len(engines)].arrivals, (0.0, i, r))
+        for e in engines:
+            e.run(emits, done)
+    else:
+        pre = [_Engine(_scheduler(profile, hw, topo.tp, gmu, jit_stall_s)) for _ in range(topo.prefill)]
+        dec = [_Engine(_scheduler(profile, hw, topo.tp, gmu, jit_stall_s)) for _ in range(topo.decode)]
+        p_reqs = [SimRequest(rid=r.rid, prompt_len=input_len, max_tokens=1, arrival=0.0) for r in reqs]
+        for i, r in enumerate(p_reqs):
+            heapq.heappush(pre[i % len(pre)].arrivals, (0.0, i, r))
+        p_done: list[SimRequest] = []
+        for e in pre:
+            e.run({}, p_done)
+            _merge(windows, e.prompt_windows)
+            preemptions += e.sched.num_preemptions
+        cost = dec[0].sched.cost
+        external = (input_len - 1) // BLOCK_SIZE * BLOCK_SIZE
+        for k, p in enumerate(sorted(p_done, key=lambda r: r.finished_at or 0.0)):
+            t = (p.finished_at or 0.0) + PROXY_LATENCY_S
+            d = SimRequest(rid=p.rid, prompt_len=input_len, max_tokens=output_len, arrival=t,
+                           external_tokens=external,
+                           transfer_time=cost.kv_transfer_time(cost.kv_transfer_bytes(external)))
+            heapq.heappush(dec[k % len(dec)].arrivals, (t, k, d))
+        engines = dec
+        for e in engines:
+            e.run(emits, done)
+    for e in engines:
+        _merge(windows, e.prompt_windows)
+        preemptions += e.sched.num_preemptions
+    return _metrics(topo.name, reqs, done, emits, windows, preemptions, input_len)
+
+
+def _merge(into: dict[int, int], other: dict[int, int]) -> None:
+    for k, v in other.items():
+        into[k] = into.get(k, 0) + v
+
+
+def _metrics(name: str, reqs: list[SimRequest], done: list[SimRequest], emits: dict[str, list[float]],
+             windows: dict[int, int], preemptions: int, input_len: int) -> BenchResult:
+    ttfts: list[float] = []
+    tpots: list[float] = []
+    itls: list[float] = []
+    total_out = 0
+    end = 0.0
+    for r in reqs:
+        times = emits.get(r.rid, [])
+        if not times:
+            continue
+        total_out += len(times)
+        ttfts.append(times[0])
+        end = max(end, times[-1])
+        if len(times) > 1:
+            tpots.append((times[-1] - times[0]) / (len(times) - 1))
+            itls.extend(b - a for a, b in itertools.pairwise(times))
+    peak = max(windows.values(), default=0) / STATS_WINDOW_S
+    return BenchResult(topology=name, completed=len(done), duration=end, total_input=input_len * len(ttfts),
+                       total_output=total_out, ttfts=ttfts, tpots=tpots, itls=itls, peak_prompt_throughput=peak,
+                       preemptions=preemptions)

@@ -1,0 +1,322 @@
+"""What one simulated ``vllm serve`` is: typed flags, the environment vLLM reads, the model and the GPUs.
+
+The model's facts come from ``DISAGG_SIM_PROFILE_JSON`` (a ``ModelProfile.to_dict()``), else a Qwen3-8B-shaped bf16
+default. The GPU type from ``DISAGG_SIM_GPU`` (else the simulated host's ``host.json``, else B200), the GPUs from
+``CUDA_VISIBLE_DEVICES`` as on a real host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tui.core.gpuspecs import PRESETS, GpuSpec
+from tui.core.profiles import ModelProfile, parse_model_profile
+from tui.sim.perfmodel import Hardware, MemoryPlan, batch_defaults, memory_plan
+
+VLLM_VERSION = "0.24.0"
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+KV_ROLES = ("kv_producer", "kv_both", "kv_consumer")
+KV_TRANSFER_KEYS = ("kv_connector", "engine_id", "kv_buffer_device", "kv_buffer_size", "kv_role", "kv_rank",
+                    "kv_parallel_size", "kv_ip", "kv_port", "kv_connector_extra_config", "kv_connector_module_path",
+                    "enable_permute_local_kv", "kv_load_failure_policy")
+#: ``VLLM_*`` variables vLLM 0.24 defines (those the app or the fixtures use); any other one is warned about
+_KNOWN_VLLM_ENV = """
+VLLM_ENGINE_READY_TIMEOUT_S VLLM_ENGINE_ITERATION_TIMEOUT_S VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS
+VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS VLLM_RPC_BASE_PATH VLLM_HTTP_TIMEOUT_KEEP_ALIVE VLLM_KEEP_ALIVE_ON_ENGINE_DEATH
+VLLM_USE_FLASHINFER_SAMPLER VLLM_NIXL_SIDE_CHANNEL_HOST VLLM_NIXL_SIDE_CHANNEL_PORT VLLM_SSM_CONV_STATE_LAYOUT
+VLLM_KV_CACHE_LAYOUT VLLM_LOGGING_LEVEL VLLM_CONFIGURE_LOGGING VLLM_LOGGING_PREFIX VLLM_LOGGING_STREAM
+VLLM_LOGGING_CONFIG_PATH VLLM_LOGGING_COLOR VLLM_LOG_STATS_INTERVAL VLLM_DISABLE_LOG_LOGO VLLM_CACHE_ROOT
+VLLM_DISABLE_COMPILE_CACHE VLLM_USE_AOT_COMPILE VLLM_USE_STANDALONE_COMPILE VLLM_COMPILE_CACHE_SAVE_FORMAT
+VLLM_USE_V2_MODEL_RUNNER VLLM_API_KEY VLLM_SERVER_DEV_MODE VLLM_ALLOW_RUNTIME_LORA_UPDATING VLLM_HOST_IP VLLM_PORT
+VLLM_LOOPBACK_IP VLLM_WORKER_MULTIPROC_METHOD VLLM_DISABLE_REQUEST_ID_RANDOMIZATION
+VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS VLLM_NO_USAGE_STATS VLLM_DO_NOT_TRACK VLLM_USAGE_STATS_SERVER
+VLLM_ALLOW_LONG_MAX_MODEL_LEN VLLM_TARGET_DEVICE VLLM_MAIN_CUDA_VERSION VLLM_USE_PRECOMPILED VLLM_CONFIG_ROOT
+VLLM_ASSETS_CACHE VLLM_IMAGE_FETCH_TIMEOUT VLLM_VIDEO_FETCH_TIMEOUT VLLM_AUDIO_FETCH_TIMEOUT
+VLLM_MEDIA_LOADING_THREAD_COUNT
+VLLM_MAX_AUDIO_CLIP_FILESIZE_MB VLLM_XLA_CACHE_PATH VLLM_FUSED_MOE_CHUNK_SIZE VLLM_USE_RAY_SPMD_WORKER
+VLLM_USE_RAY_COMPILED_DAG VLLM_TRACE_FUNCTION VLLM_USE_TRITON_FLASH_ATTN VLLM_FLASH_ATTN_VERSION VLLM_USE_DEEP_GEMM
+VLLM_USE_FLASHINFER_MOE_FP8 VLLM_USE_FLASHINFER_MOE_FP4 VLLM_USE_FLASHINFER_MOE_FP16 VLLM_FLASHINFER_MOE_BACKEND
+VLLM_MOE_DP_CHUNK_SIZE VLLM_ENABLE_V1_MULTIPROCESSING VLLM_ALL2ALL_BACKEND VLLM_TORCH_PROFILER_DIR VLLM_SKIP_P2P_CHECK
+VLLM_ALLOW_INSECURE_SERIALIZATION VLLM_NCCL_SO_PATH VLLM_PP_LAYER_PARTITION VLLM_CPU_KVCACHE_SPACE
+VLLM_DP_RANK VLLM_DP_RANK_LOCAL VLLM_DP_SIZE VLLM_DP_MASTER_IP VLLM_DP_MASTER_PORT VLLM_MARLIN_USE_ATOMIC_ADD
+VLLM_MXFP4_USE_MARLIN VLLM_TUNED_CONFIG_FOLDER VLLM_DEBUG_LOG_API_SERVER_RESPONSE VLLM_COMPUTE_NANS_IN_LOGITS
+VLLM_SLEEP_WHEN_IDLE VLLM_GPU_MEMORY_UTILIZATION VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE
+"""
+KNOWN_VLLM_ENV = frozenset(_KNOWN_VLLM_ENV.split())
+REMOVED_VLLM_ENV = ("VLLM_ATTENTION_BACKEND",)
+
+#: the fallback model: Qwen3-8B-shaped, bf16, random weights (what the real H200 captures served)
+DEFAULT_PROFILE: dict[str, Any] = {
+    "id": "dummy-qwen3-8b", "title": "Qwen3-8B-shaped default", "model": "/tmp/model",
+    "architecture": {"family": "dense", "attention": "full", "params_b": 8.19, "layers": 36, "hidden_size": 4096,
+                     "num_attention_heads": 32, "num_kv_heads": 8, "head_dim": 128, "intermediate_size": 12288,
+                     "vocab_size": 151936},
+    "quantization": "bf16", "kv_cache_dtype": "auto", "weights_gib": 15.27,
+    "vllm": {"gpu_memory_utilization": 0.85, "max_model_len": 16384, "load_format": "dummy"},
+}
+
+
+class ConfigError(Exception):
+    """A configuration vLLM rejects before starting (argparse-style message, exit 2)."""
+
+
+@dataclass(frozen=True)
+class KvTransfer:
+    connector: str
+    role: str
+    engine_id: str
+    extra: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_nixl(self) -> bool:
+        return self.connector in ("NixlConnector", "NixlPullConnector", "NixlPushConnector")
+
+    @property
+    def lease_s(self) -> float:
+        return float(self.extra.get("kv_lease_duration", 30))
+
+    def describe(self) -> str:
+        return (f"KVTransferConfig(kv_connector={self.connector!r}, engine_id={self.engine_id!r}, "
+                f"kv_buffer_device='cuda', kv_buffer_size=1000000000.0, kv_role={self.role!r}, kv_rank=None, "
+                f"kv_parallel_size=1, kv_ip='127.0.0.1', kv_port=14579, kv_connector_extra_config={self.extra!r}, "
+                f"kv_connector_module_path=None, enable_permute_local_kv=False, kv_load_failure_policy="
+                f"{self.raw.get('kv_load_failure_policy', 'fail')!r})")
+
+
+@dataclass(frozen=True)
+class SimEnv:
+    flashinfer_sampler: bool
+    ready_timeout_s: float
+    side_channel_host: str
+    side_channel_port: int
+    ssm_layout: str | None
+    stats_interval_s: float
+    keep_alive_on_death: bool
+    unknown_env: tuple[str, ...]
+    disable_logo: bool
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    model: str
+    served_name: str
+    served_names: tuple[str, ...]
+    api_keys: tuple[str, ...]
+    host: str | None
+    port: int
+    tp: int
+    dp: int
+    api_server_count: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enforce_eager: bool
+    attention_backend: str | None
+    moe_backend: str
+    load_format: str
+    trust_remote_code: bool
+    enable_prefix_caching: bool
+    disable_log_stats: bool
+    access_log: bool
+    uvicorn_log_level: str
+    server_load_tracking: bool
+    kv_transfer: KvTransfer | None
+    non_default: dict[str, Any]
+    env: SimEnv
+    profile: ModelProfile
+    gpu: GpuSpec
+    gpu_ids: tuple[int, ...]  # simulated GPUs this server may use (CUDA_VISIBLE_DEVICES)
+    gpu_count: int
+    faults: frozenset[str]
+    startup_s: float  # 0 = real time
+    clock: float
+    state_dir: Path | None
+    server_name: str
+    vllm_env: dict[str, str]
+
+    @property
+    def hardware(self) -> Hardware:
+        return Hardware.for_gpu(self.gpu)
+
+    def memory(self, gpu_memory_utilization: float | None = None) -> MemoryPlan:
+        return memory_plan(self.profile, self.hardware, tp=self.tp,
+                           gpu_memory_utilization=gpu_memory_utilization or self.gpu_memory_utilization,
+                           max_num_batched_tokens=self.max_num_batched_tokens, enforce_eager=self.enforce_eager)
+
+    @property
+    def host_label(self) -> str:
+        return self.host or "0.0.0.0"
+
+    @property
+    def uses_flashinfer_attention(self) -> bool:
+        if self.attention_backend is not None:
+            return self.attention_backend.upper() in ("FLASHINFER", "FLASHINFER_MLA")
+        return self.gpu.compute_capability >= 10.0
+
+    def engine_gpus(self, dp_rank: int) -> tuple[int, ...]:
+        start = dp_rank * self.tp
+        return self.gpu_ids[start:start + self.tp]
+
+
+def _int(ns: Any, dest: str, default: int) -> int:
+    v = getattr(ns, dest, None)
+    return default if v is None else int(v)
+
+
+def parse_max_model_len(text: str) -> int:
+    t = text.strip().lower()
+    if t.endswith("k"):
+        return int(float(t[:-1]) * 1000)
+    if t.endswith("m"):
+        return int(float(t[:-1]) * 1_000_000)
+    return int(t)
+
+
+def _kv_transfer(text: str | None, dp: int) -> KvTransfer | None:
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"argument --kv-transfer-config: Invalid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("argument --kv-transfer-config: Input should be a valid dictionary")
+    for key in data:
+        if key not in KV_TRANSFER_KEYS:
+            raise ConfigError(f"argument --kv-transfer-config: 1 validation error for KVTransferConfig\n{key}\n"
+                              f"  Unexpected keyword argument [type=unexpected_keyword_argument, "
+                              f"input_value={data[key]!r}, input_type={type(data[key]).__name__}]")
+    role = data.get("kv_role")
+    connector = data.get("kv_connector")
+    if role is not None and role not in KV_ROLES:
+        raise ConfigError(f"argument --kv-transfer-config: 1 validation error for KVTransferConfig\nkv_role\n"
+                          f"  Input should be 'kv_producer', 'kv_both' or 'kv_consumer' [type=literal_error, "
+                          f"input_value={role!r}, input_type=str]")
+    if connector and role is None:
+        raise ConfigError("Please specify kv_role when kv_connector is set, supported roles are "
+                          "('kv_producer', 'kv_consumer', 'kv_both')")
+    if not connector:
+        return None
+    return KvTransfer(connector=str(connector), role=str(role), engine_id=str(data.get("engine_id") or uuid.uuid4()),
+                      extra=dict(data.get("kv_connector_extra_config") or {}), raw=data)
+
+
+def _non_default(ns: Any, order: list[str], typed: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if ns.model_tag:
+        out["model_tag"] = ns.model_tag
+    skip = {"port": 8000, "tensor_parallel_size": 1, "data_parallel_size": 1, "load_format": "auto",
+            "gpu_memory_utilization": 0.92}
+    for dest in order:
+        value = typed.get(dest, getattr(ns, dest, None))
+        if dest == "model" and value is None and ns.model_tag:
+            value = ns.model_tag
+        if value is None or skip.get(dest, object()) == value:
+            continue
+        out[dest] = value
+    return out
+
+
+def load_profile(env: dict[str, str]) -> ModelProfile:
+    raw = env.get("DISAGG_SIM_PROFILE_JSON")
+    data = json.loads(raw) if raw else DEFAULT_PROFILE
+    return parse_model_profile(data, "DISAGG_SIM_PROFILE_JSON" if raw else "default profile")
+
+
+def _gpu(env: dict[str, str], state_dir: Path | None) -> tuple[GpuSpec, int]:
+    key = env.get("DISAGG_SIM_GPU")
+    count = env.get("DISAGG_SIM_GPUS")
+    if (not key or not count) and state_dir is not None:
+        try:
+            host = json.loads((state_dir / "simgpu" / "host.json").read_text(encoding="utf-8"))
+            key = key or str(host.get("gpu"))
+            count = count or str(host.get("count"))
+        except (OSError, ValueError):
+            pass
+    spec = PRESETS.get((key or "b200").lower(), PRESETS["b200"])
+    return spec, int(count or 2)
+
+
+def _visible(env: dict[str, str], count: int) -> tuple[int, ...]:
+    text = env.get("CUDA_VISIBLE_DEVICES")
+    if text is None:
+        return tuple(range(count))
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if part.isdigit() and int(part) < count:
+            out.append(int(part))
+        elif part:
+            break  # CUDA stops at the first invalid entry
+    return tuple(out)
+
+
+def build(ns: Any, order: list[str], env: dict[str, str]) -> ServeConfig:
+    profile = load_profile(env)
+    state = env.get("DISAGG_SIM_STATE_DIR")
+    state_dir = Path(state) if state else None
+    spec, count = _gpu(env, state_dir)
+    mbt_default, mns_default = batch_defaults(spec)
+    tp = _int(ns, "tensor_parallel_size", 1)
+    dp = _int(ns, "data_parallel_size", 1)
+    model = ns.model_tag or ns.model or DEFAULT_MODEL
+    served = ns.served_model_name[0] if ns.served_model_name else model
+    gmu = float(ns.gpu_memory_utilization) if ns.gpu_memory_utilization is not None else 0.92
+    mml = parse_max_model_len(ns.max_model_len) if ns.max_model_len else profile.max_model_len
+    kv = _kv_transfer(ns.kv_transfer_config, dp)
+    typed: dict[str, Any] = {"port": _int(ns, "port", 8000), "tensor_parallel_size": tp,
+                             "data_parallel_size": dp, "gpu_memory_utilization": gmu,
+                             "max_model_len": int(mml) if ns.max_model_len else None,
+                             "model": model if ns.model or ns.model_tag else None}
+    for dest in ("max_num_seqs", "max_num_batched_tokens", "api_server_count", "seed", "block_size"):
+        if getattr(ns, dest, None) is not None:
+            typed[dest] = int(getattr(ns, dest))
+    if kv is not None:
+        typed["kv_transfer_config"] = kv
+    non_default = _non_default(ns, order, typed)
+    if kv is not None:
+        non_default["kv_transfer_config"] = kv.describe()
+    asc = _int(ns, "api_server_count", dp)
+    unknown = tuple(sorted(k for k in env if k.startswith("VLLM_") and (k not in KNOWN_VLLM_ENV
+                                                                         or k in REMOVED_VLLM_ENV)))
+    sim_env = SimEnv(
+        flashinfer_sampler=env.get("VLLM_USE_FLASHINFER_SAMPLER", "1").strip().lower() not in ("0", "false"),
+        ready_timeout_s=float(env.get("VLLM_ENGINE_READY_TIMEOUT_S", "600") or 600),
+        side_channel_host=env.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost"),
+        side_channel_port=int(env.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600") or 5600),
+        ssm_layout=(env.get("VLLM_SSM_CONV_STATE_LAYOUT") or None),
+        stats_interval_s=float(env.get("VLLM_LOG_STATS_INTERVAL", "10") or 10),
+        keep_alive_on_death=env.get("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "0") not in ("0", ""),
+        unknown_env=unknown,
+        disable_logo=env.get("VLLM_DISABLE_LOG_LOGO", "0") not in ("0", ""),
+    )
+    faults = frozenset(f.strip() for f in env.get("DISAGG_SIM_FAULTS", "").split(",") if f.strip())
+    return ServeConfig(
+        model=model, served_name=served, served_names=tuple(ns.served_model_name or (model,)),
+        api_keys=tuple(ns.api_key or ([env["VLLM_API_KEY"]] if env.get("VLLM_API_KEY") else [])), host=ns.host,
+        port=typed["port"], tp=tp, dp=dp, api_server_count=asc,
+        gpu_memory_utilization=gmu, max_model_len=int(mml),
+        max_num_seqs=_int(ns, "max_num_seqs", mns_default),
+        max_num_batched_tokens=_int(ns, "max_num_batched_tokens", mbt_default),
+        enforce_eager=bool(ns.enforce_eager), attention_backend=ns.attention_backend,
+        moe_backend=(ns.moe_backend or "auto").lower(), load_format=ns.load_format or "auto",
+        trust_remote_code=bool(ns.trust_remote_code),
+        enable_prefix_caching=ns.enable_prefix_caching is not False, disable_log_stats=bool(ns.disable_log_stats),
+        access_log=not ns.disable_uvicorn_access_log, uvicorn_log_level=(ns.uvicorn_log_level or "info"),
+        server_load_tracking=bool(ns.enable_server_load_tracking), kv_transfer=kv, non_default=non_default,
+        env=sim_env, profile=profile, gpu=spec, gpu_ids=_visible(env, count), gpu_count=count, faults=faults,
+        startup_s=float(env.get("DISAGG_SIM_STARTUP_S", "4") or 0), clock=float(env.get("DISAGG_SIM_CLOCK", "1") or 1),
+        state_dir=state_dir, server_name=env.get("DISAGG_SIM_SERVER_NAME", "server"),
+        vllm_env={k: v for k, v in env.items() if k.startswith("VLLM_")},
+    )
+
+
+def from_environment(ns: Any, order: list[str]) -> ServeConfig:
+    return build(ns, order, dict(os.environ))

@@ -1,0 +1,253 @@
+"""The simulated GPU's performance model: how long one engine step takes, in seconds of virtual time (pure).
+
+One step of vLLM's continuous batching runs a batch of decode tokens (one per running sequence) and prefill chunks
+(``max_num_batched_tokens`` in all) through the model once. Its time on every GPU of a tensor-parallel group is
+
+    overhead + bytes / HBM bandwidth + FLOPs / compute rate + all-reduce time
+
+- **bytes**: the weights (MoE: the experts the step's tokens touch, all of them at large batch), the KV cache each
+  decode token attends to, the recurrent state of linear-attention (Mamba-style) layers, read and written once per
+  sequence. Weights and KV are split across the TP group.
+- **FLOPs**: 2 × active non-embedding parameters per token, the LM head for the sampled tokens only, and causal
+  attention over the context for prefill chunks. Not overlapped with the memory time: at vLLM's batch sizes decode
+  GEMMs stream weights and then compute, and the real H200 timings (below) fit a sum, not a max.
+- **all-reduce**: two per layer (attention and MLP outputs) of the step's activations, over NVLink, for TP > 1.
+- **overhead**: a fixed per-step cost (scheduling, sampling, launches) plus per-layer and per-sequence terms.
+
+Efficiency anchors: the measured H200 ceilings (4.3 TB/s device copy, 790 TFLOP/s bf16 matmul); other GPUs take
+their datasheet figures scaled by the same measured/datasheet ratios. Calibration (tests/test_sim_calibration.py)
+against the real H200 captures: ``SERVE_COMPUTE_EFF`` makes an 8192-token prefill chunk of the Qwen3-8B-shaped
+model take the ~0.23 s the real server's 35k prompt tokens/s imply; decode at 128 sequences then lands on the real
+13.75 ms TPOT with no further fitting. The quantised-GEMM speed-ups, the MoE and linear-attention terms are
+calibrated in shape against the seed's 2×B200 table (../shared/DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tui.core.gpuspecs import GpuSpec
+from tui.core.profiles import ModelProfile
+
+GIB = float(2**30)
+BLOCK_SIZE = 16
+
+# measured on a real H200 (DESIGN.md): used as efficiency anchors for every GPU
+H200_MEASURED_BW_RATIO = 4.3 / 4.8  # device-to-device copy / datasheet HBM bandwidth
+H200_MEASURED_FLOPS_RATIO = 790.0 / 990.0  # 8192^3 bf16 matmul / datasheet dense bf16
+#: share of the matmul ceiling a whole vLLM forward pass reaches (norms, activations, rotary, attention glue)
+SERVE_COMPUTE_EFF = 0.75
+#: effective GEMM speed-up over bf16 that vLLM 0.24 reaches with quantised weights (activation quantisation and
+#: scale handling eat part of the datasheet's 2× / 4×)
+QUANT_GEMM_SPEEDUP = {"bf16": 1.0, "fp16": 1.0, "fp8": 1.6, "nvfp4": 2.4, "int4": 1.0, "awq": 1.0, "gptq": 1.0}
+#: grouped expert GEMMs (routing, permute/unpermute, many small GEMMs) reach this share of the dense rate
+MOE_GEMM_EFF = 0.15
+#: how much of the shorter of (weight streaming, GEMM compute) does not hide behind the longer one
+GEMM_OVERLAP_REST = 0.5
+#: attention kernels at head_dim 256 run at this share of the head_dim-128 rate (FA3 / FlashInfer tiles)
+ATTN_EFF = {64: 1.0, 128: 1.0, 256: 0.55}
+NVLINK_EFF = 0.7  # share of the per-direction NVLink bandwidth a transfer or ring all-reduce reaches
+ALLREDUCE_LATENCY_S = 8e-6  # vLLM custom all-reduce, small messages, one NVLink hop
+STEP_OVERHEAD_S = 0.3e-3  # scheduler, input preparation, sampling launch, output processing
+LAYER_OVERHEAD_S = 6e-6  # per layer per step: kernel launch and tail latency inside the CUDA graph
+#: per linear-attention layer per step: conv1d update, gating, recurrent-update and gated-norm kernels
+LINEAR_LAYER_OVERHEAD_S = 60e-6
+SEQ_OVERHEAD_S = 3e-6  # per sequence per step: sampling, detokenisation, bookkeeping
+NIXL_SETUP_S = 2e-3  # per KV transfer: descriptor preparation and notification
+#: state of one linear-attention layer for one sequence, in bytes per unit of hidden size (Gated-DeltaNet-style:
+#: value heads × key dim × value dim ≈ hidden × 128 elements in bf16)
+LINEAR_STATE_BYTES_PER_HIDDEN = 128 * 2
+#: torch.cuda's total memory is this much below what NVML reports (the real H200: 143771 MiB vs 139.8 GiB)
+TORCH_RESERVED_MIB = 616
+CUDA_CONTEXT_GIB = 2.3  # what nvidia-smi shows on top of the gpu_memory_utilization budget (real H200: +2.3 GiB)
+NON_TORCH_GIB = 0.135  # non-torch allocations counted inside the budget (NCCL, cuBLAS workspaces)
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """Effective rates of one simulated GPU."""
+
+    spec: GpuSpec
+    hbm_bw: float  # bytes/s
+    bf16_flops: float  # FLOP/s a vLLM forward reaches with bf16 GEMMs
+    nvlink_bw: float  # bytes/s, one direction, effective
+
+    @classmethod
+    def for_gpu(cls, spec: GpuSpec) -> Hardware:
+        bw = spec.measured_hbm_bandwidth or spec.hbm_bandwidth * H200_MEASURED_BW_RATIO
+        peak = spec.measured_bf16_flops or spec.flops["bf16"] * H200_MEASURED_FLOPS_RATIO
+        return cls(spec=spec, hbm_bw=bw, bf16_flops=peak * SERVE_COMPUTE_EFF,
+                   nvlink_bw=spec.nvlink_bandwidth * NVLINK_EFF)
+
+    @property
+    def torch_total_gib(self) -> float:
+        return (self.spec.memory_total_mib - TORCH_RESERVED_MIB) / 1024.0
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A prefill chunk in a step: ``tokens`` prompt tokens starting at position ``start``."""
+
+    tokens: int
+    start: int
+    samples: bool  # the chunk finishes the prompt, so the step samples a token for it
+
+
+class ModelCost:
+    """Step times of one model on one GPU type with a given TP degree (every rank runs the same step)."""
+
+    def __init__(self, profile: ModelProfile, hw: Hardware, tp: int = 1) -> None:
+        self.profile = profile
+        self.hw = hw
+        self.tp = max(1, tp)
+        s = profile.shape
+        self.layers = s.layers
+        self.full_layers = s.full_attention_layers
+        self.linear_layers = s.layers - s.full_attention_layers
+        self.hidden = s.hidden_size
+        weights_bytes = profile.weights_gib * GIB
+        params = profile.params_b * 1e9
+        bpp = weights_bytes / params  # bytes per parameter, averaged over the checkpoint
+        embed = float(s.vocab_size * s.hidden_size)
+        untied = 2 * embed < 0.5 * profile.active_params_b * 1e9
+        self.body_active = profile.active_params_b * 1e9 - (2 * embed if untied else embed)
+        self.body_total = params - (2 * embed if untied else embed)
+        # weights read per step, per GPU (the embedding table is gathered, not streamed)
+        read = weights_bytes - embed * bpp
+        self.experts = s.num_experts
+        self.top_k = s.experts_per_token
+        if profile.is_moe and self.experts > self.top_k > 0:
+            per_expert = (self.body_total - self.body_active) / (self.experts - self.top_k)
+            self.expert_active = per_expert * self.top_k
+            expert_bytes = per_expert * self.experts * bpp
+        else:
+            self.expert_active = 0.0
+            expert_bytes = 0.0
+        self.dense_read = (read - expert_bytes) / self.tp
+        self.expert_read = expert_bytes / self.tp
+        self.lm_head_flops = 2.0 * embed / self.tp
+        speedup = QUANT_GEMM_SPEEDUP.get(profile.quantization, 1.0)
+        self.gemm_flops = hw.bf16_flops * speedup
+        attn_eff = ATTN_EFF.get(s.head_dim, 1.0 if s.head_dim < 128 else 0.55)
+        self.attn_flops_rate = hw.bf16_flops * attn_eff
+        # causal attention FLOPs per (query token × context token): QK^T and PV, 2 FLOPs per MAC
+        self.attn_coeff = 4.0 * self.full_layers * s.num_attention_heads * s.head_dim / self.tp
+        kv_heads_per_gpu = max(1.0, s.num_kv_heads / self.tp)
+        elem = 1.0 if profile.kv_cache_dtype == "fp8" else 2.0
+        self.kv_bytes_per_token = 2.0 * self.full_layers * kv_heads_per_gpu * s.head_dim * elem
+        self.state_bytes_per_seq = float(self.linear_layers * s.hidden_size * LINEAR_STATE_BYTES_PER_HIDDEN) / self.tp
+        self.overhead_fixed = (STEP_OVERHEAD_S + self.layers * LAYER_OVERHEAD_S
+                               + self.linear_layers * LINEAR_LAYER_OVERHEAD_S)
+
+    # --- pieces ---------------------------------------------------------------------------------------------
+    def weight_bytes(self, tokens: int) -> float:
+        if self.expert_read <= 0 or tokens <= 0:
+            return self.dense_read + (self.expert_read if tokens > 0 else 0.0)
+        touched = 1.0 - (1.0 - self.top_k / self.experts) ** tokens
+        return self.dense_read + self.expert_read * touched
+
+    def gemm_time(self, tokens: int, sampled: int) -> float:
+        dense = (self.body_active - self.expert_active) / self.tp * 2.0 * tokens
+        expert = self.expert_active / self.tp * 2.0 * tokens
+        t = dense / self.gemm_flops + expert / (self.gemm_flops * MOE_GEMM_EFF)
+        return t + sampled * self.lm_head_flops / self.gemm_flops
+
+    def allreduce_time(self, tokens: int) -> float:
+        if self.tp <= 1 or tokens <= 0:
+            return 0.0
+        size = tokens * self.hidden * 2.0
+        one = ALLREDUCE_LATENCY_S + 2.0 * (self.tp - 1) / self.tp * size / self.hw.nvlink_bw
+        return 2.0 * self.layers * one
+
+    # --- a whole step ---------------------------------------------------------------------------------------
+    def step_time(self, decode_seqs: int, decode_ctx: int, chunks: list[Chunk] | tuple[Chunk, ...] = ()) -> float:
+        """One engine step: ``decode_seqs`` sequences decoding one token over ``decode_ctx`` context tokens in all,
+        plus prefill ``chunks``."""
+        return self.step(decode_seqs, decode_ctx, chunks)[0]
+
+    def step(self, decode_seqs: int, decode_ctx: int, chunks: list[Chunk] | tuple[Chunk, ...] = ()
+             ) -> tuple[float, float]:
+        """(step time, the part of it spent streaming memory): the second is what the simulated NVML reports as
+        memory utilisation."""
+        prefill = 0
+        attn = 0.0
+        kv = float(decode_ctx) * self.kv_bytes_per_token
+        sampled = decode_seqs
+        for c in chunks:
+            prefill += c.tokens
+            attn += self.attn_coeff * c.tokens * (c.start + c.tokens / 2.0)
+            kv += (c.start + c.tokens) * self.kv_bytes_per_token  # read the earlier context, write the new KV
+            sampled += 1 if c.samples else 0
+        tokens = decode_seqs + prefill
+        if tokens == 0:
+            return 0.0, 0.0
+        seqs = decode_seqs + len(chunks)
+        attn += self.attn_coeff * decode_ctx
+        weights = self.weight_bytes(tokens) / self.hw.hbm_bw
+        gemm = self.gemm_time(tokens, sampled)
+        # GEMMs stream their weights while computing: the shorter of the two hides behind the longer, in part
+        linear = max(weights, gemm) + GEMM_OVERLAP_REST * min(weights, gemm)
+        # attention: decode queries stream KV while prefill queries compute, in the same varlen kernels
+        kv_time = kv / self.hw.hbm_bw
+        attn_time = attn / self.attn_flops_rate
+        state_time = seqs * 2.0 * self.state_bytes_per_seq / self.hw.hbm_bw
+        other = max(kv_time, attn_time) + GEMM_OVERLAP_REST * min(kv_time, attn_time) + state_time
+        overhead = self.overhead_fixed + seqs * SEQ_OVERHEAD_S
+        total = overhead + linear + other + self.allreduce_time(tokens)
+        return total, min(total, weights + kv_time + state_time)
+
+    # --- KV transfer (P/D) ----------------------------------------------------------------------------------
+    def kv_transfer_bytes(self, tokens: int) -> int:
+        """Bytes a decode instance pulls for ``tokens`` prompt tokens (all ranks together)."""
+        return int(tokens * self.kv_bytes_per_token * self.tp + self.state_bytes_per_seq * self.tp)
+
+    def kv_transfer_time(self, nbytes: int, *, same_gpu: bool = False) -> float:
+        bw = self.hw.hbm_bw / 2.0 if same_gpu else self.hw.nvlink_bw * self.tp
+        return NIXL_SETUP_S + nbytes / bw
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """Where one GPU's gpu_memory_utilization budget goes, in GiB (per GPU of a TP group), and the KV capacity."""
+
+    total_gib: float  # torch's view of the GPU
+    budget_gib: float
+    weights_gib: float
+    activation_gib: float
+    graphs_gib: float
+    non_torch_gib: float
+    kv_gib: float
+    kv_tokens: int  # tokens, a multiple of the block size (0 if kv_gib <= 0)
+    state_tokens_per_seq: int  # KV-token equivalents one sequence's linear-attention state occupies
+
+    @property
+    def claim_gib(self) -> float:
+        """What nvidia-smi shows for the engine once started."""
+        return self.budget_gib + CUDA_CONTEXT_GIB
+
+
+def memory_plan(profile: ModelProfile, hw: Hardware, *, tp: int, gpu_memory_utilization: float,
+                max_num_batched_tokens: int, enforce_eager: bool = False) -> MemoryPlan:
+    cost = ModelCost(profile, hw, tp)
+    total = hw.torch_total_gib
+    budget = gpu_memory_utilization * total
+    weights = profile.weights_gib / max(1, tp)
+    s = profile.shape
+    act_width = 2 * s.intermediate_size * (s.experts_per_token if profile.is_moe else 1)
+    activation = max_num_batched_tokens * act_width * 2.0 / max(1, tp) / GIB
+    graphs = 0.0 if enforce_eager else 0.5 + 0.5 * s.layers / 36.0
+    kv = budget - weights - activation - graphs - NON_TORCH_GIB
+    per_token = cost.kv_bytes_per_token
+    tokens = int(kv * GIB / per_token) // BLOCK_SIZE * BLOCK_SIZE if kv > 0 else 0
+    state = math.ceil(cost.state_bytes_per_seq / per_token) if cost.state_bytes_per_seq else 0
+    return MemoryPlan(total_gib=total, budget_gib=budget, weights_gib=weights, activation_gib=activation,
+                      graphs_gib=graphs, non_torch_gib=NON_TORCH_GIB, kv_gib=kv, kv_tokens=tokens,
+                      state_tokens_per_seq=state)
+
+
+def batch_defaults(spec: GpuSpec) -> tuple[int, int]:
+    """vLLM's (max_num_batched_tokens, max_num_seqs) defaults for the API server: 8192/1024 on GPUs of ≥70 GiB."""
+    if spec.memory_total_mib / 1024 >= 70 and "A100" not in spec.name:
+        return 8192, 1024
+    return 2048, 256
