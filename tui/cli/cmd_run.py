@@ -126,6 +126,8 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
               f": {o.message}" for o in result.failed]
     rec = rec_mod.recommend(cells, workloads, gpus=gpus, slo=result.spec.goodput or None,
                             repeats=result.spec.repeat, failed=failed)
+    if rec.slo_derived:  # the goodput column under the SLO the recommendation used
+        cells = table.build_cells(runs, slo_by_workload=rec.slo)
     if args.json:
         rows = table.cell_rows(cells)
         for o in result.failed:
@@ -138,6 +140,9 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
     else:
         if cells:
             ctx.print(table.render_text(table.comparison_frame(cells)))
+            if rec.slo_derived:
+                ctx.print("goodput under the derived SLO: " + "; ".join(
+                    f"{w}: " + ", ".join(f"{k} ≤ {v:g} ms" for k, v in slo.items()) for w, slo in rec.slo.items()))
             ctx.print()
         ctx.print(rec_mod.render(rec))
         print(f"results: {result.directory}", file=ctx.err)

@@ -124,6 +124,8 @@ class LoadGenerator:
         self.dispatch_times: list[float] = []
         self.t0 = 0.0
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.hold = False  # wait for go() between warm-up and the run
+        self.go = asyncio.Event()
 
     # --- running ------------------------------------------------------------------------------------------
 
@@ -134,6 +136,12 @@ class LoadGenerator:
             warm = await self._warmup()
             if warm is not None:
                 return warm
+            if self.hold:
+                # the parent reads the servers' counters, logs and energy now, between warm-up and run
+                self.sink({"t": "hold"})
+                await self.go.wait()
+                if self._stopped():
+                    return self._final(0.0, aborted=True)
             return await self._main()
         finally:
             ticker.cancel()
@@ -148,6 +156,7 @@ class LoadGenerator:
     def stop(self) -> None:
         """Stop sending; requests in flight are abandoned (their records are not written)."""
         self.stop_requested = True
+        self.go.set()
         for t in list(self._tasks):
             t.cancel()
 

@@ -173,16 +173,24 @@ def _kv_line(cells: Sequence[Cell], workload: str) -> str:
         best_tpot = min(col, key=lambda c: c.value("mean_tpot_ms") or math.inf)
         tp = best_tpot.value("mean_tpot_ms")
         if tpot_d and tp:
-            parts.append(f"mean TPOT {tpot_d:.1f} ms vs {tp:.1f} ms for {best_tpot.topology} "
-                         f"({tp / tpot_d:.1f}× {'lower' if tpot_d < tp else 'higher'} "
-                         f"{'— what disaggregation saves' if tpot_d < tp else '— the transfer does not pay here'})")
+            ratio = tp / tpot_d
+            how = f"{ratio:.1f}× lower" if ratio >= 1.5 else f"{(tpot_d - tp) / tp:+.0%}"
+            verdict = "what disaggregation saves" if tpot_d < tp else "the transfer does not pay here"
+            parts.append(f"mean TPOT {tpot_d:.1f} ms vs {tp:.1f} ms for {best_tpot.topology} ({how}: {verdict})")
     return "; ".join(parts) if parts else f"{d.topology} measured, without KV-transfer counters"
 
 
-def _driver(objective: str, winner: str, ratio: float) -> tuple[str, str]:
+def _driver(objective: str, winner: str, ratio: float, *, tps_winner: str | None = None,
+            tpot_winner: str | None = None) -> tuple[str, str]:
     dis = is_disaggregated(winner)
     if objective == "max_goodput":
-        return FACTORS[1], "the SLO decides which layout's latency is good enough"
+        if winner == tpot_winner and winner != tps_winner:
+            return FACTORS[1], (f"the SLO is tight: {winner}'s evener decode keeps more requests within it than "
+                                f"{tps_winner}'s higher throughput does")
+        if winner == tps_winner:
+            return FACTORS[1], "the SLO is loose enough that the layout serving the most requests also serves " \
+                               "the most within it"
+        return FACTORS[1], "neither the fastest nor the evenest layout: the SLO's mix of limits decides"
     if objective == "min_tpot":
         if dis and ratio >= 1:
             return FACTORS[0], ("prefill-heavy traffic: colocated decode is interrupted by every prefill, "
@@ -245,10 +253,12 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
                         if gpus is not None and gpus <= 8 else ""))
         lines.append(f"{FACTORS[3]}: {_kv_line(cells, w)}")
         rec.factors[w] = lines
+        tpot_v = next(v for v in rec.objectives["min_tpot"] if v.workload == w)
         for vs in rec.objectives.values():
             for v in vs:
                 if v.workload == w and v.winner:
-                    v.driver, v.why = _driver(v.objective, v.winner, ratio)
+                    v.driver, v.why = _driver(v.objective, v.winner, ratio, tps_winner=tps_v.winner,
+                                              tpot_winner=tpot_v.winner)
     for objective, vs in rec.objectives.items():
         winners = {v.winner for v in vs if v.winner}
         if not winners:

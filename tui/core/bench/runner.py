@@ -12,7 +12,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,9 +168,14 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
                                                   "prompts_file": opts.prompts_file},
                        plan=target.plan if target.plan is not None else (target.layout.plan if target.layout else None))
     decode_urls = target.decode_urls()
-    kv_before = await serverside.scrape_sources(decode_urls) if decode_urls else {}
-    offsets = serverside.log_offsets(target.log_files())
-    energy_before = serverside.read_energy(target.energy)
+    before: dict[str, Any] = {"kv": {}, "offsets": {}, "energy": None}
+
+    async def at_start() -> None:
+        """Between warm-up and run: what the servers have counted so far, so warm-up traffic stays out."""
+        before["kv"] = await serverside.scrape_sources(decode_urls) if decode_urls else {}
+        before["offsets"] = serverside.log_offsets(target.log_files())
+        before["energy"] = serverside.read_energy(target.energy)
+
     live = LiveWindow(run_id=meta.id, total=w.num_prompts)
 
     def publish(tick: BenchTick) -> None:
@@ -180,7 +185,7 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
             on_tick(tick)
 
     config = worker_config(opts, target.endpoint, model)
-    result = await _drive_worker(config, writer, live, publish)
+    result = await _drive_worker(config, writer, live, publish, at_start)
     final, error, aborted = result.final, result.error, result.aborted
     records = writer.records
     summary: dict[str, Any] | None = None
@@ -206,19 +211,19 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
         flags.append("failed-requests")
     if status == "incomplete":
         flags.append("incomplete")
-    meta.triton_jit = serverside.jit_lines(offsets)
+    meta.triton_jit = serverside.jit_lines(before["offsets"])
     if meta.triton_jit:
         flags.append("triton-jit")
     if decode_urls:
         kv_after = await serverside.scrape_sources(decode_urls)
-        check = serverside.kv_check(kv_before, kv_after)
+        check = serverside.kv_check(before["kv"], kv_after)
         meta.kv_transfer = check.to_dict() if check else {"unknown": "the decode servers export no "
                                                                      "vllm:prompt_tokens_by_source_total"}
         if check is not None and check.recomputed:
             flags.append("kv-recompute")
         elif check is not None and not check.transferred:
             flags.append("kv-no-transfer")
-    meta.energy = serverside.energy_delta(energy_before, serverside.read_energy(target.energy),
+    meta.energy = serverside.energy_delta(before["energy"], serverside.read_energy(target.energy),
                                           int(summary["total_output_tokens"]) if summary else 0)
     if target.log_files():
         serverside.copy_logs(target.log_files(), directory / "logs")
@@ -243,8 +248,10 @@ class _WorkerResult:
 
 
 async def _drive_worker(config: dict[str, Any], writer: RunWriter, live: LiveWindow,
-                        publish: Callable[[BenchTick], None]) -> _WorkerResult:
+                        publish: Callable[[BenchTick], None],
+                        at_start: Callable[[], Awaitable[None]] | None = None) -> _WorkerResult:
     res = _WorkerResult()
+    config = {**config, "hold": at_start is not None}
     proc = await asyncio.create_subprocess_exec(
         *paths.python_module_argv("tui.core.bench.worker"), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=paths.child_env(),
@@ -273,6 +280,12 @@ async def _drive_worker(config: dict[str, Any], writer: RunWriter, live: LiveWin
             t = msg.get("t")
             if t == "tick":
                 publish(live.update(msg))
+            elif t == "hold":
+                if at_start is not None:
+                    await at_start()
+                assert proc.stdin is not None
+                proc.stdin.write(b"go\n")
+                await proc.stdin.drain()
             elif t == "phase" and msg.get("phase") == "warmup":
                 live.warmup_total = int(msg.get("n") or 0)
             elif t == "done":

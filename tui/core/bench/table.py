@@ -82,7 +82,9 @@ def run_values(run: Run, slo_ms: Mapping[str, float] | None = None) -> dict[str,
     return out
 
 
-def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None) -> list[Cell]:
+def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None, *,
+                slo_by_workload: Mapping[str, Mapping[str, float]] | None = None) -> list[Cell]:
+    """Cells of the table; goodput is recomputed from the records under ``slo_ms`` (or each workload's SLO)."""
     cells: dict[tuple[str, str, str], Cell] = {}
     for run in runs:
         if not run.summary:
@@ -91,7 +93,8 @@ def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None) 
         cell = Cell(m.topology or "unknown", m.workload or "unknown", m.request_rate)
         cells.setdefault(cell.key, cell).runs.append(run)
     for cell in cells.values():
-        per_run = [run_values(r, slo_ms) for r in cell.runs]
+        slo = (slo_by_workload or {}).get(cell.workload) or slo_ms
+        per_run = [run_values(r, slo) for r in cell.runs]
         keys = {k for v in per_run for k in v}
         for k in keys:
             vals = [v[k] for v in per_run if k in v]

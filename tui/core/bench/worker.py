@@ -1,8 +1,10 @@
 """The load generator's process: ``python -m tui.core.bench.worker``.
 
-It reads one JSON line on stdin (the configuration: ``settings``, ``dataset``, ``warmup``), builds the prompts,
-runs the load generator and writes JSON lines on stdout: ``ready``, ``phase``, ``warmup``, ``tick`` (every
-``tick_s``), ``r`` (one per finished request), then ``done`` (or ``error``). A later ``stop`` line on stdin — or
+It reads one JSON line on stdin (the configuration: ``settings``, ``dataset``, ``warmup``, ``hold``), builds the
+prompts, runs the load generator and writes JSON lines on stdout: ``ready``, ``phase``, ``warmup``, ``tick`` (every
+``tick_s``), ``r`` (one per finished request), then ``done`` (or ``error``). With ``hold`` it sends ``hold`` after
+the warm-up and starts the run on a ``go`` line, so the parent can read the servers' counters in between (warm-up
+traffic stays out of them). A ``stop`` line on stdin — or
 stdin closing, which is what happens when the parent dies — ends the run early; requests still in flight are
 abandoned. Running apart from the console means drawing never delays a read, and the parent can be killed
 without the worker outliving it.
@@ -104,9 +106,14 @@ async def _main() -> int:
         return 2
     out({"t": "ready", "n": len(prompts), "warmup": len(warm), "build_s": time.perf_counter() - t})
 
+    gen.hold = bool(config.get("hold"))
+
     async def control() -> None:
         while True:
             cmd = await reader.readline()
+            if cmd.strip() == b"go":
+                gen.go.set()
+                continue
             if not cmd or cmd.strip() == b"stop":
                 gen.stop()
                 return
