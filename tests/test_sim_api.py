@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -215,3 +216,15 @@ def test_metrics_count_what_was_served(server: SimServer) -> None:
     assert value(after, "vllm:generation_tokens_total") - value(before, "vllm:generation_tokens_total") == 7
     assert value(after, "vllm:prompt_tokens_total") - value(before, "vllm:prompt_tokens_total") == 5
     assert value(after, "vllm:request_prompt_tokens_count") - value(before, "vllm:request_prompt_tokens_count") == 1
+
+
+def test_periodic_stats_line(server: SimServer) -> None:
+    httpx.post(server.url + "/v1/completions", json={"prompt": [3] * 300, "max_tokens": 50}, timeout=30)
+    pattern = re.compile(r"^\(APIServer pid=\d+\) INFO [\d\- :]+ \[loggers\.py:273\] Engine 000: "
+                         r"Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: [\d.]+ tokens/s, "
+                         r"Running: \d+ reqs, Waiting: \d+ reqs, GPU KV cache usage: [\d.]+%, "
+                         r"Prefix cache hit rate: [\d.]+%$", re.M)
+    deadline = time.monotonic() + 5  # every 10 s of simulated time: 0.5 s at clock 20
+    while not pattern.search(server.stdout()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pattern.search(server.stdout())
