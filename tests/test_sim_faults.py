@@ -208,7 +208,7 @@ def test_hybrid_model_behind_nixl_needs_the_ds_layout(sims: SimServers) -> None:
 
 
 def test_triton_jit_stalls_the_first_batch_once(sims: SimServers) -> None:
-    s = sims.start(faults="triton-jit", startup_s=0.3, clock=10.0)
+    s = sims.start(faults="triton-jit", startup_s=0.3, clock=5.0)
     s.wait_ready()
     assert "Kernel JIT monitor activated" in s.stdout()
     body = {"prompt": [7] * 64, "max_tokens": 4}
@@ -225,7 +225,7 @@ def test_triton_jit_stalls_the_first_batch_once(sims: SimServers) -> None:
             start = time.monotonic()
             list(pool.map(lambda _: c.post(s.url + "/v1/completions", json=body), range(4)))
             again = time.monotonic() - start
-    assert batch > 8.0 / 10 and again < batch / 2 and single < batch / 2  # 8 s of virtual time at clock 10
+    assert batch > 8.0 / 5 and again < batch / 2 and single < batch / 2  # 8 s of virtual time at clock 5
     assert re.search(r"^\(EngineCore pid=\d+\) WARNING .* \[jit_monitor\.py:106\] Triton kernel JIT compilation "
                      r"during inference: _topk_topp_kernel\. This causes a latency spike", s.stdout(), re.M)
     assert s.stdout().count("Triton kernel JIT compilation during inference") == 1
