@@ -228,3 +228,26 @@ def test_periodic_stats_line(server: SimServer) -> None:
     while not pattern.search(server.stdout()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pattern.search(server.stdout())
+
+
+def test_client_disconnect_aborts_the_request(server: SimServer) -> None:
+    def success(reason: str) -> float:
+        text = httpx.get(server.url + "/metrics").text
+        m = re.search(rf'^vllm:request_success_total\{{engine="0",finished_reason="{reason}",'
+                      rf'model_name="dummy-qwen3-8b"\}} (\S+)$', text, re.M)
+        assert m
+        return float(m.group(1))
+
+    before = success("abort")
+    body = {"prompt": [9] * 100, "max_tokens": 10000, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=30) as r:
+        for i, _ in enumerate(r.iter_lines()):
+            if i > 6:
+                break
+    deadline = time.monotonic() + 5
+    while success("abort") == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert success("abort") == before + 1
+    running = re.search(r'^vllm:num_requests_running\{engine="0",model_name="dummy-qwen3-8b"\} (\S+)$',
+                        httpx.get(server.url + "/metrics").text, re.M)
+    assert running and float(running.group(1)) == 0
