@@ -251,3 +251,21 @@ def test_client_disconnect_aborts_the_request(server: SimServer) -> None:
     running = re.search(r'^vllm:num_requests_running\{engine="0",model_name="dummy-qwen3-8b"\} (\S+)$',
                         httpx.get(server.url + "/metrics").text, re.M)
     assert running and float(running.group(1)) == 0
+
+
+def test_repeated_prompt_hits_the_prefix_cache(server: SimServer) -> None:
+    def counter(name: str, **labels: str) -> float:
+        want = {"engine": "0", "model_name": "dummy-qwen3-8b", **labels}
+        inner = ",".join(f'{k}="{want[k]}"' for k in sorted(want))
+        m = re.search(rf"^{re.escape(name)}\{{{re.escape(inner)}\}} (\S+)$", httpx.get(server.url + "/metrics").text,
+                      re.M)
+        assert m
+        return float(m.group(1))
+
+    prompt = list(range(40000, 40100))  # 6 full blocks and 4 tokens
+    httpx.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=30)
+    hits = counter("vllm:prefix_cache_hits_total")
+    cached = counter("vllm:prompt_tokens_by_source_total", source="local_cache_hit")
+    httpx.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=30)
+    assert counter("vllm:prefix_cache_hits_total") - hits == 96
+    assert counter("vllm:prompt_tokens_by_source_total", source="local_cache_hit") - cached == 96

@@ -265,3 +265,17 @@ def test_decode_fast_forward_equals_stepping() -> None:
         assert (a.generated, a.first_token_at) == (b.generated, b.first_token_at)
         assert a.finished_at == pytest.approx(b.finished_at, rel=1e-12)
     assert fast.free_blocks == fast.total_blocks
+
+
+def test_prefix_cache_matches_leading_blocks_and_forgets_reused_memory() -> None:
+    from tui.sim.prefixcache import PrefixCache, block_hashes
+
+    a = list(range(100))
+    hashes = block_hashes(a)
+    assert len(hashes) == 6  # full blocks only
+    cache = PrefixCache()
+    cache.insert(hashes)
+    assert cache.match(block_hashes(a[:64] + [7] * 36)) == 4  # diverges in the fifth block
+    assert cache.match(block_hashes([1, *a[1:]])) == 0  # chained: a different first block changes every hash
+    cache.shrink(2)
+    assert len(cache) == 2 and cache.match(hashes) == 0  # the oldest blocks went first

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tui.sim.httpapp import BadRequest, Receive, Send, dumps, error_body, send_json
 from tui.sim.pd import Held, block_ids, external_tokens, producer_params, read_remote, remote_request_id
+from tui.sim.prefixcache import block_hashes
 from tui.sim.runtime import EngineRuntime, LiveRequest
 from tui.sim.scheduler import SimRequest
 
@@ -116,7 +117,8 @@ class Completions:
                                  hold_after_finish=producer)
                 if consumer and isinstance(kvp, dict):
                     await self._pull(sim, kvp, engine)
-                lives.append(LiveRequest(sim=sim, seed=zlib.crc32(rid.encode()), params_n=n, event=shared))
+                lives.append(LiveRequest(sim=sim, seed=zlib.crc32(rid.encode()), params_n=n, event=shared,
+                                         hashes=block_hashes(ids) if st.cfg.enable_prefix_caching else []))
         st.in_flight += 1
         try:
             for live in lives:
