@@ -269,3 +269,22 @@ def test_repeated_prompt_hits_the_prefix_cache(server: SimServer) -> None:
     httpx.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=30)
     assert counter("vllm:prefix_cache_hits_total") - hits == 96
     assert counter("vllm:prompt_tokens_by_source_total", source="local_cache_hit") - cached == 96
+
+
+def test_api_key_guards_v1_and_load_tracking(tmp_path: Path) -> None:
+    servers = SimServers(tmp_path)
+    try:
+        s = servers.start("--api-key", "sekrit", "--enable-server-load-tracking", clock=0.5)
+        s.wait_ready()
+        assert httpx.get(s.url + "/v1/models").status_code == 401
+        assert httpx.get(s.url + "/v1/models").json() == {"error": "Unauthorized"}
+        auth = {"Authorization": "Bearer sekrit"}
+        assert httpx.get(s.url + "/v1/models", headers=auth).status_code == 200
+        assert httpx.get(s.url + "/health").status_code == 200 and httpx.get(s.url + "/metrics").status_code == 200
+        with httpx.stream("POST", s.url + "/v1/completions", headers=auth, timeout=30,
+                          json={"prompt": [1] * 10, "max_tokens": 500, "stream": True}) as r:
+            lines = r.iter_lines()  # keep the iterator: dropping it closes the stream
+            next(lines)
+            assert httpx.get(s.url + "/load").json() == {"server_load": 1}
+    finally:
+        servers.close()

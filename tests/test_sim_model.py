@@ -279,3 +279,16 @@ def test_prefix_cache_matches_leading_blocks_and_forgets_reused_memory() -> None
     assert cache.match(block_hashes([1, *a[1:]])) == 0  # chained: a different first block changes every hash
     cache.shrink(2)
     assert len(cache) == 2 and cache.match(hashes) == 0  # the oldest blocks went first
+
+
+def test_non_default_args_line_matches_the_real_one() -> None:
+    import shlex
+
+    from tui.sim.startup import _args_repr
+
+    cmd = (H200 / "startup" / "main.cmd").read_text().splitlines()[1].removeprefix("# cmd: ")
+    argv = shlex.split(cmd)[1:]  # after "vllm"
+    _, ns, order, _ = cli.parse(argv)
+    real = re.search(r"non-default args: (\{.*\})$", (H200 / "startup" / "main.log").read_text(), re.M)
+    assert real is not None
+    assert _args_repr(config.build(ns, order, {}).non_default) == real.group(1)
