@@ -184,3 +184,15 @@ def test_data_parallel_two_engines_behind_one_endpoint(sims: SimServers) -> None
     assert sorted((c.name, tuple(c.gpus)) for c in claims) == [("VLLM::EngineCore_DP0", (0,)),
                                                                 ("VLLM::EngineCore_DP1", (1,))]
     assert json.loads(httpx.get(s.url + "/version").text) == {"version": "0.24.0"}
+
+
+def test_sigterm_while_starting_stops_everything(sims: SimServers) -> None:
+    s = sims.start(startup_s=4.0)
+    deadline = time.monotonic() + 10
+    while "Initializing a V1 LLM engine" not in s.stdout() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _children(s.proc.pid)  # the engine process exists by now
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.wait_exit(timeout=5) == 128 + signal.SIGTERM
+    assert not group_alive(s.proc.pid)
+    assert SimGpuState(s.state_dir).claims() == []
