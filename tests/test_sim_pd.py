@@ -100,8 +100,8 @@ def test_prefill_then_decode_with_kv_transfer(sims: SimServers) -> None:
     assert again.status_code == 500 and again.json()["error"]["type"] == "InternalServerError"
     assert metric(d, "vllm:nixl_num_failed_transfers_total") == 1
     assert "NIXL transfer failure: transfer_failed" in d.stdout()
-    # without parameters the decode side prefills locally
-    plain = decode(d, ids, "pd-2", None)
+    # without parameters the decode side prefills locally (another prompt: this one's blocks are cached there now)
+    plain = decode(d, list(range(5000, 6000)), "pd-2", None)
     assert plain.status_code == 200
     assert metric(d, "vllm:prompt_tokens_by_source_total", source="local_compute") == 1008
 
