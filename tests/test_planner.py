@@ -169,3 +169,19 @@ def test_plan_round_trips_through_dict() -> None:
     p = plan(QWEN, "1p1d", B200X2)
     again = LaunchPlan.from_dict(json.loads(json.dumps(p.to_dict())))
     assert again.servers == p.servers and again.proxy == p.proxy and again.topology == "1p1d"
+
+
+def test_shared_gpu_only_when_asked_and_within_memory() -> None:
+    h200 = sim_facts("h200", 1)
+    from tui.core.errors import InputError
+
+    with pytest.raises(InputError, match="--allow-shared-gpus"):
+        plan(DUMMY, "1p1d", h200, PlanOptions(gpus=(0, 0)))
+    with pytest.raises(PlanRefused, match="lower --gpu-memory-utilization"):
+        plan(DUMMY, "1p1d", h200, PlanOptions(gpus=(0, 0), allow_shared_gpus=True))
+    p = plan(DUMMY, "1p1d", h200, PlanOptions(gpus=(0, 0), allow_shared_gpus=True, gpu_memory_utilization=0.4))
+    assert [s.gpus for s in p.servers] == [(0,), (0,)] and p.shared_gpus
+    assert any("functional check" in w for w in p.warnings)
+    with pytest.raises(PlanRefused, match="cannot share"):
+        plan(DUMMY, "tp2", sim_facts("h200", 2), PlanOptions(gpus=(0, 0), allow_shared_gpus=True,
+                                                             gpu_memory_utilization=0.4))

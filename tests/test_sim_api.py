@@ -10,8 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import H200
-from simserver import SimServer, SimServers
+
+from tests.conftest import H200
+from tests.simserver import SimServer, SimServers
 
 ENDPOINTS = H200 / "endpoints"
 SSE = H200 / "sse"

@@ -17,8 +17,8 @@ import re
 from functools import cache
 
 import pytest
-from conftest import H200 as H200_FIXTURES
 
+from tests.conftest import H200 as H200_FIXTURES
 from tui.core.gpuspecs import B200, H200
 from tui.core.profiles import Catalog, ModelProfile
 from tui.sim.benchsim import BenchResult, simulate_bench

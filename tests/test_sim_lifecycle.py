@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from simserver import SimServers, group_alive
 
+from tests.simserver import SimServers, group_alive
 from tui.core.logparse import PHASE_INDEX, PhaseTracker
 from tui.sim.gpustate import SimGpuState
 

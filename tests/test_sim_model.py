@@ -7,8 +7,8 @@ import random
 import re
 
 import pytest
-from conftest import CPU, H200
 
+from tests.conftest import CPU, H200
 from tui.core.gpuspecs import B200
 from tui.core.gpuspecs import H200 as H200_SPEC
 from tui.core.profiles import Catalog, ModelProfile

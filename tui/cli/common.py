@@ -19,12 +19,18 @@ def add_plan_options(p: argparse.ArgumentParser, *, topology_required: bool = Tr
     p.add_argument("--gpus", metavar="0,1", help="GPU indices to use (default: the first ones)")
     p.add_argument("--host", default="127.0.0.1", help="address servers and proxy bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="endpoint port: proxy or single server (default 8000)")
+    p.add_argument("--server-port", type=int, default=8100, metavar="PORT",
+                   help="first server port of a disaggregated layout; the next ones step by 100 (default 8100)")
+    p.add_argument("--side-channel-port", type=int, default=5600, metavar="PORT",
+                   help="first NIXL side-channel port; one per engine (default 5600)")
     p.add_argument("--model-path", metavar="DIR", help="serve this local folder instead of the profile's model")
     p.add_argument("--arg", action="append", default=[], metavar="'--flag value'",
                    help="extra vllm serve argument(s), repeatable")
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="extra environment, repeatable")
     p.add_argument("--gpu-memory-utilization", type=float, metavar="F")
     p.add_argument("--max-model-len", type=int, metavar="N")
+    p.add_argument("--allow-shared-gpus", action="store_true",
+                   help="let servers of a disaggregated layout share a GPU (--gpus 0,0): a functional check only")
 
 
 def plan_options(args: argparse.Namespace, ctx: CliContext) -> PlanOptions:
@@ -40,15 +46,19 @@ def plan_options(args: argparse.Namespace, ctx: CliContext) -> PlanOptions:
         if not sep or not k:
             raise InputError(f"expected K=V, got {item!r}", field="--env")
         env.append((k, v))
-    if not 1 <= args.port <= 65535:
-        raise InputError(f"port must be 1..65535, got {args.port}", field="--port")
+    for name, value in (("--port", args.port), ("--server-port", args.server_port),
+                        ("--side-channel-port", args.side_channel_port)):
+        if not 1 <= value <= 65535:
+            raise InputError(f"port must be 1..65535, got {value}", field=name)
     gmu = args.gpu_memory_utilization
     if gmu is not None and not 0.05 <= gmu <= 0.99:
         raise InputError(f"must be within 0.05..0.99, got {gmu}", field="--gpu-memory-utilization")
     return PlanOptions(
-        gpus=parse_gpu_list(args.gpus), host=args.host, port=args.port,
+        gpus=parse_gpu_list(args.gpus), host=args.host, port=args.port, server_base_port=args.server_port,
+        side_channel_base=args.side_channel_port,
         vllm_executable=getattr(args, "vllm", None) or "vllm", extra_args=tuple(extra_args), extra_env=tuple(env),
         model_path=args.model_path, gpu_memory_utilization=gmu, max_model_len=args.max_model_len,
+        allow_shared_gpus=args.allow_shared_gpus,
     )
 
 

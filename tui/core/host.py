@@ -64,6 +64,10 @@ class Host(ABC):
     def nvml(self) -> Any:
         """A pynvml-compatible module, initialised (real NVML, or the fake one of the simulated host)."""
 
+    def sim_startup_s(self) -> float | None:
+        """How long a simulated cold start takes (0 = real time); None on a real host."""
+        return None
+
     def close(self) -> None:
         return None
 
@@ -139,6 +143,10 @@ class SimHost(Host):
     def facts(self) -> HostFacts:
         return self._facts
 
+    def sim_startup_s(self) -> float | None:
+        s = self.options.sim_startup_s
+        return DEFAULT_SIM_STARTUP_S if s is None else s
+
     def sim_env(self, server_name: str, profile_json: dict[str, Any] | None) -> dict[str, str]:
         o = self.options
         env = {
@@ -146,7 +154,7 @@ class SimHost(Host):
             "DISAGG_SIM_GPU": self.gpu,
             "DISAGG_SIM_GPUS": str(self.count),
             "DISAGG_SIM_SERVER_NAME": server_name,
-            "DISAGG_SIM_STARTUP_S": str(DEFAULT_SIM_STARTUP_S if o.sim_startup_s is None else o.sim_startup_s),
+            "DISAGG_SIM_STARTUP_S": str(self.sim_startup_s()),
             "DISAGG_SIM_CLOCK": str(o.sim_clock or 1.0),
         }
         if o.sim_faults:

@@ -98,7 +98,7 @@ _PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("compiled", re.compile(r"torch\.compile (?:and initial profiling/warmup run together )?took [\d.]+ s in total|"
                             r"Initial profiling/warmup run took")),
     ("kv_cache", re.compile(r"Available KV cache memory: [\d.]+ GiB|GPU KV cache size: [\d,]+ tokens")),
-    ("warmup", re.compile(r"Warming up FlashInfer|Using FlashInfer for top-p & top-k sampling")),
+    ("warmup", re.compile(r"Warming up FlashInfer")),
     ("cuda_graphs", re.compile(r"Capturing CUDA graphs")),
     ("graphs_done", re.compile(r"Graph capturing finished in \d+ secs")),
     ("engine_ready", re.compile(r"init engine \(profile, create kv cache, warmup model\) took [\d.]+ s")),

@@ -146,6 +146,12 @@ class PlanOptions:
     model_path: str | None = None  # overrides the profile's model (a local folder)
     gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
+    #: let several servers share a GPU (e.g. 1P1D on one large GPU for a functional check); their
+    #: gpu_memory_utilization must add up to at most MAX_SHARED_UTILIZATION on each GPU
+    allow_shared_gpus: bool = False
+
+
+MAX_SHARED_UTILIZATION = 0.95
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +169,7 @@ class LaunchPlan:
     warnings: tuple[str, ...] = ()
     fixes_applied: tuple[str, ...] = ()
     host_label: str = ""
+    shared_gpus: bool = False
 
     @property
     def endpoint(self) -> str:
@@ -212,6 +219,7 @@ class LaunchPlan:
             "workarounds": [{"change": w.change, "reason": w.reason, "source": w.source} for w in self.workarounds],
             "warnings": list(self.warnings),
             "fixes_applied": list(self.fixes_applied),
+            "shared_gpus": self.shared_gpus,
         }
 
     @classmethod
@@ -233,6 +241,7 @@ class LaunchPlan:
             workarounds=tuple(Workaround(w["change"], w["reason"], w.get("source", "host"))
                               for w in d.get("workarounds", [])),
             warnings=tuple(d.get("warnings", [])), fixes_applied=tuple(d.get("fixes_applied", [])),
+            shared_gpus=bool(d.get("shared_gpus", False)),
         )
 
 
@@ -243,13 +252,15 @@ def _fmt_float(x: float) -> str:
     return f"{x:.2f}" if round(x, 2) == x else repr(x)
 
 
-def _select_gpus(topo: Topology, facts: HostFacts, wanted: tuple[int, ...] | None) -> tuple[tuple[int, ...], list[str]]:
+def _select_gpus(topo: Topology, facts: HostFacts, wanted: tuple[int, ...] | None, shared: bool = False
+                 ) -> tuple[tuple[int, ...], list[str]]:
     warnings: list[str] = []
     present = [g.index for g in facts.gpus]
     need = topo.gpus_needed
     if wanted is not None:
-        if len(set(wanted)) != len(wanted):
-            raise InputError(f"GPU listed twice in {','.join(map(str, wanted))}", field="--gpus")
+        if len(set(wanted)) != len(wanted) and not shared:
+            raise InputError(f"GPU listed twice in {','.join(map(str, wanted))} (to run several servers on one "
+                             "GPU, pass --allow-shared-gpus)", field="--gpus")
         missing = [i for i in wanted if i not in present]
         if missing:
             raise PlanRefused(f"GPU {','.join(map(str, missing))} not present on this host "
@@ -302,7 +313,7 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
     """Build the launch plan. Raises PlanRefused (exit 2) for a request the host cannot honour."""
     opts = options or PlanOptions()
     topo = parse_topology(topology) if isinstance(topology, str) else topology
-    gpus, warnings = _select_gpus(topo, facts, opts.gpus)
+    gpus, warnings = _select_gpus(topo, facts, opts.gpus, opts.allow_shared_gpus)
     workarounds: list[Workaround] = []
 
     fam_ov = profile.override_for(topo.family)
@@ -311,7 +322,19 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
         (fam_ov and fam_ov.gpu_memory_utilization) or profile.gpu_memory_utilization
     max_len = opts.max_model_len or (name_ov and name_ov.max_model_len) or (fam_ov and fam_ov.max_model_len) or \
         profile.max_model_len
-    _check_fit(profile, topo, facts, gpus, gmu, max_len)
+    _check_fit(profile, topo, facts, tuple(dict.fromkeys(gpus)), gmu, max_len)
+    shared = len(set(gpus)) != len(gpus)
+    if shared:
+        per_gpu = max(gpus.count(g) for g in gpus)  # servers on the busiest shared GPU
+        if topo.kind != "pd":
+            raise PlanRefused(f"{topo.name} cannot share a GPU between its ranks; give {topo.gpus_needed} "
+                              "distinct GPUs")
+        if per_gpu * gmu > MAX_SHARED_UTILIZATION:
+            raise PlanRefused(f"{per_gpu} servers share a GPU at gpu_memory_utilization {gmu:g} each "
+                              f"({per_gpu * gmu:.2f} > {MAX_SHARED_UTILIZATION}); lower "
+                              "--gpu-memory-utilization")
+        warnings.append(f"servers share GPU(s) {','.join(map(str, sorted(set(gpus))))}: a functional check, "
+                        "not a performance comparison")
 
     model = opts.model_path or profile.model
     vllm_version = facts.vllm.version if facts.vllm else None
@@ -415,6 +438,7 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
         profile_id=profile.id, model=model, served_name=profile.served_name, topology=topo.name, gpus=gpus,
         servers=tuple(_dedupe_env(s) for s in servers), proxy=proxy, simulated=facts.simulated,
         vllm_executable=exe, workarounds=tuple(workarounds), warnings=tuple(warnings), host_label=facts.label,
+        shared_gpus=shared,
     )
     check_plan(result)
     return result
@@ -436,11 +460,13 @@ def check_plan(p: LaunchPlan) -> None:
     seen_gpu: dict[int, str] = {}
     for s in p.servers:
         for g in s.gpus:
-            if g in seen_gpu:
+            if g in seen_gpu and not p.shared_gpus:
                 raise PlanRefused(f"GPU {g} assigned to both {seen_gpu[g]} and {s.name}")
             seen_gpu[g] = s.name
     ports: dict[int, str] = {}
     for name, port in [(s.name, s.port) for s in p.servers] + ([("proxy", p.proxy.port)] if p.proxy else []):
+        if not 1 <= port <= 65535:
+            raise PlanRefused(f"{name} would get port {port}, outside 1..65535; choose a lower --server-port")
         if port in ports:
             raise PlanRefused(f"HTTP port {port} given to both {ports[port]} and {name}: vLLM binds with "
                               "SO_REUSEPORT, so both would start and silently split the traffic")

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -117,7 +118,8 @@ class LayoutRecord:
 
 
 def new_layout_id(topology: str, profile_id: str) -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{profile_id}-{topology}"
+    """Sortable by time, readable, and unique even for two launches in the same second."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{profile_id}-{topology}-{secrets.token_hex(2)}"
 
 
 class StateStore:

@@ -1,0 +1,59 @@
+"""Helpers shared by tests: free ports, process checks, a host whose servers are test processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tui.core.host import Command, Host
+from tui.core.hostfacts import HostFacts, sim_facts
+from tui.core.planner import LaunchPlan, ServerSpec
+from tui.core.supervisor import LAYOUT_ENV
+
+PROC = Path(__file__).parent / "procs" / "proc.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def layout_processes(layout_id: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.pid != os.getpid() and p.environ().get(LAYOUT_ENV) == layout_id and \
+                    p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+class ScriptHost(Host):
+    """A host whose 'vllm serve' is tests/procs/proc.py with per-server extra flags."""
+
+    simulated = False
+
+    def __init__(self, flags: dict[str, list[str]] | None = None, gpus: int = 2) -> None:
+        self.flags = flags or {}
+        self.notes: list[str] = []
+        self._facts = sim_facts("h200", gpus)
+
+    @property
+    def facts(self) -> HostFacts:
+        return self._facts
+
+    def server_command(self, spec: ServerSpec, plan: LaunchPlan, profile_json: dict[str, Any] | None = None
+                       ) -> Command:
+        argv = [sys.executable, str(PROC), "--port", str(spec.port), *self.flags.get(spec.name, [])]
+        return Command(argv=argv, env=dict(os.environ))
+
+    def nvml(self) -> Any:
+        raise RuntimeError("no NVML in supervisor tests")

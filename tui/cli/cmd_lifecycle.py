@@ -1,0 +1,209 @@
+"""``up``, ``status`` and ``down``: the headless lifecycle of a layout."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from tui.cli.common import add_plan_options, make_plan
+from tui.cli.context import CliContext, add_global_options
+from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
+from tui.core.events import Event, EventBus, Notice
+from tui.core.guided import FixApplied, GuidedLaunch
+from tui.core.lifecycle import UpOptions, process_states, tear_down, timeouts_for
+from tui.core.lifecycle_events import (
+    ServerExited,
+    ServerLaunched,
+    ServerPhase,
+    ServerReady,
+    ServerStalled,
+)
+from tui.core.playbook import Diagnosis, load_playbook
+from tui.core.state import LayoutRecord, StateStore
+
+
+def register(sub: Any) -> None:
+    up = sub.add_parser("up", help="launch a layout, follow its startup, wait until ready (servers stay up)",
+                        description="Plan, preflight, launch every server (and the proxy) in its own session, "
+                                    "follow startup phases, and wait until each answers /health. The servers keep "
+                                    "running after this command returns; 'disagg-tui down' stops them.")
+    add_plan_options(up)
+    up.add_argument("--replace", action="store_true", help="stop the layout that is up first")
+    up.add_argument("--ready-timeout", type=float, metavar="S", help="give up on a start after S seconds")
+    up.add_argument("--stall-timeout", type=float, metavar="S",
+                    help="report a start whose log is silent for S seconds as stalled")
+    up.add_argument("--logs", action="store_true", help="print every server log line while starting")
+    up.add_argument("--apply-fix", metavar="ID|auto",
+                    help="apply a playbook entry's fix to the plan before launching; 'auto': launch, and when a "
+                         "start fails with a known failure whose fix is safe, apply it and relaunch")
+    add_global_options(up)
+    up.set_defaults(handler=run_up)
+
+    st = sub.add_parser("status", help="the layouts this host runs, their processes and health")
+    st.add_argument("--json", action="store_true")
+    add_global_options(st)
+    st.set_defaults(handler=run_status)
+
+    down = sub.add_parser("down", help="stop the active layout (SIGINT, then SIGTERM, then SIGKILL)")
+    down.add_argument("--all", action="store_true", help="every layout this host knows, failed ones too")
+    add_global_options(down)
+    down.set_defaults(handler=run_down)
+
+
+class ProgressPrinter:
+    """Prints a layout's startup as lines: one per phase change, ready, exit or stall (to stderr)."""
+
+    def __init__(self, ctx: CliContext, *, show_logs: bool = False) -> None:
+        self.ctx = ctx
+        self.show_logs = show_logs
+        self.t0 = time.monotonic()
+        self._last: dict[str, tuple[str, int]] = {}
+
+    def __call__(self, ev: Event) -> None:
+        t = time.monotonic() - self.t0
+        out = self.ctx.err
+        if isinstance(ev, ServerLaunched):
+            print(f"[{t:6.1f}s] {ev.server:<10} launched pid {ev.pid}, log {ev.log}", file=out, flush=True)
+        elif isinstance(ev, ServerPhase):
+            pct = int(ev.progress * 100)
+            key = (ev.phase, pct // 10)
+            if self._last.get(ev.server) == key:
+                return
+            self._last[ev.server] = key
+            detail = f" ({ev.detail})" if ev.detail else ""
+            print(f"[{t:6.1f}s] {ev.server:<10} {_bar(ev.progress)} {pct:3d}% {ev.label}{detail}", file=out,
+                  flush=True)
+        elif isinstance(ev, ServerReady):
+            print(f"[{t:6.1f}s] {ev.server:<10} ready on {ev.url} after {ev.startup_s:.1f} s", file=out, flush=True)
+        elif isinstance(ev, ServerExited):
+            print(f"[{t:6.1f}s] {ev.server:<10} EXITED with code {ev.returncode} during {ev.during}; last log lines:",
+                  file=out, flush=True)
+            for line in ev.last_lines:
+                print(f"    | {line}", file=out)
+        elif isinstance(ev, ServerStalled):
+            print(f"[{t:6.1f}s] {ev.server:<10} STALLED in {ev.phase}: no output for {ev.silent_s:.0f} s; last log "
+                  "lines:", file=out, flush=True)
+            for line in ev.last_lines:
+                print(f"    | {line}", file=out)
+        elif isinstance(ev, Notice):
+            print(f"[{t:6.1f}s] {ev.level}: {ev.message}", file=out, flush=True)
+        elif isinstance(ev, Diagnosis):
+            print(f"[{t:6.1f}s] {ev.headline()}", file=out, flush=True)
+            if ev.line:
+                print(f"    > {ev.line.strip()[:200]}", file=out)
+            print(f"    {ev.explanation.strip().splitlines()[0] if ev.explanation.strip() else ''}", file=out)
+            print(f"    fix: {ev.fix}", file=out, flush=True)
+        elif isinstance(ev, FixApplied):
+            what = "applying" if ev.reason == "asked" else "auto-fix"
+            print(f"[{t:6.1f}s] {what} [{ev.entry_id}]: {'; '.join(ev.changes) or 'no change'}", file=out,
+                  flush=True)
+        elif self.show_logs and ev.kind == "log_line":
+            print(f"    {getattr(ev, 'server', '')}| {getattr(ev, 'text', '')}", file=out)
+
+
+def _bar(progress: float, width: int = 20) -> str:
+    filled = round(progress * width)
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
+    profile, launch_plan = make_plan(args, ctx)
+    host = ctx.host
+    for w in launch_plan.warnings:
+        ctx.warn(w)
+    ctx.print(launch_plan.shell())
+    ready_default, stall_default = timeouts_for(host)
+    options = UpOptions(
+        ready_timeout_s=args.ready_timeout or ready_default,
+        stall_timeout_s=args.stall_timeout or stall_default,
+        replace=args.replace,
+    )
+    for name, value in (("--ready-timeout", args.ready_timeout), ("--stall-timeout", args.stall_timeout)):
+        if value is not None and value <= 0:
+            raise InputError(f"must be > 0, got {value}", field=name)
+    bus = EventBus()
+    bus.subscribe(ProgressPrinter(ctx, show_logs=args.logs))
+    guided = GuidedLaunch(profile, launch_plan, host, bus, load_playbook(), options=options, apply=args.apply_fix)
+    record, final_plan = asyncio.run(guided.run())
+    if final_plan.fixes_applied:
+        ctx.print(f"fixes applied: {', '.join(final_plan.fixes_applied)} (recorded with the layout)")
+    ctx.print("")
+    ctx.print(f"layout {record.id} is up" + (" (SIMULATED host)" if record.simulated else ""))
+    ctx.print(f"endpoint: {record.endpoint}")
+    for p in record.processes:
+        ctx.print(f"  {p.name:<10} {p.role:<8} {p.url:<24} pid {p.pid:<8} log {p.log}")
+    return EXIT_OK
+
+
+def _probe(url: str) -> tuple[str, float | None]:
+    t = time.monotonic()
+    try:
+        r = httpx.get(url + "/health", timeout=1.5, trust_env=False)
+    except httpx.ConnectError:
+        return "down", None
+    except httpx.TimeoutException:
+        return "unresponsive", None
+    except httpx.HTTPError as exc:
+        return f"error: {exc}", None
+    ms = (time.monotonic() - t) * 1000
+    return ("healthy" if r.status_code == 200 else f"unhealthy ({r.status_code})"), ms
+
+
+def layout_status(rec: LayoutRecord) -> dict[str, Any]:
+    alive = process_states(rec)
+    procs = []
+    for p in rec.processes:
+        health, ms = _probe(p.url) if alive.get(p.name) else ("exited", None)
+        procs.append({"name": p.name, "role": p.role, "pid": p.pid, "alive": alive.get(p.name, False),
+                      "health": health, "latency_ms": None if ms is None else round(ms, 1), "url": p.url,
+                      "gpus": p.gpus, "log": p.log})
+    return {"id": rec.id, "status": rec.status, "simulated": rec.simulated, "profile": rec.profile_id,
+            "topology": rec.topology, "endpoint": rec.endpoint, "gpus": rec.gpus, "note": rec.note,
+            "created": rec.created, "processes": procs}
+
+
+def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
+    layouts = StateStore().read()
+    report = [layout_status(rec) for rec in layouts.values()]
+    if args.json:
+        ctx.print_json({"layouts": report})
+        return EXIT_OK
+    if not report:
+        ctx.print("no layout is up on this host")
+        return EXIT_OK
+    for lay in report:
+        label = " SIMULATED" if lay["simulated"] else ""
+        ctx.print(f"{lay['id']}: {lay['status']}{label} — {lay['topology']} of {lay['profile']} on GPU "
+                  f"{','.join(map(str, lay['gpus']))}, endpoint {lay['endpoint']}"
+                  + (f" ({lay['note']})" if lay["note"] else ""))
+        for p in lay["processes"]:
+            lat = f"{p['latency_ms']:.1f} ms" if p["latency_ms"] is not None else ""
+            ctx.print(f"  {p['name']:<10} {p['role']:<8} pid {p['pid']:<8} {p['health']:<14} {lat:>9}  {p['url']}")
+    return EXIT_OK
+
+
+def run_down(args: argparse.Namespace, ctx: CliContext) -> int:
+    store = StateStore()
+    layouts = list(store.read().values())
+    if not args.all:
+        layouts = [r for r in layouts if r.status in ("starting", "ready", "stopping")]
+    if not layouts:
+        ctx.print("no layout is up on this host" + ("" if args.all else " (--all: failed ones too)"))
+        return EXIT_OK
+    bus = EventBus()
+    code = EXIT_OK
+    for rec in layouts:
+        ctx.print(f"stopping {rec.id} ({rec.topology} of {rec.profile_id}) ...")
+        asyncio.run(tear_down(rec, bus, store=store))
+        left = [n for n, alive in process_states(rec).items() if alive]
+        if left:
+            ctx.error(f"still running after SIGKILL: {', '.join(left)}")
+            code = EXIT_FAILED
+        else:
+            ctx.print(f"stopped {rec.id}: {len(rec.processes)} process group(s), nothing left running")
+    return code
+

@@ -1,0 +1,295 @@
+"""``disagg-tui diagnose``, ``disagg-tui playbook add|list|show`` and ``disagg-tui doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from tui.cli.context import CliContext, add_global_options, parse_gpu_list
+from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError, PlanRefused
+from tui.core.planner import PlanOptions, plan
+from tui.core.playbook import MatchContext, load_playbook
+from tui.core.playbook.events import Diagnosis
+from tui.core.playbook.loader import SEVERITIES, parse_playbook_file, shipped_playbook_path
+from tui.core.playbook.offline import LogDiagnosis, diagnose_lines, read_log_line, read_log_lines
+from tui.core.playbook.store import append_entry, entry_from_line
+from tui.core.preflight import FAIL, WARN
+from tui.core.topology import parse_topology
+from tui.core.yamlio import dump
+
+WRAP = 110
+
+
+def register(sub: Any) -> None:
+    _register_diagnose(sub)
+    _register_playbook(sub)
+    _register_doctor(sub)
+
+
+# --- diagnose ------------------------------------------------------------------------------------------------
+
+
+def _register_diagnose(sub: Any) -> None:
+    p = sub.add_parser("diagnose", help="match saved server logs against the troubleshooting playbook",
+                       description="Match saved vLLM server logs against the playbook: per match the entry, the line "
+                                   "(number and text), the explanation and the fix; 'no known failure' when nothing "
+                                   "of error or warning level matches. Exit 0 either way; 2 for unreadable input.")
+    p.add_argument("files", nargs="+", metavar="LOG", type=Path, help="server log file(s)")
+    p.add_argument("--json", action="store_true", help="print the diagnoses as JSON")
+    p.add_argument("--model", "-m", metavar="M", help="the model profile the log is from (enables its conditions)")
+    p.add_argument("--topology", "-t", metavar="T", help="the topology the log is from (tp2, dp2, 1p1d ...)")
+    p.add_argument("--playbook", action="append", default=[], type=Path, metavar="FILE",
+                   help="an extra playbook file on top of the shipped and your own (repeatable)")
+    add_global_options(p)
+    p.set_defaults(handler=run_diagnose)
+
+
+def _context(args: argparse.Namespace, ctx: CliContext) -> MatchContext | None:
+    if not args.model and not args.topology:
+        return None
+    profile = ctx.catalog.model(args.model) if args.model else None
+    topo = parse_topology(args.topology) if args.topology else None
+    return MatchContext.for_launch(profile, topo)
+
+
+def run_diagnose(args: argparse.Namespace, ctx: CliContext) -> int:
+    book = load_playbook(extra=args.playbook)
+    context = _context(args, ctx)
+    logs = [(path, read_log_lines(path)) for path in args.files]  # every file readable, or exit 2 naming it
+    results = [diagnose_lines(lines, book, source=str(path), context=context) for path, lines in logs]
+    if args.json:
+        ctx.print_json({"files": [r.to_dict() for r in results]})
+        return EXIT_OK
+    for r in results:
+        _print_result(ctx, r)
+    return EXIT_OK
+
+
+def _wrap(label: str, text: str) -> str:
+    return textwrap.fill(text, WRAP, initial_indent=f"  {label:<5} ", subsequent_indent=" " * 8)
+
+
+def _print_result(ctx: CliContext, r: LogDiagnosis) -> None:
+    state = "became ready" if r.ready else f"never became ready (last phase: {r.phase})"
+    problems = r.problems
+    verdict = (f"{len(problems)} known problem{'s' if len(problems) != 1 else ''}" if problems
+               else "no known failure")
+    ctx.print(f"== {r.source}: {verdict} ({r.lines} lines; {state})")
+    for d in r.diagnoses:
+        _print_diagnosis(ctx, d)
+
+
+def _print_diagnosis(ctx: CliContext, d: Diagnosis) -> None:
+    label = {"error": "ERROR", "warning": "WARN", "info": "note"}.get(d.severity, d.severity)
+    ctx.print(f"{label} {d.entry_id}: {d.title}")
+    if d.rule == "end":
+        ctx.print(_wrap("when", d.detail))
+        if d.line_no:
+            ctx.print(f"  last  line {d.line_no}: {d.line}")
+    else:
+        ctx.print(f"  line  {d.line_no}: {d.line}")
+    ctx.print(_wrap("why", d.explanation))
+    ctx.print(_wrap("fix", d.fix))
+    if d.fixable:
+        ctx.print(f"        apply: disagg-tui up --model M --topology T --apply-fix {d.entry_id}"
+                  + (" (or --apply-fix auto)" if d.auto else ""))
+
+
+# --- playbook add | list | show ------------------------------------------------------------------------------
+
+
+def _register_playbook(sub: Any) -> None:
+    p = sub.add_parser("playbook", help="list, show and add troubleshooting playbook entries",
+                       description="The troubleshooting playbook: the shipped entries plus your own "
+                                   "(playbook.yaml in the config directory).")
+    psub = p.add_subparsers(dest="playbook_command", metavar="ACTION", parser_class=type(p))
+    psub.required = True
+
+    ls = psub.add_parser("list", help="every entry: id, severity, fix, origin, title")
+    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--playbook", action="append", default=[], type=Path, metavar="FILE",
+                    help="an extra playbook file (repeatable)")
+    add_global_options(ls)
+    ls.set_defaults(handler=run_list)
+
+    show = psub.add_parser("show", help="one entry in full")
+    show.add_argument("entry_id", metavar="ID")
+    show.add_argument("--json", action="store_true")
+    show.add_argument("--playbook", action="append", default=[], type=Path, metavar="FILE",
+                      help="an extra playbook file (repeatable)")
+    add_global_options(show)
+    show.set_defaults(handler=run_show)
+
+    add = psub.add_parser(
+        "add", help="turn a log line into a new entry of your playbook",
+        description="Turn a log line into a playbook entry: numbers, hex ids, paths, pids, ports, timestamps and "
+                    "the vLLM prefix are generalised, the rest is kept literally. It is saved to your playbook "
+                    "(created with a header when missing) and recognised from the next start on. Flag values that "
+                    "start with '-' need '=': --add-arg='--enforce-eager', --remove-arg=--foo.")
+    src = add.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from", dest="from_ref", metavar="LOG:LINE", help="the line LINE (1-based) of the log LOG")
+    src.add_argument("--text", metavar="TEXT", help="the log line itself")
+    add.add_argument("--title", required=True, metavar="T", help="one line naming the failure")
+    add.add_argument("--id", dest="entry_id", metavar="ID", help="entry id (default: from the title)")
+    add.add_argument("--explain", metavar="TEXT", help="what happened and why, in plain words")
+    add.add_argument("--severity", choices=SEVERITIES, default="error")
+    add.add_argument("--priority", type=int, metavar="N",
+                     help="0-100 (default: 50, or just above an entry that already claims the line)")
+    add.add_argument("--set-env", action="append", default=[], metavar="K=V", help="fix: set a variable")
+    add.add_argument("--unset-env", action="append", default=[], metavar="K", help="fix: unset a variable")
+    add.add_argument("--add-arg", action="append", default=[], metavar="ARG",
+                     help="fix: add a flag with its value, e.g. --add-arg='--max-num-seqs 256'")
+    add.add_argument("--remove-arg", action="append", default=[], metavar="ARG",
+                     help="fix: remove a flag (and its value), e.g. --remove-arg=--enforce-eager")
+    add.add_argument("--not-fixable", metavar="TEXT", help="what to do when no flag or variable fixes it")
+    add.add_argument("--auto", action="store_true", help="the fix is safe to apply automatically")
+    add_global_options(add)
+    add.set_defaults(handler=run_add)
+
+
+def _origin(entry_source: str, entry_id: str, shipped_ids: set[str]) -> str:
+    if entry_source == str(shipped_playbook_path()):
+        return "shipped"
+    return "yours, replaces shipped" if entry_id in shipped_ids else "yours"
+
+
+def run_list(args: argparse.Namespace, ctx: CliContext) -> int:
+    book = load_playbook(extra=args.playbook)
+    shipped_ids = {e.id for e in parse_playbook_file(shipped_playbook_path())}
+    rows = []
+    for e in sorted(book.entries, key=lambda e: e.id):
+        fix = "auto" if e.auto else "yes" if e.fixable else "advice" if e.not_fixable else "-"
+        rows.append({"id": e.id, "severity": e.severity, "priority": e.priority, "fix": fix,
+                     "origin": _origin(e.source, e.id, shipped_ids), "title": e.title, "source": e.source,
+                     "line": e.line})
+    if args.json:
+        ctx.print_json({"sources": list(book.sources), "entries": rows})
+        return EXIT_OK
+    width = max(len(r["id"]) for r in rows) if rows else 2
+    ctx.print(f"{'ID':<{width}}  {'SEVERITY':<8} {'FIX':<6} {'ORIGIN':<8} TITLE")
+    for r in rows:
+        ctx.print(f"{r['id']:<{width}}  {r['severity']:<8} {r['fix']:<6} {r['origin'].split(',')[0]:<8} {r['title']}")
+    ctx.print(f"{len(rows)} entries from {', '.join(book.sources)}")
+    return EXIT_OK
+
+
+def run_show(args: argparse.Namespace, ctx: CliContext) -> int:
+    book = load_playbook(extra=args.playbook)
+    entry = book.entry(args.entry_id)
+    data = entry.to_data()
+    if args.json:
+        ctx.print_json({**data, "source": entry.source, "line": entry.line})
+        return EXIT_OK
+    ctx.print(f"# {entry.source}:{entry.line}")
+    ctx.print(dump(data).rstrip())
+    return EXIT_OK
+
+
+def _pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise InputError(f"expected K=V, got {item!r}", field=flag)
+        out.append((k, v))
+    return out
+
+
+def run_add(args: argparse.Namespace, ctx: CliContext) -> int:
+    if args.from_ref:
+        path_text, sep, num = args.from_ref.rpartition(":")
+        if not sep or not path_text or not num.isdigit():
+            raise InputError(f"expected LOG:LINE, got {args.from_ref!r}", field="--from")
+        line = read_log_line(Path(path_text), int(num))
+        origin = f"{path_text}:{num}"
+    else:
+        line = args.text
+        origin = ""
+    book = load_playbook()
+    claimer = book.claim(line)
+    data = entry_from_line(
+        line, title=args.title, entry_id=args.entry_id, explain=args.explain, severity=args.severity,
+        set_env=_pairs(args.set_env, "--set-env"), unset_env=args.unset_env, add_args=args.add_arg,
+        remove_args=args.remove_arg, not_fixable=args.not_fixable, auto=args.auto, origin=origin)
+    priority = args.priority
+    if priority is None and claimer is not None and claimer.id != data["id"]:
+        priority = min(100, claimer.priority + 1)
+    if priority is not None:
+        if not 0 <= priority <= 100:
+            raise InputError(f"must be 0..100, got {priority}", field="--priority")
+        data = {**{k: v for k, v in data.items() if k in ("id", "title", "severity")}, "priority": priority,
+                **{k: v for k, v in data.items() if k not in ("id", "title", "severity")}}
+    same = book.get(data["id"])
+    if same is not None and same.source == str(shipped_playbook_path()):
+        ctx.warn(f"your entry {data['id']!r} replaces the shipped entry with that id")
+    entry, target = append_entry(data)
+    check = load_playbook().matcher().feed(line, 1)
+    if not any(d.entry_id == entry.id for d in check):
+        raise InputError(f"saved to {target}, but the reloaded playbook does not recognise the line with it "
+                         "(another entry claims it first): give --priority", field="--priority")
+    ctx.print(f"added {entry.id} to {target}")
+    ctx.print(f"  pattern: {entry.lines.patterns[0].text if entry.lines else ''}")
+    if claimer is not None and claimer.id != entry.id:
+        ctx.print(f"  it takes this line from {claimer.id} (priority {entry.priority} > {claimer.priority})")
+    ctx.print(f"  fix: {entry.fix_text()}")
+    return EXIT_OK
+
+
+# --- doctor --------------------------------------------------------------------------------------------------
+
+
+def _register_doctor(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="check this host before launching: driver, GPUs, toolchain, vLLM, ports, "
+                                      "caches, model files, known issues",
+                       description="Check the host (and optionally a model and topology) before a launch. Each "
+                                   "check passes, warns or fails with a one-line reason; exit 1 when one fails.")
+    p.add_argument("--model", "-m", metavar="M", help="profile id or path: adds model files and known issues")
+    p.add_argument("--topology", "-t", metavar="T", help="tp<N>, dp<N>, <X>p<Y>d ...: checks that layout's GPUs, "
+                                                         "links, NIXL and ports (with --model: its full plan)")
+    p.add_argument("--gpus", metavar="0,1", help="GPU indices the layout would use")
+    p.add_argument("--json", action="store_true")
+    add_global_options(p)
+    p.set_defaults(handler=run_doctor)
+
+
+def _safe_nvml(ctx: CliContext) -> Any:
+    try:
+        return ctx.host.nvml()
+    except Exception:  # noqa: BLE001 - the doctor reports NVML as unavailable
+        return None
+
+
+def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
+    from tui.core.playbook.doctor import doctor
+
+    host = ctx.host
+    facts = host.facts
+    profile = ctx.catalog.model(args.model) if args.model else None
+    topo = parse_topology(args.topology) if args.topology else None
+    reason = host.notes[0] if host.simulated and not getattr(args, "sim", False) and host.notes else None
+    launch = None
+    refused = None
+    if profile is not None and topo is not None:
+        try:
+            launch = plan(profile, topo, facts, PlanOptions(gpus=parse_gpu_list(args.gpus),
+                                                            vllm_executable=getattr(args, "vllm", None) or "vllm"))
+        except PlanRefused as exc:
+            refused = exc.one_line()
+    checks = doctor(facts, _safe_nvml(ctx), profile=profile, topology=topo, plan=launch, plan_refused=refused,
+                    simulated_reason=reason)
+    failed = [c for c in checks if c.status == FAIL]
+    warned = [c for c in checks if c.status == WARN]
+    if args.json:
+        ctx.print_json({"host": facts.label, "simulated": facts.simulated, "checks": [c.to_dict() for c in checks],
+                        "summary": {"pass": len(checks) - len(failed) - len(warned), "warn": len(warned),
+                                    "fail": len(failed)}})
+    else:
+        ctx.print(f"doctor: {facts.label}")
+        for c in checks:
+            ctx.print(c.line())
+        ctx.print(f"{len(checks)} checks: {len(checks) - len(failed) - len(warned)} ok, {len(warned)} warnings, "
+                  f"{len(failed)} failed")
+    return EXIT_FAILED if failed else EXIT_OK
+

@@ -1,0 +1,123 @@
+"""A launch guided by the playbook: every server log line goes through the matcher, a failed start is explained,
+and with ``apply_fix="auto"`` the fixes marked safe are applied to the plan and the layout relaunched.
+
+``up``, campaigns and the console use this instead of bare :func:`tui.core.lifecycle.bring_up`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from tui.core.errors import RunFailed
+from tui.core.events import Event, EventBus, Notice
+from tui.core.host import Host
+from tui.core.lifecycle import StartFailure, UpOptions, bring_up
+from tui.core.planner import LaunchPlan, apply_fix
+from tui.core.playbook import Diagnosis, MatchContext, Matcher, Playbook
+from tui.core.profiles import ModelProfile
+from tui.core.state import LayoutRecord, StateStore
+
+MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FixApplied(Event):
+    """A playbook fix changed the plan (before the launch, or before a relaunch)."""
+
+    kind: ClassVar[str] = "fix_applied"
+    entry_id: str
+    changes: tuple[str, ...]
+    attempt: int
+    reason: str = ""  # "asked" (--apply-fix ID) or "auto" (diagnosed and safe)
+
+
+class DiagnosedFailure(RunFailed):
+    """A start failed; ``diagnoses`` says why where the playbook knows."""
+
+    def __init__(self, cause: StartFailure, diagnoses: list[Diagnosis], plan: LaunchPlan) -> None:
+        failures = [d for d in diagnoses if d.is_failure]
+        self.cause = cause
+        self.diagnoses = diagnoses
+        self.plan = plan
+        title = cause.title
+        hint = cause.hint
+        if failures:
+            top = failures[0]
+            title += f": known failure [{top.entry_id}] {top.title}"
+            hint = f"fix: {top.fix}" + (f" (relaunch with --apply-fix {top.entry_id})" if top.fixable else "")
+        else:
+            title += ": no known failure matched"
+        super().__init__(title, hint)
+
+
+class GuidedLaunch:
+    def __init__(self, profile: ModelProfile, plan: LaunchPlan, host: Host, bus: EventBus, book: Playbook, *,
+                 options: UpOptions | None = None, apply: str | None = None, store: StateStore | None = None,
+                 max_attempts: int = MAX_ATTEMPTS) -> None:
+        self.profile = profile
+        self.plan = plan
+        self.host = host
+        self.bus = bus
+        self.book = book
+        self.options = options or UpOptions()
+        self.apply = apply
+        self.store = store
+        self.max_attempts = max_attempts
+        self.diagnoses: list[Diagnosis] = []
+        vllm = host.facts.vllm
+        self.context = MatchContext.for_launch(profile, plan.topo, vllm.version if vllm else None)
+
+    def _apply(self, entry_id: str, plan: LaunchPlan, fix_plan: LaunchPlan, attempt: int, reason: str) -> None:
+        changes = tuple(w.change for w in fix_plan.workarounds[len(plan.workarounds):])
+        self.bus.publish(FixApplied(entry_id=entry_id, changes=changes, attempt=attempt, reason=reason))
+
+    def asked_fixes(self) -> LaunchPlan:
+        """The plan with ``--apply-fix ID`` applied (before anything runs)."""
+        plan = self.plan
+        if self.apply and self.apply != "auto":
+            for entry_id, fix in self.book.fixes([], self.apply):
+                fixed = apply_fix(plan, fix, entry_id)
+                self._apply(entry_id, plan, fixed, 0, "asked")
+                plan = fixed
+        return plan
+
+    async def run(self) -> tuple[LayoutRecord, LaunchPlan]:
+        plan = self.asked_fixes()
+        applied = set(plan.fixes_applied)
+        for attempt in range(1, self.max_attempts + 1):
+            matchers: dict[str, Matcher] = {s.name: self.book.matcher(s.name, self.context) for s in plan.servers}
+
+            def hook(name: str, lineno: int, text: str, matchers: dict[str, Matcher] = matchers) -> None:
+                m = matchers.get(name)
+                if m is not None:
+                    for d in m.feed(text, lineno):
+                        self.bus.publish_threadsafe(d)
+
+            opts = replace(self.options, line_hooks=(*self.options.line_hooks, hook))
+            try:
+                record = await bring_up(self.profile, plan, self.host, self.bus, options=opts, store=self.store)
+            except StartFailure as exc:
+                matcher = matchers.get(exc.server)
+                if matcher is not None:
+                    for d in matcher.finish(exit_code=exc.returncode, ready=False,
+                                            stalled_phase=exc.phase if exc.stalled else None):
+                        self.bus.publish(d)
+                    self.diagnoses = matcher.diagnoses
+                failures = [d for d in self.diagnoses if d.is_failure]
+                fixes = [(e, f) for e, f in self.book.fixes(failures, "auto") if e not in applied] \
+                    if self.apply == "auto" else []
+                if not fixes or attempt == self.max_attempts:
+                    raise DiagnosedFailure(exc, self.diagnoses, plan) from None
+                for entry_id, fix in fixes:
+                    fixed = apply_fix(plan, fix, entry_id)
+                    self._apply(entry_id, plan, fixed, attempt, "auto")
+                    plan = fixed
+                    applied.add(entry_id)
+                self.bus.publish(Notice(level="info", source="up",
+                                        message=f"relaunching with {', '.join(e for e, _ in fixes)} applied "
+                                                f"(attempt {attempt + 1} of {self.max_attempts})"))
+                continue
+            self.diagnoses = [d for m in matchers.values() for d in m.diagnoses]
+            return record, plan
+        raise AssertionError("unreachable: the loop returns or raises")

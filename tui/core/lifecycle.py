@@ -1,0 +1,346 @@
+"""Bring a layout up, follow it to readiness, and take it down: what ``up``, ``down``, campaigns and the console use.
+
+One active layout per host: a second ``bring_up`` is refused (``LayoutBusy``) unless it is told to replace the
+active one. The layout is recorded in the state file *before* its processes start and updated as each starts, so
+``down`` from any later process (the launcher may have been killed) finds and stops every one of them.
+
+Readiness is ours, not vLLM's: vLLM has no start deadline for TP or 1P1D, so each server is probed over HTTP
+(``/health`` 200) against our own deadline, and a start whose log has been silent for too long is reported as
+stalled in the phase it reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tui.core.errors import AppError, LayoutBusy, PlanRefused, RunFailed
+from tui.core.events import EventBus, Notice
+from tui.core.host import Host
+from tui.core.lifecycle_events import (
+    LayoutChanged,
+    LogLine,
+    ServerExited,
+    ServerLaunched,
+    ServerPhase,
+    ServerReady,
+    ServerStalled,
+)
+from tui.core.logparse import PhaseTracker
+from tui.core.planner import LaunchPlan
+from tui.core.preflight import Check, failed, preflight
+from tui.core.profiles import ModelProfile
+from tui.core.state import LayoutRecord, ProcessRecord, StateStore, new_layout_id, redact_argv, redact_env
+from tui.core.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes, tail_file
+
+#: a real cold start: ~2 min for an 8B model on H200, ~15 min for the seed's 27B (torch.compile + CUDA graphs)
+REAL_READY_TIMEOUT_S = 2400.0
+REAL_STALL_TIMEOUT_S = 600.0
+
+LineHook = Callable[[str, int, str], None]  # (server, lineno, text), called in the log thread
+
+
+class StartFailure(RunFailed):
+    """A server did not become ready: it exited, stalled, or ran out of time. Says which and in what phase."""
+
+    def __init__(self, title: str, *, server: str, phase: str, returncode: int | None = None,
+                 stalled: bool = False, hint: str | None = None) -> None:
+        super().__init__(title, hint)
+        self.server = server
+        self.phase = phase
+        self.returncode = returncode
+        self.stalled = stalled
+
+
+@dataclass
+class UpOptions:
+    ready_timeout_s: float = REAL_READY_TIMEOUT_S
+    stall_timeout_s: float = REAL_STALL_TIMEOUT_S
+    replace: bool = False
+    probe_interval_s: float = 0.5
+    skip_preflight: bool = False
+    line_hooks: Sequence[LineHook] = field(default_factory=tuple)
+
+
+def timeouts_for(host: Host) -> tuple[float, float]:
+    """(ready, stall) deadlines: real ones, or scaled to the simulated host's compressed start."""
+    startup = host.sim_startup_s()
+    if startup is None or startup == 0.0:  # a real host, or the simulator in real time
+        return REAL_READY_TIMEOUT_S, REAL_STALL_TIMEOUT_S
+    return 60.0 + 10.0 * startup, max(8.0, 3.0 * startup)
+
+
+def _shell(spec_env: dict[str, str], argv: list[str]) -> str:
+    import shlex
+
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact_env(spec_env).items())
+    cmd = " ".join(shlex.quote(a) for a in redact_argv(argv))
+    return f"{env} {cmd}".strip()
+
+
+class Launch:
+    """One bring-up: spawn, follow, probe, and either a ready layout or a failure with the last log lines."""
+
+    def __init__(self, host: Host, plan: LaunchPlan, profile: ModelProfile, bus: EventBus,
+                 options: UpOptions | None = None, store: StateStore | None = None) -> None:
+        self.host = host
+        self.plan = plan
+        self.profile = profile
+        self.bus = bus
+        self.options = options or UpOptions()
+        self.store = store or StateStore()
+        self.layout_id = new_layout_id(plan.topology, plan.profile_id)
+        self.record: LayoutRecord | None = None
+        self.popens: dict[int, Any] = {}
+        self.trackers: dict[str, PhaseTracker] = {}
+        self.started_at = time.monotonic()
+        self.preflight: list[Check] = []
+
+    # --- state -------------------------------------------------------------------------------------------------
+    def _claim_slot(self) -> LayoutRecord:
+        with self.store.locked() as layouts:
+            for rec in list(layouts.values()):
+                if rec.status in ("starting", "ready", "stopping"):
+                    if not any(process_alive(p.pid, p.create_time) for p in rec.processes) and rec.processes:
+                        rec.status = "failed"
+                        rec.note = "found dead: every process had exited"
+                        continue
+                    if not self.options.replace:
+                        raise LayoutBusy(
+                            f"layout {rec.id} ({rec.topology} of {rec.profile_id} on GPU "
+                            f"{','.join(map(str, rec.gpus))}) is {rec.status}; one layout per host",
+                            hint="'disagg-tui down' first, or 'up --replace'")
+            plan_dict = self.plan.to_dict()
+            for s in plan_dict["servers"]:
+                s["env"] = redact_env(s["env"])
+                s["argv"] = redact_argv(s["argv"])
+                s["shell"] = _shell(s["env"], s["argv"])
+            sim: dict[str, Any] = {}
+            if self.host.simulated:
+                o = getattr(self.host, "options", None)
+                sim = {"gpu": getattr(self.host, "gpu", ""), "gpus": getattr(self.host, "count", 0),
+                       "faults": list(o.sim_faults) if o else []}
+            rec = LayoutRecord(id=self.layout_id, created=time.time(), simulated=self.host.simulated,
+                               plan=plan_dict, processes=[], status="starting", owner_pid=os.getpid(),
+                               owner_user=_user(), sim=sim, endpoint=self.plan.endpoint)
+            layouts[rec.id] = rec
+            self.record = rec
+            return rec
+
+    def _save(self) -> None:
+        assert self.record is not None
+        with self.store.locked() as layouts:
+            layouts[self.record.id] = self.record
+
+    def _status(self, status: str, note: str = "") -> None:
+        assert self.record is not None
+        self.record.status = status
+        self.record.note = note
+        self._save()
+        self.bus.publish(LayoutChanged(layout_id=self.layout_id, status=status, topology=self.plan.topology,
+                                       profile_id=self.plan.profile_id, endpoint=self.plan.endpoint,
+                                       simulated=self.plan.simulated, note=note))
+
+    # --- run ---------------------------------------------------------------------------------------------------
+    async def run(self) -> LayoutRecord:
+        loop = asyncio.get_running_loop()
+        self.bus.attach_loop(loop)
+        if self.options.replace:
+            active = self.store.active()
+            if active is not None:
+                self.bus.publish(Notice(level="info", message=f"replacing layout {active.id}", source="up"))
+                await tear_down(active, self.bus, store=self.store)
+        if not self.options.skip_preflight:
+            nvml = None
+            with contextlib.suppress(Exception):
+                nvml = await asyncio.to_thread(self.host.nvml)
+            self.preflight = await asyncio.to_thread(preflight, self.plan, self.host.facts, nvml)
+            bad = failed(self.preflight)
+            if bad:
+                raise PlanRefused("preflight failed: " + "; ".join(f"{c.name}: {c.reason}" for c in bad))
+        self._claim_slot()
+        self._status("starting")
+        follower = LogFollower(self._on_line)
+        try:
+            self._spawn_all(follower)
+            follower.start()
+            await self._wait_ready(follower)
+        except BaseException as exc:
+            follower.stop()
+            note = exc.title if isinstance(exc, AppError) else type(exc).__name__
+            await asyncio.to_thread(self._stop_all)
+            self._status("failed" if not isinstance(exc, asyncio.CancelledError | KeyboardInterrupt) else "stopped",
+                         note)
+            raise
+        follower.stop()
+        self._status("ready")
+        assert self.record is not None
+        return self.record
+
+    def _spawn_all(self, follower: LogFollower) -> None:
+        assert self.record is not None
+        logs = self.store.logs_dir(self.layout_id)
+        profile_json = self.profile.to_dict()
+        commands = [(s.name, s.role, s.url, list(s.gpus), self.host.server_command(s, self.plan, profile_json),
+                     s.env_dict(), list(s.argv)) for s in self.plan.servers]
+        if self.plan.proxy is not None:
+            pc = self.host.proxy_command(self.plan.proxy)
+            commands.append(("proxy", "proxy", self.plan.proxy.url, [], pc, {}, ["disagg-tui", "proxy",
+                                                                                 *self.plan.proxy.args()]))
+        for name, role, url, gpus, cmd, env, shown_argv in commands:
+            log = logs / f"{name}.log"
+            popen = spawn(cmd, log, self.layout_id)
+            self.popens[popen.pid] = popen
+            rec = ProcessRecord(name=name, role=role, pid=popen.pid, pgid=popen.pid, create_time=create_time(popen.pid),
+                                log=str(log), url=url, gpus=gpus, argv=redact_argv(shown_argv),
+                                started=time.time())
+            self.record.processes.append(rec)
+            self._save()
+            self.trackers[name] = PhaseTracker()
+            follower.follow(name, log)
+            self.bus.publish(ServerLaunched(layout_id=self.layout_id, server=name, role=role, pid=popen.pid, url=url,
+                                            command=_shell(env, shown_argv), log=str(log)))
+
+    def _on_line(self, name: str, lineno: int, text: str) -> None:
+        """In the follower thread: phases, log lines and hooks (the playbook matcher)."""
+        self.bus.publish_threadsafe(LogLine(server=name, lineno=lineno, text=text))
+        tracker = self.trackers.get(name)
+        if tracker is not None:
+            update = tracker.feed(text)
+            if update is not None:
+                self.bus.publish_threadsafe(ServerPhase(
+                    server=name, phase=update.phase.key, label=update.phase.label, progress=update.progress,
+                    detail=update.detail, elapsed_s=time.monotonic() - self.started_at))
+        for hook in self.options.line_hooks:
+            hook(name, lineno, text)
+
+    async def _wait_ready(self, follower: LogFollower) -> None:
+        assert self.record is not None
+        pending = {p.name: p for p in self.record.processes}
+        deadline = self.started_at + self.options.ready_timeout_s
+        async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as client:
+            while pending:
+                # servers before the proxy: the proxy's /health needs them
+                for name, proc in list(pending.items()):
+                    popen = self.popens.get(proc.pid)
+                    code = popen.poll() if popen is not None else (None if process_alive(proc.pid, proc.create_time)
+                                                                   else -1)
+                    if code is not None:
+                        await asyncio.sleep(0.3)  # let the process's last writes land
+                        await asyncio.to_thread(follower.poll_once)
+                        last = tuple(follower.last_lines.get(name, ()))[-25:]
+                        at = self.trackers[name].phase.key if name in self.trackers else "?"
+                        proc.exited = code
+                        self.bus.publish(ServerExited(server=name, returncode=code, during=at, last_lines=last))
+                        raise StartFailure(f"{name} exited with code {code} during startup ({at})",
+                                           server=name, phase=at, returncode=code, hint=f"log: {proc.log}")
+                checks = [n for n in pending if n != "proxy" or len(pending) == 1]
+                results = await asyncio.gather(*(self._probe(client, pending[n].url) for n in checks))
+                if any(results):  # read what the log says up to now, so its phases come before "ready"
+                    await asyncio.to_thread(follower.poll_once)
+                for name, ok in zip(checks, results, strict=True):
+                    if ok:
+                        proc = pending.pop(name)
+                        proc.ready_at = time.time()
+                        elapsed = time.monotonic() - self.started_at
+                        tracker = self.trackers.get(name)
+                        if tracker is not None:
+                            upd = tracker.mark_ready()
+                            self.bus.publish(ServerPhase(server=name, phase="ready", label=upd.phase.label,
+                                                         progress=1.0, elapsed_s=elapsed))
+                        self.bus.publish(ServerReady(server=name, url=proc.url, startup_s=elapsed))
+                        self._save()
+                now = time.monotonic()
+                for name in pending:
+                    silent = follower.silent_for(name)
+                    if name != "proxy" and silent > self.options.stall_timeout_s:
+                        phase = self.trackers[name].phase
+                        last = tuple(follower.last_lines.get(name, ()))[-25:]
+                        self.bus.publish(ServerStalled(server=name, phase=phase.key, silent_s=silent, last_lines=last))
+                        raise StartFailure(f"{name} stalled: no log output for {silent:.0f} s during startup "
+                                           f"({phase.key}: {phase.label})", server=name, phase=phase.key,
+                                           stalled=True, hint=f"log: {pending[name].log}")
+                if pending and now > deadline:
+                    name = next(iter(pending))
+                    reached = self.trackers[name].phase if name in self.trackers else None
+                    raise StartFailure(f"{name} not ready after {self.options.ready_timeout_s:.0f} s"
+                                       + (f" (reached {reached.key}: {reached.label})" if reached else ""),
+                                       server=name, phase=reached.key if reached else "?", stalled=True,
+                                       hint="a first start compiles for minutes; raise --ready-timeout if it "
+                                            "was still making progress")
+                if pending:
+                    await asyncio.sleep(self.options.probe_interval_s)
+
+    @staticmethod
+    async def _probe(client: httpx.AsyncClient, url: str) -> bool:
+        try:
+            r = await client.get(url + "/health")
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 200
+
+    def _stop_all(self) -> None:
+        assert self.record is not None
+        targets = [StopTarget(p.name, p.pid, p.pgid, p.create_time) for p in self.record.processes]
+        stop_processes(targets, layout_id=self.layout_id, popens=self.popens,
+                       int_wait=5.0 if self.host.simulated else 15.0)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+async def bring_up(profile: ModelProfile, plan: LaunchPlan, host: Host, bus: EventBus, *,
+                   options: UpOptions | None = None, store: StateStore | None = None) -> LayoutRecord:
+    """Launch ``plan`` and wait until every server (and the proxy) is ready. Raises on failure, stopping the rest."""
+    return await Launch(host, plan, profile, bus, options, store).run()
+
+
+def stop_layout(record: LayoutRecord, *, int_wait: float = 15.0, on_step: Callable[[str], None] | None = None
+                ) -> list[str]:
+    """Blocking: stop every process of a layout (proxy first, then the servers)."""
+    proxy = [StopTarget(p.name, p.pid, p.pgid, p.create_time) for p in record.processes if p.role == "proxy"]
+    servers = [StopTarget(p.name, p.pid, p.pgid, p.create_time) for p in record.processes if p.role != "proxy"]
+    out = stop_processes(proxy, int_wait=3.0, on_step=on_step) if proxy else []
+    out += stop_processes(servers, layout_id=record.id, int_wait=int_wait, on_step=on_step)
+    return out
+
+
+async def tear_down(record: LayoutRecord, bus: EventBus, *, store: StateStore | None = None,
+                    forget: bool = True) -> None:
+    """Stop a layout and drop it from the state file (its logs stay on disk)."""
+    store = store or StateStore()
+    bus.publish(LayoutChanged(layout_id=record.id, status="stopping", topology=record.topology,
+                              profile_id=record.profile_id, endpoint=record.endpoint, simulated=record.simulated))
+    with store.locked() as layouts:
+        if record.id in layouts:
+            layouts[record.id].status = "stopping"
+    await asyncio.to_thread(stop_layout, record, int_wait=5.0 if record.simulated else 15.0)
+    with store.locked() as layouts:
+        if forget:
+            layouts.pop(record.id, None)
+        elif record.id in layouts:
+            layouts[record.id].status = "stopped"
+    bus.publish(LayoutChanged(layout_id=record.id, status="stopped", topology=record.topology,
+                              profile_id=record.profile_id, endpoint=record.endpoint, simulated=record.simulated))
+
+
+def process_states(record: LayoutRecord) -> dict[str, bool]:
+    return {p.name: process_alive(p.pid, p.create_time) for p in record.processes}
+
+
+def last_log_lines(record: LayoutRecord, name: str, n: int = 25) -> list[str]:
+    proc = record.process(name)
+    return tail_file(Path(proc.log), n) if proc else []

@@ -1,0 +1,110 @@
+"""Where a model's files are on this machine: a local folder, or the Hugging Face cache (never the network)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+_HF_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+#: stop counting after this many files (a size is then a lower bound); a model folder holds far fewer
+MAX_FILES = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFiles:
+    model: str
+    kind: str  # local | hf
+    where: Path  # the folder looked at (a snapshot folder for the HF cache)
+    found: bool
+    size_bytes: int = 0
+    files: int = 0
+    has_config: bool = False
+    has_weights: bool = False
+    has_tokenizer: bool = False
+    capped: bool = False
+
+
+def is_local(model: str) -> bool:
+    return model.startswith(("/", "~", ".")) or not _HF_ID.match(model) or Path(model).exists()
+
+
+def hf_home(env: Mapping[str, str]) -> Path:
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]).expanduser()
+    xdg = env.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "huggingface"
+
+
+def hf_hub_cache(env: Mapping[str, str]) -> Path:
+    """``$HF_HUB_CACHE``, else ``$HF_HOME/hub`` (``~/.cache/huggingface/hub`` by default)."""
+    if env.get("HF_HUB_CACHE"):
+        return Path(env["HF_HUB_CACHE"]).expanduser()
+    return hf_home(env) / "hub"
+
+
+def hf_token_source(env: Mapping[str, str]) -> str | None:
+    """Where a Hugging Face token would come from (the name of the variable or file), never the token."""
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        if env.get(name):
+            return name
+    path = Path(env["HF_TOKEN_PATH"]).expanduser() if env.get("HF_TOKEN_PATH") else hf_home(env) / "token"
+    try:
+        if path.is_file() and path.stat().st_size > 0:
+            return f"token file {path}"
+    except OSError:
+        return None
+    return None
+
+
+def _scan(folder: Path) -> tuple[int, int, bool, bool, bool, bool]:
+    size = files = 0
+    config = weights = tokenizer = capped = False
+    seen: set[tuple[int, int]] = set()
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            if files >= MAX_FILES:
+                capped = True
+                break
+            path = Path(root) / name
+            try:
+                st = path.stat()  # follows the HF cache's symlinks into blobs/
+            except OSError:
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
+                continue
+            seen.add(key)
+            files += 1
+            size += st.st_size
+            config = config or name == "config.json"
+            weights = weights or name.endswith(WEIGHT_SUFFIXES)
+            tokenizer = tokenizer or name in TOKENIZER_FILES
+        if capped:
+            break
+    return size, files, config, weights, tokenizer, capped
+
+
+def locate_model(model: str, env: Mapping[str, str]) -> ModelFiles:
+    """The model's files as present now: the folder itself, or the newest snapshot in the HF cache."""
+    if is_local(model):
+        folder = Path(model).expanduser()
+        if not folder.is_dir():
+            return ModelFiles(model, "local", folder, found=False)
+        size, files, config, weights, tok, capped = _scan(folder)
+        return ModelFiles(model, "local", folder, True, size, files, config, weights, tok, capped)
+    org, name = model.split("/", 1)
+    repo = hf_hub_cache(env) / f"models--{org}--{name}"
+    snapshots = repo / "snapshots"
+    revs = sorted((p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime) \
+        if snapshots.is_dir() else []
+    if not revs:
+        return ModelFiles(model, "hf", repo, found=False)
+    folder = revs[-1]
+    size, files, config, weights, tok, capped = _scan(folder)
+    return ModelFiles(model, "hf", folder, True, size, files, config, weights, tok, capped)
