@@ -11,7 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from simserver import SimServer, SimServers, free_port
+
+from tests.simserver import SimServer, SimServers, free_port
 
 PRODUCER = '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'
 CONSUMER = '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}'

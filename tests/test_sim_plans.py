@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from simserver import SimServer, free_port
 
+from tests.simserver import SimServer, free_port
 from tui.core import paths
 from tui.core.host import HostOptions, SimHost
 from tui.core.planner import LaunchPlan, PlanOptions, plan
