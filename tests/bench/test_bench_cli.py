@@ -1,0 +1,98 @@
+"""The bench/run/results commands: one-line errors with exit 2, JSON with vllm bench's key names, live events."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tui.cli.main import main
+from tui.core.bench.events import BenchDone, BenchTick
+from tui.core.bench.live import LiveWindow
+from tui.core.events import event_from_dict
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse mistakes
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["bench", "--rate", "fast"], "--rate"),
+    (["bench", "--max-concurrency", "0"], "--max-concurrency"),
+    (["bench", "--endpoint", "http://127.0.0.1:9", "--goodput", "ttft"], "--goodput"),
+    (["bench", "--endpoint", "http://127.0.0.1:9", "--goodput", "itl:5"], "--goodput"),
+    (["bench", "--endpoint", "http://127.0.0.1:9", "--workload", "no-such-workload"], "no-such-workload"),
+    (["bench", "--endpoint", "ftp://example"], "--endpoint"),
+    (["bench"], "nothing is up"),
+    (["bench", "--endpoint", "http://127.0.0.1:9", "--extra-body", "{oops"], "--extra-body"),
+    (["bench", "--endpoint", "http://127.0.0.1:9", "--range-ratio", "1.5"], "--range-ratio"),
+    (["bench", "--endpoint", "http://127.0.0.1:9", "--prompts", "/nonexistent.jsonl"], "no such file"),
+    (["run", "--model", "qwen3.6-27b-nvfp4", "--topology", "tp2,zz9", "--workload", "decode-heavy"], "zz9"),
+    (["run", "--model", "qwen3.6-27b-nvfp4", "--topology", "tp2", "--workload", "nope"], "nope"),
+    (["run", "--model", "qwen3.6-27b-nvfp4", "--topology", "tp2", "--workload", "decode-heavy", "--rates", "x"],
+     "--rates"),
+    (["results", "--format", "xml"], "--format"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
+    code, out, err = _run(capsys, *argv)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and needle in err, err
+    assert "Traceback" not in err and out == ""
+
+
+def test_unreachable_endpoint_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "bench", "--endpoint", "http://127.0.0.1:1", "--num-prompts", "2")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "cannot ask" in err
+
+
+def test_bench_json_uses_vllm_key_names(capsys: pytest.CaptureFixture[str], stub_process) -> None:
+    url = stub_process("--mode", "paced", "--ms-per-token", "2")
+    code, out, err = _run(capsys, "bench", "--endpoint", url, "--input-len", "64", "--output-len", "30",
+                          "--num-prompts", "12", "--max-concurrency", "6", "--goodput", "ttft:5000", "tpot:100",
+                          "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    for key in ("output_throughput", "total_token_throughput", "request_throughput", "request_goodput",
+                "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+                "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms",
+                "max_output_tokens_per_s", "max_concurrent_requests", "completed", "failed", "duration"):
+        assert key in s, key
+    assert s["completed"] == 12 and s["max_concurrency"] == 6 and s["workload"] == "random-64x30"
+    assert s["mean_tpot_ms"] == pytest.approx(2.0, rel=0.5)
+    assert "results:" in err
+
+
+def test_bench_defaults_to_decode_heavy_and_repeats(capsys: pytest.CaptureFixture[str], stub_process) -> None:
+    url = stub_process("--mode", "fast")
+    code, out, err = _run(capsys, "bench", "--endpoint", url, "--num-prompts", "4", "--output-len", "8",
+                          "--repeat", "2", "--json", "--quiet")
+    assert code == 0, err
+    agg = json.loads(out)
+    assert agg["repeats"] == 2 and agg["workload"] == "random-512x8"
+    assert "ci95_output_throughput" in agg and agg["completed"] == 4
+    code, out, _ = _run(capsys, "bench", "--endpoint", url, "--num-prompts", "3", "--quiet")
+    assert code == 0
+    assert "Serving Benchmark Result" in out and "Total input tokens:                      1536" in out
+
+
+def test_live_window_and_events_round_trip() -> None:
+    lw = LiveWindow(run_id="c/r", total=10, window_s=1.0)
+    lw.update({"phase": "run", "el": 0.0, "chunks": 0, "ttfts": [0.2], "gaps": [], "req_gaps": []})
+    lw.update({"phase": "run", "el": 0.5, "chunks": 500, "ttfts": [0.4], "gaps": [0.01, 0.02, 0.03],
+               "req_gaps": [0.02], "sent": 10, "done": 2, "inflight": 8})
+    tick = lw.update({"phase": "run", "el": 1.0, "chunks": 1000, "gaps": [0.01], "req_gaps": [0.01, 0.03],
+                      "sent": 10, "done": 4, "inflight": 6})
+    assert tick.output_tps == 1000.0
+    assert tick.ttft_p50_ms == pytest.approx(300.0)
+    assert tick.itl_p50_ms == pytest.approx(15.0)  # gaps after the window's first tick: 10, 20, 30, 10 ms
+    assert tick.tpot_p50_ms == pytest.approx(20.0)
+    assert "done 4/10" in tick.line()
+    again = event_from_dict(json.loads(json.dumps(tick.to_dict())))
+    assert again == tick and isinstance(again, BenchTick)
+    done = BenchDone(run_id="c/r", status="complete", summary={"output_throughput": 1.0}, flags=("x",))
+    assert event_from_dict(json.loads(json.dumps(done.to_dict()))) == done

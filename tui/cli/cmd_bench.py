@@ -1,0 +1,300 @@
+"""``disagg-tui bench`` (one workload against what is up, or an endpoint) and ``disagg-tui run`` (a campaign)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import shlex
+import signal
+from pathlib import Path
+from typing import Any
+
+from tui.cli.context import CliContext, add_global_options
+from tui.cli.progress import ProgressLine
+from tui.core.bench import report
+from tui.core.bench.metrics import parse_goodput
+from tui.core.bench.runner import DEFAULT_VOCAB, BenchOptions, BenchTarget, run_bench
+from tui.core.bench.store import Run
+from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
+from tui.core.profiles import Workload, parse_rate
+from tui.core.state import LayoutRecord, StateStore
+
+DEFAULT_WORKLOAD = "decode-heavy"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {v}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v > 0 or math.isnan(v):
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return v
+
+
+def _ratio(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"must be within [0, 1), got {text}")
+    return v
+
+
+def _rate(text: str) -> float:
+    try:
+        return parse_rate(text, field="--rate")
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def add_traffic_options(p: argparse.ArgumentParser, *, single: bool) -> None:
+    """Options shared by ``bench`` and ``run`` (``single``: one workload and one rate)."""
+    if single:
+        p.add_argument("--workload", "-w", metavar="NAME|FILE", help=f"workload (default {DEFAULT_WORKLOAD})")
+        p.add_argument("--input-len", type=_positive_int, metavar="N", help="prompt tokens per request")
+        p.add_argument("--output-len", type=_positive_int, metavar="N", help="tokens generated per request")
+        p.add_argument("--rate", type=_rate, metavar="R|inf", help="requests/s (Poisson), or inf: all at once")
+        p.add_argument("--prompts", metavar="FILE.jsonl",
+                       help='prompts from a JSONL file ({"prompt": text | [ids], "output_len": N})')
+    p.add_argument("--num-prompts", type=_positive_int, metavar="N", help="requests per run")
+    p.add_argument("--burstiness", type=_positive_float, metavar="B",
+                   help="gamma burstiness of arrivals (1 = Poisson; <1 burstier)")
+    p.add_argument("--max-concurrency", type=_positive_int, metavar="C", help="at most C requests in flight")
+    p.add_argument("--range-ratio", type=_ratio, metavar="R", help="spread lengths over [L(1-R), L(1+R)]")
+    p.add_argument("--prefix-len", type=_nonneg_int, metavar="N", help="a shared prefix of N tokens")
+    p.add_argument("--seed", type=_nonneg_int, metavar="S", help="random seed of prompts and arrivals")
+    p.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs for goodput: ttft:MS tpot:MS e2el:MS")
+    p.add_argument("--warmup", type=_nonneg_int, metavar="N",
+                   help="warm-up burst size, excluded from results (default: the run's concurrency; 0 = none)")
+    p.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
+                   help="run each cell N times; report mean and 95%% confidence interval")
+    p.add_argument("--served-model", metavar="NAME", help="model name in requests (default: from /v1/models)")
+    p.add_argument("--vocab-size", type=_positive_int, metavar="N",
+                   help="draw prompt token ids below N (default: the model profile's vocabulary)")
+    p.add_argument("--extra-body", metavar="JSON", help="extra JSON fields for every request (e.g. temperature)")
+    p.add_argument("--runner", choices=("ours", "vllm"), default="ours",
+                   help="our load generator, or the real 'vllm bench serve'")
+    p.add_argument("--vllm-bench", metavar="CMD",
+                   help="how to run vllm for --runner vllm (default: the --vllm executable, else 'vllm')")
+    p.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder for --runner vllm")
+    p.add_argument("--campaign", metavar="NAME", help="store runs under runs/NAME/")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (vllm bench key names)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress line")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("bench", help="benchmark what is up (or an endpoint) with one workload",
+                       description="Run one workload against the active layout (or --endpoint) with our streaming "
+                                   "load generator (or the real vllm bench serve); figures use vllm bench serve's "
+                                   "definitions and key names. Results go to runs/<campaign>/.")
+    p.add_argument("--endpoint", "-e", metavar="URL", help="http://HOST:PORT (default: the active layout)")
+    add_traffic_options(p, single=True)
+    add_global_options(p)
+    p.set_defaults(handler=run)
+    from tui.cli import cmd_run
+
+    cmd_run.register(sub)
+
+
+# --- building the options -----------------------------------------------------------------------------------
+
+
+def workload_from_args(args: argparse.Namespace, ctx: CliContext, name: str | None) -> Workload:
+    lengths = getattr(args, "input_len", None) is not None or getattr(args, "output_len", None) is not None
+    base_name = name or DEFAULT_WORKLOAD
+    base = ctx.catalog.workload(base_name)
+    changes: dict[str, Any] = {
+        "input_len": getattr(args, "input_len", None), "output_len": getattr(args, "output_len", None),
+        "num_prompts": args.num_prompts, "request_rate": getattr(args, "rate", None),
+        "burstiness": args.burstiness, "max_concurrency": args.max_concurrency, "range_ratio": args.range_ratio,
+        "prefix_len": args.prefix_len, "seed": args.seed,
+    }
+    w = base.with_overrides(**changes)
+    if lengths and name is None:
+        w = w.with_overrides(name=f"random-{w.input_len}x{w.output_len}")
+    return w
+
+
+def options_from_args(args: argparse.Namespace, workload: Workload, vocab: int | None) -> BenchOptions:
+    extra: dict[str, Any] = {}
+    if args.extra_body:
+        try:
+            extra = json.loads(args.extra_body)
+        except ValueError as exc:
+            raise InputError(f"not JSON: {exc}", field="--extra-body") from None
+        if not isinstance(extra, dict):
+            raise InputError("must be a JSON object", field="--extra-body")
+    prompts = getattr(args, "prompts", None)
+    if prompts and not Path(prompts).expanduser().is_file():
+        raise InputError("no such file", file=prompts, field="--prompts")
+    return BenchOptions(
+        workload=workload, prompts_file=prompts, model=args.served_model,
+        vocab_size=args.vocab_size or vocab or DEFAULT_VOCAB,
+        warmup=-1 if args.warmup is None else args.warmup, goodput=parse_goodput(args.goodput or []),
+        extra_body=extra,
+    )
+
+
+def profile_vocab(ctx: CliContext, profile_id: str) -> int | None:
+    if not profile_id:
+        return None
+    try:
+        return ctx.catalog.model(profile_id).shape.vocab_size
+    except InputError:
+        return None
+
+
+def active_target(args: argparse.Namespace, ctx: CliContext) -> tuple[BenchTarget, int | None]:
+    """The endpoint to bench: --endpoint, else the layout that is up (with its servers' logs and plan)."""
+    if args.endpoint:
+        from tui.core.bench.httpstream import parse_endpoint
+
+        ep = parse_endpoint(args.endpoint)
+        return BenchTarget(endpoint=ep.url, topology="endpoint"), None
+    layout: LayoutRecord | None = StateStore().active()
+    if layout is None:
+        raise InputError("nothing is up to benchmark", field="--endpoint",
+                         hint="start a layout with 'disagg-tui up --model M --topology T' or give --endpoint URL")
+    if not layout.endpoint:
+        raise InputError(f"layout {layout.id} has no endpoint yet (status {layout.status})", field="--endpoint")
+    return (BenchTarget(endpoint=layout.endpoint, topology=layout.topology or "layout", layout=layout),
+            profile_vocab(ctx, layout.profile_id))
+
+
+def vllm_bench_command(args: argparse.Namespace) -> list[str]:
+    if args.vllm_bench:
+        return shlex.split(args.vllm_bench)
+    return [getattr(args, "vllm", None) or "vllm"]
+
+
+def tokenizer_for(args: argparse.Namespace, ctx: CliContext, layout: LayoutRecord | None) -> str:
+    if args.tokenizer:
+        return str(args.tokenizer)
+    if layout is not None and layout.profile_id:
+        try:
+            model = ctx.catalog.model(layout.profile_id).model
+        except InputError:
+            model = ""
+        if model:
+            return model
+    raise InputError("vllm bench serve needs a tokenizer", field="--tokenizer",
+                     hint="give --tokenizer DIR (a local tokenizer folder)")
+
+
+# --- running ---------------------------------------------------------------------------------------------------
+
+
+async def bench_once(args: argparse.Namespace, ctx: CliContext, opts: BenchOptions, target: BenchTarget,
+                     progress: ProgressLine) -> Run:
+    if args.runner == "vllm":
+        from tui.core.bench.vllmbench import run_vllm_bench
+
+        return await run_vllm_bench(vllm_bench_command(args), opts, target,
+                                    tokenizer_for(args, ctx, target.layout), on_tick=progress.tick,
+                                    on_line=lambda s: progress.text(f"vllm: {s}") if not args.json else None)
+    return await run_bench(opts, target, on_tick=progress.tick)
+
+
+def run_async(coro: Any) -> Any:
+    """asyncio.run, with SIGTERM treated like Ctrl-C (the run stops and is stored as incomplete)."""
+    async def main() -> Any:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        if task is not None:
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        return await coro
+
+    return asyncio.run(main())
+
+
+def run(args: argparse.Namespace, ctx: CliContext) -> int:
+    if args.prompts and (args.input_len is not None):
+        raise InputError("--prompts gives the prompts; drop --input-len", field="--prompts")
+    target, vocab = active_target(args, ctx)
+    workload = workload_from_args(args, ctx, args.workload)
+    opts = options_from_args(args, workload, vocab)
+    target.campaign = args.campaign or "bench"
+    progress = ProgressLine(ctx.err, enabled=not args.quiet)
+    runs: list[Run] = []
+
+    async def go() -> None:
+        for i in range(args.repeat):
+            target.repeat = i + 1
+            target.name = None
+            runs.append(await bench_once(args, ctx, opts, target, progress))
+            progress.end()
+
+    try:
+        run_async(go())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        progress.end()
+        ctx.error("interrupted: finished requests are stored; the run is marked incomplete")
+        return 130
+    return report_runs(args, ctx, runs)
+
+
+def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> int:
+    summaries = [r.summary for r in runs if r.summary]
+    if args.json:
+        if len(runs) == 1:
+            ctx.print_json(summaries[0] if summaries else {})
+        else:
+            ctx.print_json(report.aggregate(summaries))
+    else:
+        for r in runs:
+            if r.summary:
+                ctx.print(report.format_result(r.summary))
+        if len(summaries) > 1:
+            ctx.print(report.format_aggregate(report.aggregate(summaries)))
+    code = EXIT_OK
+    for r in runs:
+        where = f"results: {r.path}"
+        if r.meta.status != "complete":
+            ctx.error(f"run {r.id} {r.meta.status}: {r.meta.message}")
+            code = EXIT_FAILED
+        else:
+            print(where, file=ctx.err)
+        for flag in r.meta.flags:
+            ctx.warn(f"{r.id}: {_flag_text(flag, r)}")
+    return code
+
+
+def _flag_text(flag: str, r: Run) -> str:
+    m = r.meta
+    if flag == "client-limited":
+        return "the load generator may have limited this run: " + "; ".join(m.client.get("reasons", []))
+    if flag == "triton-jit":
+        return "a server JIT-compiled a Triton kernel during the run (latency spike): " + (m.triton_jit or [""])[0]
+    if flag == "kv-recompute":
+        return "decode re-did the prefill: KV transfer did not happen for most requests"
+    if flag == "kv-no-transfer":
+        return "no prompt token arrived over the KV connector during the run"
+    if flag == "failed-requests":
+        return f"{r.summary.get('failed', 0)} request(s) failed"
+    if flag == "incomplete":
+        return "incomplete run"
+    return flag

@@ -1,0 +1,151 @@
+"""``disagg-tui run``: a campaign — every topology up in turn, every workload run, the table, a recommendation.
+
+Running the same command again resumes the campaign (its default name is derived from the cells), skipping every
+finished run; ``--campaign NAME`` names it, ``--fresh`` starts a new one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import time
+from typing import Any
+
+from tui.cli.cmd_bench import add_traffic_options, options_from_args, profile_vocab, run_async
+from tui.cli.common import add_plan_options, make_plan
+from tui.cli.context import CliContext, add_global_options
+from tui.cli.progress import ProgressLine
+from tui.core.bench import recommend as rec_mod
+from tui.core.bench import table
+from tui.core.bench.campaign import CampaignResult, CampaignRunner, CampaignSpec, Lifecycle
+from tui.core.bench.serverside import nvml_energy_reader
+from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError, InputError
+from tui.core.profiles import Workload, parse_rate
+from tui.core.topology import parse_topology
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="campaign: bring each topology up, run each workload, compare, recommend",
+                       description="Bring each topology up in turn (checking the GPUs are free between layouts), "
+                                   "run each workload (and rate), tear down; then print the comparison table and a "
+                                   "recommendation per objective. The same command resumes an interrupted "
+                                   "campaign. Exit 1 when some cells failed (the rest of the table is printed).")
+    add_plan_options(p)
+    p.add_argument("--workload", "-w", required=True, metavar="W1,W2", help="workload names or files, comma-separated")
+    p.add_argument("--rates", metavar="R1,R2|auto",
+                   help="request rates to sweep (req/s or inf), or auto: saturation, then fractions of it")
+    p.add_argument("--fresh", action="store_true", help="start a new campaign even if this one exists")
+    add_traffic_options(p, single=False)
+    add_global_options(p)
+    p.set_defaults(handler=run)
+
+
+def load_lifecycle() -> Lifecycle:
+    try:
+        module: Any = importlib.import_module("tui.core.lifecycle")
+    except ModuleNotFoundError as exc:
+        if exc.name != "tui.core.lifecycle":
+            raise
+        raise AppError("campaigns need the supervisor (tui.core.lifecycle), which this build does not have",
+                       hint="bring a layout up yourself and use 'disagg-tui bench'") from None
+    lifecycle: Lifecycle = module
+    return lifecycle
+
+
+def parse_rates(text: str | None) -> list[float] | str | None:
+    if text is None:
+        return None
+    if text.strip().lower() == "auto":
+        return "auto"
+    out = [parse_rate(part.strip(), field="--rates") for part in text.split(",") if part.strip()]
+    if not out:
+        raise InputError("no rate given", field="--rates")
+    return out
+
+
+def default_name(spec: CampaignSpec) -> str:
+    digest = hashlib.sha1(json.dumps(spec.cells_key(), sort_keys=True).encode()).hexdigest()[:8]  # noqa: S324
+    return f"{spec.model}-{digest}"
+
+
+def run(args: argparse.Namespace, ctx: CliContext) -> int:
+    topologies = [t.strip() for t in args.topology.split(",") if t.strip()]
+    if not topologies:
+        raise InputError("no topology given", field="--topology")
+    topologies = [parse_topology(t).name for t in topologies]
+    wl_refs = [w.strip() for w in args.workload.split(",") if w.strip()]
+    workloads: dict[str, Workload] = {}
+    for ref in wl_refs:
+        w = ctx.catalog.workload(ref)
+        workloads[w.name] = w.with_overrides(
+            burstiness=args.burstiness, max_concurrency=args.max_concurrency, range_ratio=args.range_ratio,
+            prefix_len=args.prefix_len)
+    profile = ctx.catalog.model(args.model)
+    spec = CampaignSpec(name="", model=profile.id, topologies=topologies, workloads=list(workloads),
+                        rates=parse_rates(args.rates), repeat=args.repeat, seed=args.seed or 0,
+                        num_prompts=args.num_prompts, goodput={}, warmup=-1 if args.warmup is None else args.warmup,
+                        simulated=bool(getattr(args, "sim", False)))
+    spec.name = args.campaign or default_name(spec)
+    if args.fresh and not args.campaign:
+        spec.name = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    vocab = profile_vocab(ctx, profile.id)
+    lifecycle = load_lifecycle()
+    progress = ProgressLine(ctx.err, enabled=not args.quiet)
+
+    def options(wl: Workload) -> Any:
+        return options_from_args(args, wl, vocab)
+
+    spec.goodput = options(next(iter(workloads.values()))).goodput
+    host = ctx.host
+    first_plan = make_plan(args, ctx, topologies[0])[1]
+    energy = None
+    try:
+        energy = nvml_energy_reader(host.nvml(), list(first_plan.gpus))
+    except Exception:  # noqa: BLE001 - energy is optional: no NVML, no energy figure
+        energy = None
+    runner = CampaignRunner(spec=spec, lifecycle=lifecycle, host=host,
+                            planner=lambda topo: make_plan(args, ctx, topo), workloads=workloads, options=options,
+                            notify=lambda s: progress.text(s), on_tick=progress.tick, energy=energy)
+    try:
+        result: CampaignResult = run_async(runner.run())
+    except KeyboardInterrupt:
+        progress.end()
+        ctx.error(f"interrupted: run the same command again to resume campaign {spec.name}")
+        return 130
+    progress.end()
+    return report(args, ctx, result, workloads, len(first_plan.gpus))
+
+
+def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, workloads: dict[str, Workload],
+           gpus: int) -> int:
+    runs = result.runs()
+    cells = table.build_cells(runs, result.spec.goodput or None)
+    failed = [f"{o.cell.topology}/{o.cell.workload}@{o.cell.rate if o.cell.rate is not None else 'default'}"
+              f": {o.message}" for o in result.failed]
+    rec = rec_mod.recommend(cells, workloads, gpus=gpus, slo=result.spec.goodput or None,
+                            repeats=result.spec.repeat, failed=failed)
+    if rec.slo_derived:  # the goodput column under the SLO the recommendation used
+        cells = table.build_cells(runs, slo_by_workload=rec.slo)
+    if args.json:
+        rows = table.cell_rows(cells)
+        for o in result.failed:
+            row: dict[str, Any] = {"topology": o.cell.topology, "workload": o.cell.workload, "status": o.status,
+                                   "error": o.message}
+            if o.cell.rate is not None:
+                row["rate"] = o.cell.rate
+            rows.append(row)
+        ctx.print_json({"rows": rows, "recommendation": rec.to_dict(), "campaign": str(result.directory)})
+    else:
+        if cells:
+            ctx.print(table.render_text(table.comparison_frame(cells)))
+            if rec.slo_derived:
+                ctx.print("goodput under the derived SLO: " + "; ".join(
+                    f"{w}: " + ", ".join(f"{k} ≤ {v:g} ms" for k, v in slo.items()) for w, slo in rec.slo.items()))
+            ctx.print()
+        ctx.print(rec_mod.render(rec))
+        print(f"results: {result.directory}", file=ctx.err)
+    for line in failed:
+        ctx.error(f"cell failed: {line}")
+    return EXIT_FAILED if result.failed else EXIT_OK

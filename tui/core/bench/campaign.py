@@ -1,0 +1,377 @@
+"""Campaigns (bake-offs): every topology brought up in turn, every workload (and rate) run on it, torn down.
+
+- Cells are (topology, workload, rate, repeat). Within a topology their order is shuffled (seeded), so a slow
+  drift of the machine does not always favour the same cell; repeats give a mean and a confidence interval.
+- Rates: the workload's own (usually ``inf``, saturation), an explicit list, or ``auto``: saturation first,
+  then fractions of the request throughput it reached, giving a latency–throughput curve per topology.
+- Between layouts the GPUs must be free again (memory released) before the next one starts.
+- Resume: the campaign's spec is stored in ``campaign.json``; a cell whose run directory is ``complete`` is not
+  run again, and a topology whose cells are all complete is not even brought up.
+
+Layout bring-up and tear-down belong to the supervisor; this module takes them through ``Lifecycle``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from tui.core import paths
+from tui.core.bench.events import BenchTick
+from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
+from tui.core.bench.serverside import EnergyReader
+from tui.core.bench.store import RUN_FILE, Run, RunMeta, load_run, rate_label, run_name, safe_name
+from tui.core.errors import AppError, InputError, RunFailed
+from tui.core.events import EventBus
+from tui.core.host import Host
+from tui.core.planner import LaunchPlan
+from tui.core.profiles import ModelProfile, Workload
+from tui.core.state import LayoutRecord
+
+CAMPAIGN_FILE = "campaign.json"
+AUTO_FRACTIONS = (0.25, 0.5, 0.75, 0.9)
+GPU_FREE_TIMEOUT_S = 120.0
+#: a GPU counts as free when this little memory is in use (the driver's own reservation stays below it)
+GPU_FREE_MIB = 1024
+
+
+class Lifecycle(Protocol):
+    """What a campaign needs from the supervisor (``tui.core.lifecycle`` provides these as module functions)."""
+
+    async def bring_up(self, profile: ModelProfile, plan: LaunchPlan, host: Host, bus: EventBus) -> LayoutRecord:
+        """Launch the plan's servers (and proxy), wait until the endpoint is ready; raise an AppError if not."""
+        ...
+
+    async def tear_down(self, record: LayoutRecord, bus: EventBus) -> None:
+        """Stop every process of the layout and forget it (the GPUs are released when this returns or soon)."""
+        ...
+
+
+@dataclass
+class CampaignSpec:
+    name: str
+    model: str
+    topologies: list[str]
+    workloads: list[str]
+    rates: list[float] | str | None = None  # None: each workload's own; "auto": saturation then fractions
+    repeat: int = 1
+    seed: int = 0
+    num_prompts: int | None = None
+    goodput: dict[str, float] = field(default_factory=dict)
+    warmup: int = -1
+    simulated: bool = False
+
+    def cells_key(self) -> dict[str, Any]:
+        """What defines the cells (a resume must match it)."""
+        return {"model": self.model, "topologies": self.topologies, "workloads": self.workloads,
+                "rates": [rate_label(r) for r in self.rates] if isinstance(self.rates, list) else self.rates,
+                "repeat": self.repeat, "seed": self.seed, "num_prompts": self.num_prompts}
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if isinstance(self.rates, list):
+            d["rates"] = [rate_label(r) for r in self.rates]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CampaignSpec:
+        data = dict(d)
+        rates = data.get("rates")
+        if isinstance(rates, list):
+            data["rates"] = [math.inf if r == "inf" else float(r) for r in rates]
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    topology: str
+    workload: str
+    rate: float | None  # None: the workload's own rate; inf: saturation
+    repeat: int = 1
+    derived: bool = False  # an auto-sweep rate (known only after the saturation run)
+
+    def name(self, wl: Workload) -> str:
+        rate = wl.request_rate if self.rate is None else self.rate
+        return run_name(self.topology, self.workload, rate, self.repeat, with_rate=self.derived or (
+            self.rate is not None and not math.isinf(self.rate)))
+
+
+@dataclass
+class CellOutcome:
+    cell: Cell
+    status: str  # complete | failed | incomplete | skipped (already done)
+    run: Run | None = None
+    message: str = ""
+
+
+@dataclass
+class CampaignResult:
+    spec: CampaignSpec
+    directory: Path
+    outcomes: list[CellOutcome] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[CellOutcome]:
+        return [o for o in self.outcomes if o.status not in ("complete", "skipped")]
+
+    def runs(self) -> list[Run]:
+        return [o.run for o in self.outcomes if o.run is not None and o.run.meta.status == "complete"]
+
+
+def auto_rates(saturation_throughput: float) -> list[float]:
+    """Rates below saturation: fractions of the request throughput the saturation run reached (3 significant
+    digits, so a resumed campaign derives the same names)."""
+    out = []
+    for f in AUTO_FRACTIONS:
+        r = saturation_throughput * f
+        if r <= 0:
+            continue
+        digits = 3 - math.floor(math.log10(r)) - 1
+        out.append(round(r, max(digits, 0)) if digits > 0 else float(round(r)))
+    return sorted(set(out))
+
+
+def plan_cells(spec: CampaignSpec, workloads: Mapping[str, Workload]) -> list[Cell]:
+    """The cells known before anything runs (auto-sweep rates are added after each saturation run)."""
+    cells = []
+    for topo in spec.topologies:
+        for wname in spec.workloads:
+            if spec.rates == "auto":
+                rates: list[float | None] = [math.inf]
+            elif isinstance(spec.rates, list):
+                rates = list(spec.rates)
+            else:
+                rates = [None]
+            for rate in rates:
+                for rep in range(1, spec.repeat + 1):
+                    cells.append(Cell(topo, wname, rate, rep))
+    return cells
+
+
+class CampaignStore:
+    def __init__(self, spec: CampaignSpec, root: Path | None = None) -> None:
+        self.spec = spec
+        self.root = root or paths.runs_dir()
+        self.dir = self.root / safe_name(spec.name)
+
+    def open(self) -> bool:
+        """Create or resume; True when resuming. A different spec under the same name is refused."""
+        f = self.dir / CAMPAIGN_FILE
+        if f.exists():
+            try:
+                old = CampaignSpec.from_dict(json.loads(f.read_text(encoding="utf-8")))
+            except (ValueError, TypeError) as exc:
+                raise InputError(f"damaged campaign file: {exc}", file=f) from None
+            if old.cells_key() != self.spec.cells_key():
+                raise InputError(f"campaign {self.spec.name!r} exists with other cells", field="--campaign",
+                                 hint="choose another --campaign name, or repeat the same command to resume")
+            return True
+        self.dir.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({**self.spec.to_dict(), "created": time.time()}, indent=1), encoding="utf-8")
+        return False
+
+    def run_dir(self, cell: Cell, wl: Workload) -> Path:
+        return self.dir / cell.name(wl)
+
+    def finished(self, cell: Cell, wl: Workload) -> Run | None:
+        d = self.run_dir(cell, wl)
+        if not (d / RUN_FILE).exists():
+            return None
+        try:
+            run = load_run(d)
+        except InputError:
+            return None
+        return run if run.meta.status == "complete" else None
+
+    def clear(self, cell: Cell, wl: Workload) -> None:
+        """Remove an unfinished attempt before running the cell again."""
+        d = self.run_dir(cell, wl)
+        if d.exists():
+            shutil.rmtree(d)
+
+    def record_failure(self, cell: Cell, wl: Workload, message: str) -> Run:
+        d = self.run_dir(cell, wl)
+        d.mkdir(parents=True, exist_ok=True)
+        rate = wl.request_rate if cell.rate is None else cell.rate
+        meta = RunMeta(campaign=safe_name(self.spec.name), name=d.name, topology=cell.topology,
+                       workload=cell.workload, request_rate=None if math.isinf(rate) else rate, repeat=cell.repeat,
+                       status="failed", message=message, ended=time.time())
+        (d / RUN_FILE).write_text(json.dumps(meta.to_dict(), indent=1), encoding="utf-8")
+        return load_run(d)
+
+
+def gpu_memory_used_mib(nvml: Any, gpus: Sequence[int]) -> dict[int, float]:
+    out = {}
+    for g in gpus:
+        handle = nvml.nvmlDeviceGetHandleByIndex(g)
+        out[g] = float(nvml.nvmlDeviceGetMemoryInfo(handle).used) / 2**20
+    return out
+
+
+async def wait_gpus_free(host: Host, gpus: Sequence[int], timeout_s: float = GPU_FREE_TIMEOUT_S,
+                         poll_s: float = 1.0) -> None:
+    """Wait until every GPU of the next layout has released its memory; RunFailed after ``timeout_s``."""
+    if not gpus:
+        return
+    try:
+        nvml = host.nvml()
+    except Exception:  # noqa: BLE001 - no NVML answers: nothing to check (the bring-up will say what it finds)
+        return
+    deadline = time.monotonic() + timeout_s
+    used: dict[int, float] = {}
+    while True:
+        used = await asyncio.to_thread(gpu_memory_used_mib, nvml, gpus)
+        if all(v < GPU_FREE_MIB for v in used.values()):
+            return
+        if time.monotonic() >= deadline:
+            busy = ", ".join(f"GPU {g}: {v:,.0f} MiB" for g, v in used.items() if v >= GPU_FREE_MIB)
+            raise RunFailed(f"GPU memory still in use {timeout_s:.0f} s after the previous layout stopped ({busy})",
+                            hint="another process holds the GPUs; see 'disagg-tui watch'")
+        await asyncio.sleep(poll_s)
+
+
+Planner = Callable[[str], tuple[ModelProfile, LaunchPlan]]
+Notify = Callable[[str], None]
+
+
+@dataclass
+class CampaignRunner:
+    spec: CampaignSpec
+    lifecycle: Lifecycle
+    host: Host
+    planner: Planner
+    workloads: Mapping[str, Workload]
+    options: Callable[[Workload], BenchOptions]
+    bus: EventBus = field(default_factory=EventBus)
+    notify: Notify = print
+    on_tick: Callable[[BenchTick], None] | None = None
+    energy: EnergyReader | None = None
+    root: Path | None = None
+    gpu_free_timeout_s: float = GPU_FREE_TIMEOUT_S
+    wait_free: Callable[[Host, Sequence[int], float], Awaitable[None]] | None = None
+
+    def _wl(self, cell: Cell) -> Workload:
+        wl = self.workloads[cell.workload]
+        if self.spec.num_prompts:
+            wl = wl.with_overrides(num_prompts=self.spec.num_prompts)
+        if self.spec.seed:
+            wl = wl.with_overrides(seed=self.spec.seed)
+        if cell.rate is not None:
+            wl = wl.with_overrides(request_rate=cell.rate)
+        return wl
+
+    async def run(self) -> CampaignResult:
+        store = CampaignStore(self.spec, self.root)
+        if store.open():
+            self.notify(f"resuming campaign {self.spec.name} in {store.dir}")
+        result = CampaignResult(self.spec, store.dir)
+        outcomes: dict[Cell, CellOutcome] = {}
+        cells = plan_cells(self.spec, self.workloads)
+        rng = random.Random(self.spec.seed)
+        auto = self.spec.rates == "auto"
+
+        def todo_of(group: Sequence[Cell]) -> list[Cell]:
+            pending = []
+            for c in group:
+                done = store.finished(c, self._wl(c))
+                if done is None:
+                    pending.append(c)
+                elif c not in outcomes:
+                    outcomes[c] = CellOutcome(c, "skipped", done)
+            return pending
+
+        for topo in self.spec.topologies:
+            base_todo = todo_of([c for c in cells if c.topology == topo])
+            derived_todo = todo_of(self._derived(store, topo)) if auto and not base_todo else []
+            if not base_todo and not derived_todo:
+                self.notify(f"{topo}: every cell already done")
+                continue
+            everything = base_todo + derived_todo
+            try:
+                profile, plan = self.planner(topo)
+            except AppError as exc:
+                self._fail_all(store, outcomes, everything, f"plan refused: {exc.one_line()}")
+                continue
+            wait = self.wait_free or wait_gpus_free
+            try:
+                await wait(self.host, list(plan.gpus), self.gpu_free_timeout_s)
+            except AppError as exc:
+                self._fail_all(store, outcomes, everything, exc.one_line())
+                continue
+            self.notify(f"{topo}: bringing the layout up")
+            try:
+                record = await self.lifecycle.bring_up(profile, plan, self.host, self.bus)
+            except AppError as exc:
+                self._fail_all(store, outcomes, everything, f"bring-up failed: {exc.one_line()}")
+                continue
+            try:
+                rng.shuffle(base_todo)
+                await self._run_cells(store, outcomes, record, plan, base_todo)
+                if auto:
+                    pending = todo_of(self._derived(store, topo))
+                    rng.shuffle(pending)
+                    await self._run_cells(store, outcomes, record, plan, pending)
+            finally:
+                self.notify(f"{topo}: tearing the layout down")
+                await self.lifecycle.tear_down(record, self.bus)
+        result.outcomes = list(outcomes.values())
+        return result
+
+    def _derived(self, store: CampaignStore, topo: str) -> list[Cell]:
+        """The auto-sweep cells of a topology, from its saturation runs (mean over repeats)."""
+        out: list[Cell] = []
+        for wname in self.spec.workloads:
+            sats = []
+            for rep in range(1, self.spec.repeat + 1):
+                c = Cell(topo, wname, math.inf, rep)
+                run = store.finished(c, self._wl(c))
+                if run is not None and run.summary.get("request_throughput"):
+                    sats.append(float(run.summary["request_throughput"]))
+            if not sats:
+                continue
+            for rate in auto_rates(sum(sats) / len(sats)):
+                for rep in range(1, self.spec.repeat + 1):
+                    out.append(Cell(topo, wname, rate, rep, derived=True))
+        return out
+
+    def _fail_all(self, store: CampaignStore, outcomes: dict[Cell, CellOutcome], cells: Sequence[Cell],
+                  message: str) -> None:
+        self.notify(f"failed: {message}")
+        for c in cells:
+            run = store.record_failure(c, self._wl(c), message)
+            outcomes[c] = CellOutcome(c, "failed", run, message)
+
+    async def _run_cells(self, store: CampaignStore, outcomes: dict[Cell, CellOutcome], record: LayoutRecord,
+                         plan: LaunchPlan, cells: Sequence[Cell]) -> None:
+        for cell in cells:
+            wl = self._wl(cell)
+            store.clear(cell, wl)
+            target = BenchTarget(endpoint=record.endpoint, topology=cell.topology, layout=record,
+                                 plan=plan.to_dict(), campaign=self.spec.name, name=cell.name(wl),
+                                 repeat=cell.repeat, energy=self.energy, runs_root=store.root)
+            self.notify(f"{cell.topology} × {cell.workload} @ {rate_label(wl.request_rate)} req/s"
+                        + (f" (repeat {cell.repeat})" if self.spec.repeat > 1 else ""))
+            try:
+                run = await run_bench(self.options(wl), target, bus=self.bus, on_tick=self.on_tick)
+            except AppError as exc:
+                run = store.record_failure(cell, wl, exc.one_line())
+                outcomes[cell] = CellOutcome(cell, "failed", run, exc.one_line())
+                self.notify(f"failed: {exc.one_line()}")
+                continue
+            outcomes[cell] = CellOutcome(cell, run.meta.status, run, run.meta.message)
+            if run.meta.status != "complete":
+                self.notify(f"{run.id}: {run.meta.status}: {run.meta.message}")
+
+
+def campaign_runs(directory: Path) -> list[Run]:
+    """Every run of a campaign directory (complete or not)."""
+    return [load_run(p.parent) for p in sorted(directory.glob(f"*/{RUN_FILE}"))]

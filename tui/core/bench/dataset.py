@@ -1,0 +1,180 @@
+"""What a run sends: random token-id prompts (vllm bench's random dataset) or prompts from a JSONL file.
+
+Random dataset, as ``vllm bench serve --dataset-name random`` builds it (``benchmarks/datasets``): per request an
+input length from the integers in [⌊L·(1−r)⌋, ⌈L·(1+r)⌉] and an output length likewise (at least 1), a random
+offset, then the prompt ``prefix + allowed[(offset + i + k) mod |allowed|] for k < input_len``, where
+``allowed`` is the vocabulary (minus excluded ids) and the prefix of ``prefix_len`` random ids is shared by every
+request. vllm decodes that to text and re-encodes it (a few tokens drift); we send the token ids themselves
+(``/v1/completions`` accepts them), so prompt lengths are exact and no tokenizer is needed. The generator is
+Python's ``random.Random(seed)``: the same seed gives the same prompts, not vllm's numpy stream.
+
+A prompts file is JSON lines: ``{"prompt": "text" | [ids], "output_len": N}`` (``max_tokens`` is accepted for
+``output_len``; without either, the workload's output length is used).
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tui.core.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One request's prompt: ``ids`` (token ids, a compact int array) or ``text``; ``input_len`` is known for ids
+    only (0 for text: the server's ``usage`` tells)."""
+
+    output_len: int
+    ids: array.array[int] | None = None
+    text: str | None = None
+
+    @property
+    def input_len(self) -> int:
+        return len(self.ids) if self.ids is not None else 0
+
+    def prompt_json(self) -> str:
+        """The ``"prompt"`` value as JSON text."""
+        if self.ids is not None:
+            return "[" + ",".join(map(str, self.ids)) + "]"
+        return json.dumps(self.text)
+
+
+@dataclass(frozen=True, slots=True)
+class RandomSpec:
+    input_len: int
+    output_len: int
+    num_prompts: int
+    range_ratio: float = 0.0
+    prefix_len: int = 0
+    seed: int = 0
+    vocab_size: int = 32000
+    exclude_ids: tuple[int, ...] = ()
+
+    def check(self) -> None:
+        if self.input_len < 1 or self.output_len < 1 or self.num_prompts < 1:
+            raise InputError("input_len, output_len and num_prompts must be ≥ 1")
+        if not 0.0 <= self.range_ratio < 1.0:
+            raise InputError(f"range_ratio must be within [0, 1), got {self.range_ratio}", field="range_ratio")
+        if self.prefix_len < 0:
+            raise InputError("prefix_len must be ≥ 0", field="prefix_len")
+        if self.vocab_size <= len(set(self.exclude_ids)):
+            raise InputError("no token ids left to sample from", field="vocab_size")
+        if self.prefix_len + length_bounds(self.input_len, self.range_ratio)[0] < 1:
+            raise InputError(f"input length {self.input_len} is too small for range ratio {self.range_ratio:g} "
+                             "(the shortest prompt would be empty)", field="input_len")
+
+
+def length_bounds(length: int, ratio: float, *, at_least_one: bool = False) -> tuple[int, int]:
+    lo = math.floor(length * (1 - ratio))
+    hi = math.ceil(length * (1 + ratio))
+    if at_least_one:
+        lo, hi = max(lo, 1), max(hi, 1)
+    return lo, hi
+
+
+def random_prompts(spec: RandomSpec) -> list[Prompt]:
+    spec.check()
+    rng = random.Random(spec.seed)
+    in_lo, in_hi = length_bounds(spec.input_len, spec.range_ratio)
+    out_lo, out_hi = length_bounds(spec.output_len, spec.range_ratio, at_least_one=True)
+    n = spec.num_prompts
+    input_lens = [rng.randint(in_lo, in_hi) for _ in range(n)]
+    output_lens = [rng.randint(out_lo, out_hi) for _ in range(n)]
+    offsets = [rng.randrange(spec.vocab_size) for _ in range(n)]
+    excluded = set(spec.exclude_ids)
+    allowed = [t for t in range(spec.vocab_size) if t not in excluded] if excluded else None
+    size = len(allowed) if allowed is not None else spec.vocab_size
+    prefix = array.array("i", ((allowed[rng.randrange(size)] if allowed is not None else rng.randrange(size))
+                               for _ in range(spec.prefix_len)))
+    out = []
+    for i in range(n):
+        ids = array.array("i", prefix)
+        start = (offsets[i] + i) % size
+        length = input_lens[i]
+        if allowed is None:
+            # consecutive ids modulo the vocabulary, built from ranges (fast for 1,000 × 8,000-token prompts)
+            while length > 0:
+                take = min(length, size - start)
+                ids.extend(range(start, start + take))
+                length -= take
+                start = 0
+        else:
+            ids.extend(allowed[(start + k) % size] for k in range(length))
+        out.append(Prompt(output_len=output_lens[i], ids=ids))
+    return out
+
+
+def load_prompts_file(path: str | Path, default_output_len: int, num_prompts: int | None = None) -> list[Prompt]:
+    """Prompts from a JSONL file (cycled when ``num_prompts`` exceeds the file's lines)."""
+    p = Path(path).expanduser()
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError(f"cannot read prompts: {exc.strerror}", file=p) from None
+    prompts: list[Prompt] = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item: Any = json.loads(line)
+        except ValueError as exc:
+            raise InputError(f"not JSON: {exc}", file=p, line=lineno) from None
+        if not isinstance(item, dict) or "prompt" not in item:
+            raise InputError('each line must be an object with a "prompt"', file=p, line=lineno)
+        prompt = item["prompt"]
+        out_len = item.get("output_len", item.get("max_tokens", default_output_len))
+        if not isinstance(out_len, int) or isinstance(out_len, bool) or out_len < 1:
+            raise InputError(f"output_len must be a whole number ≥ 1, got {out_len!r}", file=p, line=lineno)
+        if isinstance(prompt, str) and prompt:
+            prompts.append(Prompt(output_len=out_len, text=prompt))
+        elif (isinstance(prompt, list) and prompt
+              and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31 for t in prompt)):
+            prompts.append(Prompt(output_len=out_len, ids=array.array("i", prompt)))
+        else:
+            raise InputError("prompt must be a non-empty string or a list of token ids", file=p, line=lineno)
+    if not prompts:
+        raise InputError("no prompts in the file", file=p)
+    if num_prompts is not None:
+        prompts = [prompts[i % len(prompts)] for i in range(num_prompts)]
+    return prompts
+
+
+def warmup_prompts(prompts: Sequence[Prompt], burst: int, *, seed: int = 0, vocab_size: int = 32000,
+                   short_output: int = 8) -> list[Prompt]:
+    """Warm-up requests that cover the run's shapes and batch sizes, so no first-time compile lands in the run.
+
+    - one request per distinct extreme shape (shortest and longest prompt, each with the shortest and longest
+      output length of the run, capped at 32 tokens so the warm-up stays short but still decodes a batch);
+    - a burst of ``burst`` short requests sent at once, so the server meets the run's batch sizes (the real
+      H200 capture JIT-compiled a Triton top-k/top-p kernel at its first large batch, inside the measured run).
+    They carry the run's sampling parameters (the body is built the same way). ``burst`` 0 disables both.
+    """
+    if burst <= 0 or not prompts:
+        return []
+    by_len = sorted(prompts, key=lambda p: (p.input_len, p.output_len))
+    outs = sorted(p.output_len for p in prompts)
+    cap = 32
+    chosen: list[Prompt] = []
+    seen: set[tuple[int, int]] = set()
+    for base in (by_len[0], by_len[-1]):
+        for out_len in (outs[0], outs[-1]):
+            capped = max(2, min(out_len, cap)) if out_len > 1 else 1
+            key = (base.input_len if base.ids is not None else len(base.text or ""), capped)
+            if key in seen:
+                continue
+            seen.add(key)
+            chosen.append(Prompt(output_len=capped, ids=base.ids, text=base.text))
+    rng = random.Random(seed + 7919)
+    short_len = max(1, min(16, by_len[0].input_len or 16))
+    for _ in range(burst):
+        start = rng.randrange(vocab_size)
+        ids = array.array("i", ((start + k) % vocab_size for k in range(short_len)))
+        chosen.append(Prompt(output_len=short_output, ids=ids))
+    return chosen

@@ -1,0 +1,63 @@
+"""Events of the benchmark engine: live figures while a run goes, and its end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tui.core.events import Event
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchTick(Event):
+    """Live figures of a run, at ≥ 4 Hz. Windowed values cover the last ``window_s`` seconds; None = no data yet.
+
+    ``output_tps`` counts choice chunks (one token each unless the server bundles); the exact token count comes
+    from each request's ``usage`` at its end.
+    """
+
+    kind: ClassVar[str] = "bench_tick"
+    run_id: str
+    phase: str  # warmup | run
+    elapsed_s: float
+    total: int
+    sent: int
+    done: int
+    failed: int
+    inflight: int
+    waiting: int = 0
+    output_tps: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    window_s: float = 0.0
+    loop_lag_ms: float = 0.0
+
+    def line(self) -> str:
+        """One progress line for the headless CLI."""
+        def ms(v: float | None) -> str:
+            return "-" if v is None else f"{v:.1f}"
+
+        tps = "-" if self.output_tps is None else f"{self.output_tps:,.0f}"
+        if self.phase == "warmup":
+            return f"[{self.run_id}] warm-up: {self.done}/{self.total} done"
+        return (f"[{self.run_id}] {self.elapsed_s:6.1f}s  done {self.done}/{self.total}  in flight {self.inflight}"
+                f"  failed {self.failed}  out {tps} tok/s  TTFT p50/p99 {ms(self.ttft_p50_ms)}/"
+                f"{ms(self.ttft_p99_ms)} ms  TPOT {ms(self.tpot_p50_ms)}/{ms(self.tpot_p99_ms)} ms  ITL "
+                f"{ms(self.itl_p50_ms)}/{ms(self.itl_p99_ms)} ms")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchDone(Event):
+    """A run ended: ``status`` complete | incomplete | failed, with its directory and summary (vllm key names)."""
+
+    kind: ClassVar[str] = "bench_done"
+    run_id: str
+    status: str
+    run_dir: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+    message: str = ""

@@ -1,0 +1,75 @@
+"""Windowed live figures from the worker's ticks (the parent side; the worker sends bounded raw samples)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from tui.core.bench import stats
+from tui.core.bench.events import BenchTick
+
+DEFAULT_WINDOW_S = 2.0
+
+
+@dataclass
+class _Tick:
+    el: float
+    chunks: int
+    ttfts: list[float]
+    gaps: list[float]
+    req_gaps: list[float]
+
+
+@dataclass
+class LiveWindow:
+    run_id: str
+    total: int
+    window_s: float = DEFAULT_WINDOW_S
+    _ticks: deque[_Tick] = field(default_factory=deque)
+    _ttfts: deque[tuple[float, float]] = field(default_factory=deque)  # (elapsed, ttft) kept longer
+    last: BenchTick | None = None
+
+    warmup_total: int = 0
+
+    def update(self, msg: dict[str, Any]) -> BenchTick:
+        el = float(msg.get("el") or 0.0)
+        phase = str(msg.get("phase") or "run")
+        if phase != "run":
+            self._ticks.clear()
+        else:
+            raw = _Tick(el, int(msg.get("chunks") or 0), list(msg.get("ttfts") or ()), list(msg.get("gaps") or ()),
+                        list(msg.get("req_gaps") or ()))
+            self._ticks.append(raw)
+            for t in raw.ttfts:
+                self._ttfts.append((el, t))
+            while len(self._ticks) > 1 and self._ticks[0].el < el - self.window_s:
+                self._ticks.popleft()
+            # TTFTs are rarer than tokens: keep them over a longer window so a p99 means something
+            while self._ttfts and self._ttfts[0][0] < el - 5 * self.window_s:
+                self._ttfts.popleft()
+        tps = None
+        span = 0.0
+        if len(self._ticks) >= 2:
+            first, lastt = self._ticks[0], self._ticks[-1]
+            span = lastt.el - first.el
+            if span > 0:
+                tps = (lastt.chunks - first.chunks) / span
+        gaps = sorted(g for t in list(self._ticks)[1:] for g in t.gaps)
+        req = sorted(g for t in list(self._ticks)[1:] for g in t.req_gaps)
+        ttfts = sorted(t for _, t in self._ttfts)
+
+        def p(data: list[float], q: float) -> float | None:
+            return stats.percentile_sorted(data, q) * 1000 if data else None
+
+        tick = BenchTick(
+            run_id=self.run_id, phase=phase, elapsed_s=el,
+            total=self.warmup_total if phase == "warmup" else self.total, sent=int(msg.get("sent") or 0),
+            done=int(msg.get("done") or 0), failed=int(msg.get("failed") or 0),
+            inflight=int(msg.get("inflight") or 0), waiting=int(msg.get("waiting") or 0), output_tps=tps,
+            ttft_p50_ms=p(ttfts, 50), ttft_p99_ms=p(ttfts, 99), tpot_p50_ms=p(req, 50), tpot_p99_ms=p(req, 99),
+            itl_p50_ms=p(gaps, 50), itl_p99_ms=p(gaps, 99), window_s=span,
+            loop_lag_ms=float(msg.get("lag_max") or 0.0) * 1000,
+        )
+        self.last = tick
+        return tick

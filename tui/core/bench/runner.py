@@ -1,0 +1,321 @@
+"""The parent side of a run: starts the worker, turns its ticks into ``BenchTick`` events, stores every record
+as it arrives, and at the end writes the summary, the server-side checks and the fingerprint.
+
+``run_bench`` is cancellable: cancelling it (Ctrl-C in the CLI, a stop in the console) tells the worker to stop,
+keeps every finished request, and marks the run ``incomplete``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tui.core import paths
+from tui.core.bench import serverside
+from tui.core.bench.dataset import RandomSpec
+from tui.core.bench.events import BenchDone, BenchTick
+from tui.core.bench.live import LiveWindow
+from tui.core.bench.metrics import DEFAULT_METRICS, DEFAULT_PERCENTILES, summarize
+from tui.core.bench.store import Run, RunMeta, RunWriter, load_run, rate_label, run_name, safe_name
+from tui.core.errors import InputError
+from tui.core.events import EventBus
+from tui.core.profiles import Workload
+from tui.core.state import LayoutRecord
+
+_LINE_LIMIT = 1 << 27
+_STOP_GRACE_S = 15.0
+DEFAULT_VOCAB = 32000
+
+
+@dataclass
+class BenchOptions:
+    """What to send. ``workload`` carries vllm bench's traffic meanings; ``prompts_file`` replaces its prompts."""
+
+    workload: Workload
+    prompts_file: str | None = None
+    model: str | None = None  # served model name; None: the first of GET /v1/models
+    vocab_size: int = DEFAULT_VOCAB  # token ids are drawn below this (the model profile's vocabulary)
+    warmup: int = -1  # -1: automatic (the run's shapes and batch size); 0: none; N: a burst of N
+    goodput: dict[str, float] = field(default_factory=dict)
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    tick_s: float = 0.25
+    worker_cpu: int | None = None
+    timeout_s: float = 6 * 3600.0
+
+
+@dataclass
+class BenchTarget:
+    """Where to send it and where the run is stored."""
+
+    endpoint: str
+    topology: str = "endpoint"
+    layout: LayoutRecord | None = None
+    plan: dict[str, Any] | None = None
+    campaign: str = "bench"
+    name: str | None = None  # None: <topology>-<workload>[-rate]-<time>
+    repeat: int = 1
+    energy: serverside.EnergyReader | None = None
+    fingerprint_extra: dict[str, Any] = field(default_factory=dict)
+    runs_root: Path | None = None
+
+    def decode_urls(self) -> list[str]:
+        if self.layout is None:
+            return []
+        return [p.url for p in self.layout.processes if p.role == "decode" and p.url]
+
+    def log_files(self) -> list[str]:
+        if self.layout is None:
+            return []
+        return [p.log for p in self.layout.processes if p.log]
+
+    @property
+    def disaggregated(self) -> bool:
+        return bool(self.decode_urls())
+
+
+def worker_config(opts: BenchOptions, endpoint: str, model: str) -> dict[str, Any]:
+    w = opts.workload
+    dataset: dict[str, Any]
+    if opts.prompts_file:
+        dataset = {"kind": "file", "path": opts.prompts_file, "num_prompts": w.num_prompts,
+                   "output_len": w.output_len, "vocab_size": opts.vocab_size}
+    else:
+        dataset = {"kind": "random", "input_len": w.input_len, "output_len": w.output_len,
+                   "num_prompts": w.num_prompts, "range_ratio": w.range_ratio, "prefix_len": w.prefix_len,
+                   "seed": w.seed, "vocab_size": opts.vocab_size}
+    return {
+        "settings": {
+            "base_url": endpoint, "model": model, "request_rate": rate_label(w.request_rate),
+            "burstiness": w.burstiness, "max_concurrency": w.max_concurrency, "seed": w.seed,
+            "ignore_eos": w.ignore_eos, "extra_body": opts.extra_body, "headers": opts.headers,
+            "request_id_prefix": f"bench-{int(time.time()) & 0xFFFFFF:06x}-", "tick_s": opts.tick_s,
+            "timeout_s": opts.timeout_s,
+        },
+        "dataset": dataset,
+        "warmup": opts.warmup,
+        "cpu": opts.worker_cpu,
+    }
+
+
+def summary_header(opts: BenchOptions, target: BenchTarget, model: str) -> dict[str, Any]:
+    w = opts.workload
+    return {
+        "date": time.strftime("%Y%m%d-%H%M%S"), "endpoint_type": "openai", "backend": "openai",
+        "label": "disagg-tui", "model_id": model, "tokenizer_id": model, "num_prompts": w.num_prompts,
+        "topology": target.topology, "workload": w.name,
+        "request_rate": "inf" if math.isinf(w.request_rate) else w.request_rate,
+        "burstiness": w.burstiness, "max_concurrency": w.max_concurrency,
+    }
+
+
+async def resolve_model(endpoint: str, model: str | None) -> tuple[str, dict[str, Any]]:
+    """The served model name (given, or the first of ``/v1/models``) and what the server says about itself."""
+    import httpx
+
+    try:
+        info = await serverside.server_info(endpoint)
+    except (httpx.HTTPError, ValueError) as exc:
+        if model:
+            return model, {"server_version": None, "models": [], "error": str(exc)}
+        raise InputError(f"cannot ask {endpoint} for its model ({type(exc).__name__}: {exc})",
+                         field="--endpoint", hint="is a layout up? see 'disagg-tui status'") from None
+    name = model or (info["models"][0] if info["models"] else None)
+    if not name:
+        raise InputError(f"{endpoint}/v1/models lists no model", field="--endpoint")
+    return name, info
+
+
+def check_options(opts: BenchOptions) -> None:
+    """Refuse a workload the worker could not build, before anything is created (InputError, exit 2)."""
+    w = opts.workload
+    if not opts.prompts_file:
+        RandomSpec(input_len=w.input_len, output_len=w.output_len, num_prompts=w.num_prompts,
+                   range_ratio=w.range_ratio, prefix_len=w.prefix_len, seed=w.seed,
+                   vocab_size=opts.vocab_size).check()
+    if not w.burstiness > 0:
+        raise InputError(f"must be > 0, got {w.burstiness}", field="burstiness")
+    if not w.request_rate > 0:
+        raise InputError(f"must be > 0 (or inf), got {w.request_rate}", field="request_rate")
+
+
+async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | None = None,
+                    on_tick: Callable[[BenchTick], None] | None = None) -> Run:
+    w = opts.workload
+    check_options(opts)
+    model, info = await resolve_model(target.endpoint, opts.model)
+    rate = None if math.isinf(w.request_rate) else w.request_rate
+    name = target.name or (run_name(target.topology, w.name, rate, target.repeat)
+                           + time.strftime("-%Y%m%d-%H%M%S"))
+    root = target.runs_root or paths.runs_dir()
+    directory = root / safe_name(target.campaign) / name
+    meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
+                   request_rate=rate, repeat=target.repeat, endpoint=target.endpoint, model=model,
+                   goodput_slo=dict(opts.goodput), layout_id=target.layout.id if target.layout else "")
+    meta.fingerprint = serverside.fingerprint({"server": info, "layout": target.layout.id if target.layout else None,
+                                               "simulated": target.layout.simulated if target.layout else None,
+                                               **target.fingerprint_extra})
+    writer = RunWriter(directory, meta, workload={**asdict(w), "request_rate": rate_label(w.request_rate),
+                                                  "prompts_file": opts.prompts_file},
+                       plan=target.plan if target.plan is not None else (target.layout.plan if target.layout else None))
+    decode_urls = target.decode_urls()
+    before: dict[str, Any] = {"kv": {}, "offsets": {}, "energy": None}
+
+    async def at_start() -> None:
+        """Between warm-up and run: what the servers have counted so far, so warm-up traffic stays out."""
+        before["kv"] = await serverside.scrape_sources(decode_urls) if decode_urls else {}
+        before["offsets"] = serverside.log_offsets(target.log_files())
+        before["energy"] = serverside.read_energy(target.energy)
+
+    live = LiveWindow(run_id=meta.id, total=w.num_prompts)
+
+    def publish(tick: BenchTick) -> None:
+        if bus is not None:
+            bus.publish(tick)
+        if on_tick is not None:
+            on_tick(tick)
+
+    config = worker_config(opts, target.endpoint, model)
+    result = await _drive_worker(config, writer, live, publish, at_start)
+    final, error, aborted = result.final, result.error, result.aborted
+    records = writer.records
+    summary: dict[str, Any] | None = None
+    status = "complete"
+    message = ""
+    if final is not None and records:
+        duration = float(final["duration"]) if final.get("duration") else 0.0
+        if duration <= 0:
+            duration = max(max(r.end for r in records) - min(r.start for r in records), 1e-9)
+        summary = summarize(records, duration, goodput=opts.goodput or None, percentiles=opts.percentiles,
+                            metrics=opts.metrics, header=summary_header(opts, target, model))
+        meta.client = final.get("client") or {}
+    if error:
+        status, message = "failed", error
+    elif aborted or final is None or final.get("aborted"):
+        status, message = "incomplete", "stopped before every request finished"
+    elif not records:
+        status, message = "failed", "no request finished"
+    flags = meta.flags
+    if meta.client.get("client_limited"):
+        flags.append("client-limited")
+    if summary and summary.get("failed"):
+        flags.append("failed-requests")
+    if status == "incomplete":
+        flags.append("incomplete")
+    meta.triton_jit = serverside.jit_lines(before["offsets"])
+    if meta.triton_jit:
+        flags.append("triton-jit")
+    if decode_urls:
+        kv_after = await serverside.scrape_sources(decode_urls)
+        check = serverside.kv_check(before["kv"], kv_after)
+        meta.kv_transfer = check.to_dict() if check else {"unknown": "the decode servers export no "
+                                                                     "vllm:prompt_tokens_by_source_total"}
+        if check is not None and check.recomputed:
+            flags.append("kv-recompute")
+        elif check is not None and not check.transferred:
+            flags.append("kv-no-transfer")
+    meta.energy = serverside.energy_delta(before["energy"], serverside.read_energy(target.energy),
+                                          int(summary["total_output_tokens"]) if summary else 0)
+    if target.log_files():
+        serverside.copy_logs(target.log_files(), directory / "logs")
+    writer.finish(status, summary, message=message)
+    run = load_run(directory)
+    done = BenchDone(run_id=meta.id, status=status, run_dir=str(directory), summary=summary or {},
+                     flags=tuple(flags), message=message)
+    if bus is not None:
+        bus.publish(done)
+    if result.cancelled:
+        raise asyncio.CancelledError
+    return run
+
+
+@dataclass
+class _WorkerResult:
+    final: dict[str, Any] | None = None
+    error: str = ""
+    aborted: bool = False
+    cancelled: bool = False
+    stderr: list[str] = field(default_factory=list)
+
+
+async def _drive_worker(config: dict[str, Any], writer: RunWriter, live: LiveWindow,
+                        publish: Callable[[BenchTick], None],
+                        at_start: Callable[[], Awaitable[None]] | None = None) -> _WorkerResult:
+    res = _WorkerResult()
+    config = {**config, "hold": at_start is not None}
+    proc = await asyncio.create_subprocess_exec(
+        *paths.python_module_argv("tui.core.bench.worker"), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=paths.child_env(),
+        start_new_session=True, limit=_LINE_LIMIT)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdin.write(json.dumps(config).encode() + b"\n")
+    await proc.stdin.drain()
+
+    async def read_stderr() -> None:
+        assert proc.stderr is not None
+        async for line in proc.stderr:
+            res.stderr.append(line.decode("utf-8", "replace").rstrip())
+            del res.stderr[:-20]
+
+    err_task = asyncio.create_task(read_stderr())
+
+    async def pump() -> None:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            if raw.startswith(b'{"t":"r",'):
+                writer.add_wire(raw)  # journaled now, decoded when the run ends
+                continue
+            msg = json.loads(raw)
+            t = msg.get("t")
+            if t == "tick":
+                publish(live.update(msg))
+            elif t == "hold":
+                if at_start is not None:
+                    await at_start()
+                assert proc.stdin is not None
+                proc.stdin.write(b"go\n")
+                await proc.stdin.drain()
+            elif t == "phase" and msg.get("phase") == "warmup":
+                live.warmup_total = int(msg.get("n") or 0)
+            elif t == "done":
+                res.final = msg
+            elif t == "error":
+                res.error = str(msg.get("message"))
+
+    pump_task = asyncio.create_task(pump())
+    try:
+        await asyncio.shield(pump_task)
+    except asyncio.CancelledError:
+        res.cancelled = True
+        res.aborted = True
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(b"stop\n")
+            await proc.stdin.drain()
+        try:
+            await asyncio.wait_for(pump_task, _STOP_GRACE_S)
+        except (TimeoutError, asyncio.CancelledError):
+            pump_task.cancel()
+    finally:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 5.0)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        err_task.cancel()
+    if res.final is None and not res.error and not res.aborted:
+        tail = "; ".join(res.stderr[-3:])
+        res.error = f"the load generator exited with code {proc.returncode}" + (f": {tail}" if tail else "")
+    return res

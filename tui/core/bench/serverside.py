@@ -1,0 +1,252 @@
+"""What the servers and the machine say about a run: KV transfer, Triton JIT compiles, energy, a fingerprint.
+
+- KV transfer (1P1D): the decode server's ``vllm:prompt_tokens_by_source_total`` counters before and after the
+  run. Prompt tokens that came over NIXL count as ``external_kv_transfer``; tokens the decode server computed
+  itself count as ``local_compute``. A disaggregated run in which decode computed most prompt tokens itself did
+  the prefill twice (the transfer failed or was never asked for) and is flagged.
+- Triton JIT: vLLM 0.24 logs ``Triton kernel JIT compilation during inference: <kernel>`` when a kernel compiles
+  on first use after warm-up; a run during which a server logged it carries a latency spike and is flagged.
+- Energy: a hook giving each GPU's total energy in mJ (NVML ``nvmlDeviceGetTotalEnergyConsumption``); read
+  before and after the run, it gives joules per output token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import socket
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tui import __version__
+
+JIT_MARKER = "Triton kernel JIT compilation during inference"
+SOURCES = ("external_kv_transfer", "local_compute", "local_cache_hit")
+#: decode computing more than this share of the prompt tokens it saw means it did the prefill itself
+RECOMPUTE_SHARE = 0.5
+EnergyReader = Callable[[], Mapping[int, float]]  # GPU index -> total energy since driver load, mJ
+
+_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        labels = dict(_LABEL.findall(m.group("labels") or ""))
+        out.append((m.group("name"), labels, value))
+    return out
+
+
+def prompt_tokens_by_source(text: str) -> dict[str, float] | None:
+    """Sum over engines of ``vllm:prompt_tokens_by_source_total`` per source; None when the server lacks it."""
+    found: dict[str, float] = {}
+    for name, labels, value in parse_prometheus(text):
+        if name == "vllm:prompt_tokens_by_source_total":
+            src = labels.get("source", "")
+            found[src] = found.get(src, 0.0) + value
+    return found or None
+
+
+@dataclass(frozen=True, slots=True)
+class KvTransferCheck:
+    external: float
+    local_compute: float
+    cache_hit: float
+    servers: tuple[str, ...]
+
+    @property
+    def transferred(self) -> bool:
+        return self.external > 0
+
+    @property
+    def local_share(self) -> float:
+        total = self.external + self.local_compute
+        return self.local_compute / total if total > 0 else 0.0
+
+    @property
+    def recomputed(self) -> bool:
+        """Decode did (most of) the prefill itself."""
+        return self.local_compute > 0 and self.local_share > RECOMPUTE_SHARE
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(transferred=self.transferred, recomputed=self.recomputed, local_share=self.local_share)
+        return d
+
+    def line(self) -> str:
+        if self.recomputed:
+            return (f"decode computed {self.local_compute:,.0f} of {self.external + self.local_compute:,.0f} "
+                    f"prompt tokens itself: KV transfer did not happen for most requests (prefill done twice)")
+        return (f"KV transfer: {self.external:,.0f} prompt tokens arrived over the connector, "
+                f"{self.local_compute:,.0f} computed on decode")
+
+
+def kv_check(before: Mapping[str, Mapping[str, float] | None], after: Mapping[str, Mapping[str, float] | None]
+             ) -> KvTransferCheck | None:
+    """Deltas over the run, summed over the decode servers that export the counter (None if none does)."""
+    ext = loc = hit = 0.0
+    servers = []
+    for url, a in after.items():
+        b = before.get(url)
+        if a is None or b is None:
+            continue
+        servers.append(url)
+        ext += a.get("external_kv_transfer", 0.0) - b.get("external_kv_transfer", 0.0)
+        loc += a.get("local_compute", 0.0) - b.get("local_compute", 0.0)
+        hit += a.get("local_cache_hit", 0.0) - b.get("local_cache_hit", 0.0)
+    if not servers:
+        return None
+    return KvTransferCheck(ext, loc, hit, tuple(servers))
+
+
+async def scrape_sources(urls: Iterable[str], timeout_s: float = 5.0) -> dict[str, dict[str, float] | None]:
+    out: dict[str, dict[str, float] | None] = {}
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        for url in urls:
+            try:
+                r = await client.get(url.rstrip("/") + "/metrics")
+                out[url] = prompt_tokens_by_source(r.text) if r.status_code == 200 else None
+            except httpx.HTTPError:
+                out[url] = None
+    return out
+
+
+# --- server logs --------------------------------------------------------------------------------------------
+
+
+def log_offsets(logs: Iterable[str]) -> dict[str, int]:
+    out = {}
+    for path in logs:
+        try:
+            out[path] = os.path.getsize(path)
+        except OSError:
+            out[path] = 0
+    return out
+
+
+def jit_lines(offsets: Mapping[str, int], limit: int = 20) -> list[str]:
+    """Lines a server logged since ``offsets`` that report a Triton JIT compile during inference."""
+    found: list[str] = []
+    for path, start in offsets.items():
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(start)
+                data = fh.read()
+        except OSError:
+            continue
+        for raw in data.decode("utf-8", "replace").splitlines():
+            if JIT_MARKER in raw:
+                found.append(f"{Path(path).name}: {raw.strip()[:300]}")
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def copy_logs(logs: Iterable[str], dest: Path, max_bytes: int = 20 * 1024 * 1024) -> list[str]:
+    """Copy the servers' logs into the run (the last ``max_bytes`` of each)."""
+    copied = []
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in logs:
+        p = Path(path)
+        with contextlib.suppress(OSError):
+            size = p.stat().st_size
+            with open(p, "rb") as src, open(dest / p.name, "wb") as dst:
+                if size > max_bytes:
+                    src.seek(size - max_bytes)
+                dst.write(src.read())
+            copied.append(p.name)
+    return copied
+
+
+# --- energy and fingerprint -----------------------------------------------------------------------------
+
+
+def nvml_energy_reader(nvml: Any, gpus: Sequence[int]) -> EnergyReader:
+    """An energy hook over an initialised pynvml-compatible module (total energy since driver load, mJ)."""
+    handles = {g: nvml.nvmlDeviceGetHandleByIndex(g) for g in gpus}
+
+    def read() -> dict[int, float]:
+        return {g: float(nvml.nvmlDeviceGetTotalEnergyConsumption(h)) for g, h in handles.items()}
+
+    read()  # fails now, not mid-run, when the GPU has no energy counter
+    return read
+
+
+def energy_delta(before: Mapping[int, float] | None, after: Mapping[int, float] | None,
+                 output_tokens: int) -> dict[str, Any] | None:
+    if not before or not after:
+        return None
+    per_gpu = {int(g): (after[g] - before[g]) / 1000.0 for g in after if g in before}
+    total = sum(per_gpu.values())
+    return {"joules": total, "per_gpu_joules": per_gpu,
+            "joules_per_output_token": total / output_tokens if output_tokens else None}
+
+
+def read_energy(reader: EnergyReader | None) -> dict[int, float] | None:
+    if reader is None:
+        return None
+    try:
+        return {int(k): float(v) for k, v in reader().items()}
+    except Exception:  # noqa: BLE001 - telemetry is optional: a failing counter only loses the energy figure
+        return None
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def fingerprint(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Hardware and software the run was measured with (the client side; the server side comes in ``extra``)."""
+    out: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "client_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "disagg_tui": __version__,
+        "httpx": httpx.__version__,
+    }
+    if extra:
+        out.update(extra)
+    return out
+
+
+async def server_info(base_url: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """``/version`` and ``/v1/models`` of an endpoint (what model it serves; empty values when it does not say)."""
+    info: dict[str, Any] = {"server_version": None, "models": [], "max_model_len": None}
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            r = await client.get(base_url.rstrip("/") + "/version")
+            if r.status_code == 200:
+                info["server_version"] = r.json().get("version")
+        r = await client.get(base_url.rstrip("/") + "/v1/models")
+        r.raise_for_status()
+        data = r.json().get("data") or []
+        info["models"] = [str(m.get("id")) for m in data if isinstance(m, dict)]
+        if data and isinstance(data[0], dict):
+            info["max_model_len"] = data[0].get("max_model_len")
+            info["root"] = data[0].get("root")
+    return info

@@ -1,0 +1,437 @@
+"""Run directories: ``runs_dir()/<campaign>/<topology>-<workload>[-rate][-repN]/``.
+
+What a run directory holds:
+
+- ``run.json``: what ran and how it went (status ``running | complete | incomplete | failed``, the runner, the
+  endpoint, the client's self-measurement, flags, the KV-transfer check, the fingerprint, energy);
+- ``summary.json``: the ``vllm bench serve --save-result`` dictionary (same keys, so either tool's scripts
+  read it; ``topology`` and ``workload`` ride along as vllm's ``--metadata`` keys do);
+- ``workload.json`` and ``plan.json`` (when a layout is known); ``logs/``: the servers' logs;
+- ``requests.parquet``: one row per finished request (send time, TTFT, every ITL gap, E2E, token counts, error).
+
+Records are written as they arrive: each one is appended to ``requests.jsonl`` (flushed at once, in the worker's
+compact form with the ITL list packed as base64 float64) and every
+few seconds the new ones become a parquet part in ``requests/``. A clean end merges the parts into
+``requests.parquet``. A run that was killed keeps its journal and parts; ``load_run`` reads them and reports the
+run ``incomplete`` (its owner process is gone), with a summary computed from the requests that finished.
+"""
+
+from __future__ import annotations
+
+import binascii
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tui.core import paths
+from tui.core.bench.metrics import (
+    DETAILED_KEYS,
+    RequestRecord,
+    pack_floats,
+    record_from_wire,
+    records_from_vllm_json,
+    strip_detailed,
+    summarize,
+)
+from tui.core.errors import InputError
+
+RUN_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+REQUESTS_FILE = "requests.parquet"
+PARTS_DIR = "requests"
+JOURNAL_FILE = "requests.jsonl"
+FLUSH_EVERY_S = 5.0
+FLUSH_EVERY_N = 2048
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(text: str) -> str:
+    return _SAFE.sub("_", text).strip("_") or "run"
+
+
+def rate_label(rate: float | None) -> str:
+    return "inf" if rate is None or math.isinf(rate) else f"{rate:g}"
+
+
+def run_name(topology: str, workload: str, rate: float | None = None, repeat: int = 1, *,
+             with_rate: bool = False) -> str:
+    parts = [safe_name(topology), safe_name(workload)]
+    if with_rate or (rate is not None and not math.isinf(rate)):
+        parts.append(rate_label(rate))
+    name = "-".join(parts)
+    return f"{name}-rep{repeat}" if repeat > 1 else name
+
+
+@dataclass
+class RunMeta:
+    campaign: str
+    name: str
+    topology: str = ""
+    workload: str = ""
+    request_rate: float | None = None  # None = inf (saturation)
+    repeat: int = 1
+    status: str = "running"  # running | complete | incomplete | failed
+    runner: str = "disagg-tui"  # disagg-tui | vllm-bench | imported
+    started: float = field(default_factory=time.time)
+    ended: float | None = None
+    pid: int = field(default_factory=os.getpid)
+    endpoint: str = ""
+    model: str = ""
+    message: str = ""
+    flags: list[str] = field(default_factory=list)
+    client: dict[str, Any] = field(default_factory=dict)
+    kv_transfer: dict[str, Any] | None = None
+    triton_jit: list[str] = field(default_factory=list)
+    energy: dict[str, Any] | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    goodput_slo: dict[str, float] = field(default_factory=dict)
+    layout_id: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.campaign}/{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["request_rate"] = rate_label(self.request_rate)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunMeta:
+        known = set(cls.__dataclass_fields__)
+        data = {k: v for k, v in d.items() if k in known}
+        rate = data.get("request_rate")
+        data["request_rate"] = None if rate in (None, "inf") else float(rate)
+        return cls(**data)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _to_wire(rec: RequestRecord) -> dict[str, Any]:
+    return {"i": rec.index, "st": rec.start, "ok": rec.success, "ttft": rec.ttft, "lat": rec.latency,
+            "itl": pack_floats(rec.itl), "pt": rec.prompt_tokens, "ct": rec.output_tokens, "ch": rec.chunks,
+            "err": rec.error, "ei": rec.expected_input, "eo": rec.expected_output}
+
+
+def records_frame(records: Sequence[RequestRecord]) -> Any:
+    import polars as pl
+
+    return pl.DataFrame(
+        {
+            "index": [r.index for r in records],
+            "start_s": [r.start for r in records],
+            "success": [r.success for r in records],
+            "ttft_s": [r.ttft for r in records],
+            "latency_s": [r.latency for r in records],
+            "itl_s": [list(r.itl) for r in records],
+            "prompt_tokens": [r.prompt_tokens for r in records],
+            "output_tokens": [r.output_tokens for r in records],
+            "chunks": [r.chunks for r in records],
+            "error": [r.error for r in records],
+            "expected_input": [r.expected_input for r in records],
+            "expected_output": [r.expected_output for r in records],
+        },
+        schema={"index": pl.Int64, "start_s": pl.Float64, "success": pl.Boolean, "ttft_s": pl.Float64,
+                "latency_s": pl.Float64, "itl_s": pl.List(pl.Float64), "prompt_tokens": pl.Int64,
+                "output_tokens": pl.Int64, "chunks": pl.Int64, "error": pl.Utf8, "expected_input": pl.Int64,
+                "expected_output": pl.Int64},
+    )
+
+
+def records_from_frame(df: Any) -> list[RequestRecord]:
+    out = []
+    for row in df.iter_rows(named=True):
+        out.append(RequestRecord(
+            index=int(row["index"]), start=float(row["start_s"]), success=bool(row["success"]),
+            ttft=float(row["ttft_s"] or 0.0), latency=float(row["latency_s"] or 0.0),
+            itl=list(row["itl_s"] or []), prompt_tokens=int(row["prompt_tokens"] or 0),
+            output_tokens=None if row["output_tokens"] is None else int(row["output_tokens"]),
+            chunks=int(row["chunks"] or 0), error=str(row["error"] or ""),
+            expected_input=int(row["expected_input"] or 0), expected_output=int(row["expected_output"] or 0),
+        ))
+    return out
+
+
+class RunWriter:
+    """Writes one run directory while the run goes (journal + parquet parts), then finalises it."""
+
+    def __init__(self, directory: Path, meta: RunMeta, *, workload: dict[str, Any] | None = None,
+                 plan: dict[str, Any] | None = None) -> None:
+        self.dir = directory
+        self.meta = meta
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / PARTS_DIR).mkdir(exist_ok=True)
+        if workload is not None:
+            _write_json(directory / "workload.json", workload)
+        if plan is not None:
+            _write_json(directory / "plan.json", plan)
+        self.save_meta()
+        self._journal = open(directory / JOURNAL_FILE, "ab")  # noqa: SIM115 - closed in finish
+        self._raw: list[bytes] = []  # every record line, as received
+        self._records: list[RequestRecord] = []  # decoded so far
+        self._in_parts = 0  # records already written to parquet parts
+        self._part = 0
+        self._last_flush = time.monotonic()
+
+    def save_meta(self) -> None:
+        _write_json(self.dir / RUN_FILE, self.meta.to_dict())
+
+    def add_wire(self, line: bytes) -> None:
+        """Keep a finished request as the worker sent it: journaled at once, decoded later. While a run goes the
+        parent does as little as it can (it may share a core with the client or the server)."""
+        line = line.rstrip(b"\n")
+        self._journal.write(line + b"\n")
+        self._journal.flush()
+        self._raw.append(line)
+        if (len(self._raw) - self._in_parts >= FLUSH_EVERY_N
+                or time.monotonic() - self._last_flush >= FLUSH_EVERY_S):
+            self.flush_part()
+
+    def add(self, rec: RequestRecord) -> None:
+        self.add_wire(json.dumps(_to_wire(rec), separators=(",", ":")).encode())
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        for line in self._raw[len(self._records):]:
+            self._records.append(record_from_wire(json.loads(line)))
+        return self._records
+
+    def flush_part(self) -> None:
+        """The records since the last part become one parquet part."""
+        self._last_flush = time.monotonic()
+        new = self.records[self._in_parts:]
+        if not new:
+            return
+        self._part += 1
+        path = self.dir / PARTS_DIR / f"part-{self._part:06d}.parquet"
+        tmp = path.with_suffix(".tmp")
+        records_frame(new).write_parquet(tmp)
+        os.replace(tmp, path)
+        self._in_parts += len(new)
+
+    def finish(self, status: str, summary: dict[str, Any] | None, *, message: str = "") -> None:
+        """Merge the parts into ``requests.parquet``, write the summary, record the status."""
+        self._journal.close()
+        ordered = sorted(self.records, key=lambda r: r.index)
+        tmp = self.dir / f".{REQUESTS_FILE}.tmp"
+        records_frame(ordered).write_parquet(tmp)
+        os.replace(tmp, self.dir / REQUESTS_FILE)
+        shutil.rmtree(self.dir / PARTS_DIR, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            (self.dir / JOURNAL_FILE).unlink()
+        if summary is not None:
+            _write_json(self.dir / SUMMARY_FILE, summary)
+        self.meta.status = status
+        self.meta.ended = time.time()
+        if message:
+            self.meta.message = message
+        self.save_meta()
+
+
+# --- reading ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    path: Path
+    meta: RunMeta
+    summary: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+    def records(self) -> list[RequestRecord]:
+        return read_records(self.path)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_records(directory: Path) -> list[RequestRecord]:
+    """Every finished request of a run: ``requests.parquet``, else the parts and the journal (a killed run)."""
+    import polars as pl
+
+    final = directory / REQUESTS_FILE
+    if final.exists():
+        return records_from_frame(pl.read_parquet(final))
+    by_index: dict[int, RequestRecord] = {}
+    parts = sorted((directory / PARTS_DIR).glob("part-*.parquet")) if (directory / PARTS_DIR).is_dir() else []
+    for part in parts:
+        for rec in records_from_frame(pl.read_parquet(part)):
+            by_index[rec.index] = rec
+    journal = directory / JOURNAL_FILE
+    if journal.exists():
+        for line in journal.read_bytes().splitlines():
+            try:
+                rec = record_from_wire(json.loads(line))
+            except (ValueError, KeyError, TypeError, binascii.Error):
+                continue  # a line cut short by the kill
+            by_index.setdefault(rec.index, rec)
+    return [by_index[k] for k in sorted(by_index)]
+
+
+def load_run(directory: Path) -> Run:
+    run_file = directory / RUN_FILE
+    try:
+        meta = RunMeta.from_dict(json.loads(run_file.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise InputError("not a run directory (no run.json)", file=directory) from None
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"damaged run.json: {exc}", file=run_file) from None
+    if meta.status == "running" and not _alive(meta.pid):
+        meta.status = "incomplete"
+        if "incomplete" not in meta.flags:
+            meta.flags.append("incomplete")
+        meta.message = meta.message or "the run's process ended before the run did (killed?)"
+    summary_file = directory / SUMMARY_FILE
+    summary: dict[str, Any] = {}
+    if summary_file.exists():
+        try:
+            summary = json.loads(summary_file.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise InputError(f"damaged summary: {exc}", file=summary_file) from None
+    elif meta.status != "running":
+        records = read_records(directory)
+        if records:
+            ends = [r.end for r in records if r.success] or [r.start for r in records]
+            duration = max(max(ends) - min(r.start for r in records), 1e-9)
+            summary = summarize(records, duration, goodput=meta.goodput_slo or None,
+                                header=_header_from_meta(meta, len(records)))
+    return Run(directory, meta, summary)
+
+
+def _header_from_meta(meta: RunMeta, num_prompts: int) -> dict[str, Any]:
+    return {"date": time.strftime("%Y%m%d-%H%M%S", time.localtime(meta.started)), "endpoint_type": "openai",
+            "backend": "openai", "label": "disagg-tui", "model_id": meta.model, "tokenizer_id": meta.model,
+            "num_prompts": num_prompts, "topology": meta.topology, "workload": meta.workload,
+            "request_rate": rate_label(meta.request_rate), "burstiness": 1.0, "max_concurrency": None}
+
+
+def find_runs(refs: Iterable[str] = (), root: Path | None = None) -> list[Path]:
+    """Run directories named by ``refs`` (a run path, a campaign name or path, ``campaign/run``), or every run."""
+    base = root or paths.runs_dir()
+    out: list[Path] = []
+    refs = list(refs)
+    if not refs:
+        return sorted(p.parent for p in base.glob(f"*/*/{RUN_FILE}")) if base.is_dir() else []
+    for ref in refs:
+        candidates = [Path(ref).expanduser(), base / ref]
+        for c in candidates:
+            if (c / RUN_FILE).is_file():
+                out.append(c)
+                break
+            if c.is_dir() and any(c.glob(f"*/{RUN_FILE}")):
+                out.extend(sorted(p.parent for p in c.glob(f"*/{RUN_FILE}")))
+                break
+        else:
+            raise InputError(f"no run or campaign {ref!r} (looked in {base})", field="RUN")
+    seen: set[Path] = set()
+    unique = []
+    for p in out:
+        rp = p.resolve()
+        if rp not in seen:
+            seen.add(rp)
+            unique.append(p)
+    return unique
+
+
+# --- import of vllm bench serve results ------------------------------------------------------------------------
+
+
+def import_vllm_result(file: Path, *, campaign: str = "imported", topology: str | None = None,
+                       workload: str | None = None, root: Path | None = None, name: str | None = None,
+                       runner: str = "imported", meta_extra: dict[str, Any] | None = None) -> Run:
+    """A ``vllm bench serve --save-result`` JSON becomes a run (with per-request records when it has them)."""
+    try:
+        data = json.loads(Path(file).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("no such file", file=file) from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a JSON result: {exc}", file=file) from None
+    if not isinstance(data, dict) or "duration" not in data or "output_throughput" not in data:
+        raise InputError("not a vllm bench serve result (no duration/output_throughput)", file=file)
+    topo = topology or str(data.get("topology") or "unknown")
+    rate = data.get("request_rate", "inf")
+    rate_f = None if rate in ("inf", None) else float(rate)
+    wl = workload or str(data.get("workload") or _guess_workload(data))
+    base = root or paths.runs_dir()
+    stem = name or run_name(topo, wl, rate_f)
+    directory = base / safe_name(campaign) / stem
+    n = 1
+    while directory.exists() and (directory / SUMMARY_FILE).exists():
+        n += 1
+        directory = base / safe_name(campaign) / f"{stem}-{n}"
+    meta = RunMeta(campaign=safe_name(campaign), name=directory.name, topology=topo, workload=wl,
+                   request_rate=rate_f, status="complete", runner=runner, started=_date_epoch(data),
+                   model=str(data.get("model_id") or ""), message=f"imported from {file}")
+    for key, value in (meta_extra or {}).items():
+        setattr(meta, key, value)
+    meta.ended = meta.started + float(data.get("duration") or 0.0)
+    directory.mkdir(parents=True, exist_ok=True)
+    records = records_from_vllm_json(data)
+    summary = strip_detailed(data)
+    summary.setdefault("topology", topo)
+    summary.setdefault("workload", wl)
+    _write_json(directory / SUMMARY_FILE, summary)
+    if records:
+        records_frame(records).write_parquet(directory / REQUESTS_FILE)
+        if not all(data.get("itls") or [[]]):
+            meta.flags.append("itls-trimmed")
+    shutil.copyfile(file, directory / "vllm-result.json")
+    _write_json(directory / RUN_FILE, meta.to_dict())
+    return load_run(directory)
+
+
+def _guess_workload(data: dict[str, Any]) -> str:
+    ins = data.get("input_lens")
+    outs = data.get("output_lens")
+    if ins and outs:
+        return f"random-{round(sum(ins) / len(ins))}x{round(sum(outs) / len(outs))}"
+    n = data.get("num_prompts") or data.get("completed") or 0
+    if n and data.get("total_input_tokens") is not None:
+        return f"random-{round(data['total_input_tokens'] / n)}x{round(data.get('total_output_tokens', 0) / n)}"
+    return "unknown"
+
+
+def _date_epoch(data: dict[str, Any]) -> float:
+    try:
+        return time.mktime(time.strptime(str(data.get("date")), "%Y%m%d-%H%M%S"))
+    except ValueError:
+        return time.time()
+
+
+def detailed_result(run: Run) -> dict[str, Any]:
+    """The run as a ``--save-detailed`` dictionary (summary plus vllm's per-request arrays)."""
+    out = dict(run.summary)
+    records = run.records()
+    arrays: dict[str, list[Any]] = {
+        "input_lens": [r.prompt_tokens for r in records], "output_lens": [r.output_len for r in records],
+        "ttfts": [r.ttft if r.success else 0.0 for r in records], "itls": [r.itl for r in records],
+        "start_times": [r.start for r in records], "generated_texts": ["" for _ in records],
+        "errors": [r.error for r in records],
+    }
+    for key in DETAILED_KEYS:
+        out[key] = arrays[key]
+    return out

@@ -1,0 +1,240 @@
+"""The comparison table across runs: topology × workload (× rate), like the design note's table, in polars.
+
+One row per (topology, workload, rate); repeats of a cell are averaged and carry a 95 % confidence interval.
+Columns: output TPS, TPOT mean and p99, TTFT mean, goodput. The best value of each column within a workload (and
+rate) is marked: highest TPS and goodput, lowest latencies. Printable as text, Markdown, CSV or JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tui.core.bench import report, stats
+from tui.core.bench.metrics import goodput_of, percentile_key, summarize
+from tui.core.bench.store import Run, rate_label
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str  # the summary key (vllm's name)
+    title: str
+    better: str  # max | min
+    fmt: str
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("output_throughput", "TPS (tok/s)", "max", ",.0f"),
+    Column("mean_tpot_ms", "TPOT mean (ms)", "min", ".1f"),
+    Column("p99_tpot_ms", "TPOT p99 (ms)", "min", ".1f"),
+    Column("mean_ttft_ms", "TTFT mean (ms)", "min", ",.0f"),
+    Column("request_goodput", "goodput (req/s)", "max", ".2f"),
+)
+
+
+@dataclass
+class Cell:
+    """One (topology, workload, rate) with the runs measured for it."""
+
+    topology: str
+    workload: str
+    rate: float | None  # None = inf (saturation)
+    runs: list[Run] = field(default_factory=list)
+    values: dict[str, stats.Interval] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.topology, self.workload, rate_label(self.rate))
+
+    @property
+    def group(self) -> tuple[str, str]:
+        return (self.workload, rate_label(self.rate))
+
+    def value(self, key: str) -> float | None:
+        iv = self.values.get(key)
+        return iv.mean if iv is not None else None
+
+
+def run_values(run: Run, slo_ms: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The figures of one run the table needs, from its summary (records fill what the summary lacks)."""
+    s = run.summary
+    out: dict[str, float] = {}
+    for key in ("output_throughput", "total_token_throughput", "request_throughput", "mean_tpot_ms",
+                "median_tpot_ms", "mean_ttft_ms", "median_ttft_ms", "mean_itl_ms", "mean_e2el_ms",
+                percentile_key("tpot", 99), percentile_key("ttft", 99), "request_goodput", "duration", "completed",
+                "failed"):
+        v = s.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            out[key] = float(v)
+    need_records = (percentile_key("tpot", 99) not in out) or bool(slo_ms)
+    if need_records:
+        records = run.records()
+        duration = float(s.get("duration") or 0.0)
+        if records and duration > 0:
+            if percentile_key("tpot", 99) not in out:
+                full = summarize(records, duration, percentiles=(99.0,), metrics=("tpot",))
+                out[percentile_key("tpot", 99)] = float(full[percentile_key("tpot", 99)])
+            if slo_ms:
+                out["request_goodput"] = goodput_of(records, duration, slo_ms)
+    return out
+
+
+def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None, *,
+                slo_by_workload: Mapping[str, Mapping[str, float]] | None = None) -> list[Cell]:
+    """Cells of the table; goodput is recomputed from the records under ``slo_ms`` (or each workload's SLO)."""
+    cells: dict[tuple[str, str, str], Cell] = {}
+    for run in runs:
+        if not run.summary:
+            continue
+        m = run.meta
+        cell = Cell(m.topology or "unknown", m.workload or "unknown", m.request_rate)
+        cells.setdefault(cell.key, cell).runs.append(run)
+    for cell in cells.values():
+        slo = (slo_by_workload or {}).get(cell.workload) or slo_ms
+        per_run = [run_values(r, slo) for r in cell.runs]
+        keys = {k for v in per_run for k in v}
+        for k in keys:
+            vals = [v[k] for v in per_run if k in v]
+            if vals:
+                cell.values[k] = stats.confidence_interval(vals)
+        for r in cell.runs:
+            for f in r.meta.flags:
+                if f not in cell.flags:
+                    cell.flags.append(f)
+    return sorted(cells.values(), key=lambda c: (c.workload, math.inf if c.rate is None else c.rate, c.topology))
+
+
+def best_marks(cells: Sequence[Cell]) -> dict[tuple[tuple[str, str, str], str], bool]:
+    """(cell key, column key) → is the best of its workload/rate group."""
+    marks: dict[tuple[tuple[str, str, str], str], bool] = {}
+    groups: dict[tuple[str, str], list[Cell]] = {}
+    for c in cells:
+        groups.setdefault(c.group, []).append(c)
+    for members in groups.values():
+        for col in COLUMNS:
+            vals = [(c.value(col.key), c) for c in members if c.value(col.key) is not None]
+            if len(vals) < 2:
+                continue
+            best = max(v for v, _ in vals if v is not None) if col.better == "max" else \
+                min(v for v, _ in vals if v is not None)
+            for v, c in vals:
+                if v == best:
+                    marks[(c.key, col.key)] = True
+    return marks
+
+
+def comparison_frame(cells: Sequence[Cell]) -> Any:
+    """A polars DataFrame: one row per cell, a value, a ±95 % half-width and a best flag per column."""
+    import polars as pl
+
+    marks = best_marks(cells)
+    data: dict[str, list[Any]] = {"topology": [], "workload": [], "rate": [], "runs": []}
+    for col in COLUMNS:
+        data[col.key] = []
+        data[f"{col.key}_ci95"] = []
+        data[f"{col.key}_best"] = []
+    data["flags"] = []
+    for c in cells:
+        data["topology"].append(c.topology)
+        data["workload"].append(c.workload)
+        data["rate"].append(rate_label(c.rate))
+        data["runs"].append(len(c.runs))
+        for col in COLUMNS:
+            iv = c.values.get(col.key)
+            data[col.key].append(iv.mean if iv else None)
+            data[f"{col.key}_ci95"].append(iv.half if iv and iv.n > 1 else None)
+            data[f"{col.key}_best"].append(bool(marks.get((c.key, col.key))))
+        data["flags"].append(",".join(c.flags))
+    schema: dict[str, Any] = {"topology": pl.Utf8, "workload": pl.Utf8, "rate": pl.Utf8, "runs": pl.Int64,
+                              "flags": pl.Utf8}
+    for col in COLUMNS:
+        schema[col.key] = pl.Float64
+        schema[f"{col.key}_ci95"] = pl.Float64
+        schema[f"{col.key}_best"] = pl.Boolean
+    return pl.DataFrame(data, schema=schema).select(list(data))
+
+
+def _cell_text(df_row: dict[str, Any], col: Column, *, markdown: bool) -> str:
+    v = df_row[col.key]
+    if v is None:
+        return "—"
+    text = format(v, col.fmt)
+    ci = df_row[f"{col.key}_ci95"]
+    if ci is not None:
+        text += f" ±{format(ci, col.fmt)}"
+    if df_row[f"{col.key}_best"]:
+        text = f"**{text}**" if markdown else f"{text} *"
+    return text
+
+
+def render_text(df: Any) -> str:
+    headers = ["topology", "workload", "rate", *[c.title for c in COLUMNS], "flags"]
+    rows = []
+    for r in df.iter_rows(named=True):
+        n = f" (n={r['runs']})" if r["runs"] > 1 else ""
+        rows.append([r["topology"] + n, r["workload"], r["rate"], *[_cell_text(r, c, markdown=False)
+                                                                    for c in COLUMNS], r["flags"] or ""])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    numeric = set(range(3, 3 + len(COLUMNS)))
+
+    def fmt(row: list[str]) -> str:
+        return "  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
+                         for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+
+    lines = [fmt(headers), fmt(["-" * w for w in widths])]
+    lines += [fmt(r) for r in rows]
+    lines.append("* best in its workload (and rate); ± is the 95% confidence interval over repeats")
+    return "\n".join(lines)
+
+
+def render_markdown(df: Any) -> str:
+    headers = ["topology", "workload", "rate", *[c.title for c in COLUMNS], "flags"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * 3 + "---:|" * len(COLUMNS) + "---|"]
+    for r in df.iter_rows(named=True):
+        n = f" (n={r['runs']})" if r["runs"] > 1 else ""
+        cells = [r["topology"] + n, r["workload"], r["rate"], *[_cell_text(r, c, markdown=True) for c in COLUMNS],
+                 r["flags"] or ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_csv(df: Any) -> str:
+    text: str = df.write_csv()
+    return text.rstrip("\n")
+
+
+def rows_json(cells: Sequence[Cell]) -> list[dict[str, Any]]:
+    """One object per run: ``topology``, ``workload`` (``rate`` when not saturation) and the summary keys."""
+    out = []
+    for c in cells:
+        for r in c.runs:
+            row: dict[str, Any] = {"topology": c.topology, "workload": c.workload}
+            if c.rate is not None:
+                row["rate"] = c.rate
+            row["run"] = r.id
+            row["status"] = r.meta.status
+            row["flags"] = list(r.meta.flags)
+            row.update({k: v for k, v in r.summary.items() if k not in ("topology", "workload")})
+            out.append(row)
+    return out
+
+
+def cell_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
+    """One object per (topology, workload[, rate]): the vllm summary keys (averaged over repeats, with
+    ``ci95_<key>`` and ``repeats`` when there are several), plus ``runs`` (their ids) and ``flags``."""
+    out = []
+    for c in cells:
+        row: dict[str, Any] = {"topology": c.topology, "workload": c.workload}
+        if c.rate is not None:
+            row["rate"] = c.rate
+        summaries = [r.summary for r in c.runs if r.summary]
+        agg = report.aggregate(summaries) if len(summaries) > 1 else dict(summaries[0]) if summaries else {}
+        row.update({k: v for k, v in agg.items() if k not in ("topology", "workload")})
+        row["status"] = "complete"
+        row["runs"] = [r.id for r in c.runs]
+        row["flags"] = list(c.flags)
+        out.append(row)
+    return out
