@@ -57,3 +57,27 @@ class ScriptHost(Host):
 
     def nvml(self) -> Any:
         raise RuntimeError("no NVML in supervisor tests")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def layout_port_args(servers: int = 4) -> list[str]:
+    """CLI port flags for a layout on ports that are free now: the endpoint, ``servers`` server ports 100 apart,
+    and as many consecutive NIXL side-channel ports (tests never use the fixed defaults 8000/8100/5600)."""
+    endpoint = free_port()
+    while True:
+        base = free_port()
+        if base + 100 * servers < 65000 and all(_is_free(base + 100 * i) for i in range(servers)):
+            break
+    while True:
+        side = free_port()
+        if side + servers < 65000 and all(_is_free(side + i) for i in range(servers)):
+            break
+    return ["--port", str(endpoint), "--server-port", str(base), "--side-channel-port", str(side)]

@@ -14,20 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import free_port
+from tests.helpers import layout_port_args
 from tui.core.state import StateStore
 from tui.core.supervisor import LAYOUT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _ports() -> list[str]:
-    port = free_port()
-    server = free_port()
-    while server + 300 > 65000:
-        server = free_port()
-    side = free_port()
-    return ["--port", str(port), "--server-port", str(server), "--side-channel-port", str(side)]
 
 
 def _cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -52,7 +45,7 @@ def _ours(state_dir: str) -> list[int]:
 
 
 def test_up_stream_status_down_1p1d() -> None:
-    ports = _ports()
+    ports = layout_port_args()
     up = _cli("up", "--sim", "--sim-startup", "1", "--model", "qwen3.6-27b-nvfp4", "--topology", "1p1d", *ports)
     assert up.returncode == 0, up.stderr[-3000:]
     assert "is up (SIMULATED host)" in up.stdout
@@ -84,7 +77,7 @@ def test_up_stream_status_down_1p1d() -> None:
 
 
 def test_down_after_launcher_was_killed() -> None:
-    ports = _ports()
+    ports = layout_port_args()
     launcher = subprocess.Popen([sys.executable, "-m", "tui", "up", "--sim", "--sim-startup", "3", "--model",
                                  "dummy-qwen3-8b", "--topology", "1p1d", *ports], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -109,12 +102,12 @@ def test_down_after_launcher_was_killed() -> None:
 
 
 def test_second_up_is_refused_while_one_is_active() -> None:
-    ports = _ports()
+    ports = layout_port_args()
     first = _cli("up", "--sim", "--sim-startup", "0.5", "--model", "dummy-qwen3-8b", "--topology", "tp1", *ports)
     assert first.returncode == 0, first.stderr[-2000:]
     try:
         second = _cli("up", "--sim", "--sim-startup", "0.5", "--model", "dummy-qwen3-8b", "--topology", "tp1",
-                      *_ports())
+                      *layout_port_args())
         assert second.returncode == 2
         assert "one layout per host" in second.stderr
     finally:
