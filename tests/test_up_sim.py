@@ -64,10 +64,15 @@ def test_up_stream_status_down_1p1d() -> None:
         assert sum(1 for e in events[:-2] if json.loads(e)["choices"]) == 8
         st = _cli("status", "--json")
         assert st.returncode == 0
-        (layout,) = json.loads(st.stdout)["layouts"]
+        report = json.loads(st.stdout)
+        (layout,) = report["layouts"]
         assert layout["status"] == "ready" and layout["simulated"]
-        assert {p["name"]: p["health"] for p in layout["processes"]} == {
-            "prefill-0": "healthy", "decode-0": "healthy", "proxy": "healthy"}
+        assert all(p["alive"] for p in layout["processes"])
+        snap = report["snapshot"]
+        assert {s["name"]: s["health"] for s in snap["servers"]} == {"prefill-0": "up", "decode-0": "up", "proxy": "up"}
+        assert "SIMULATED" in snap["host"]["label"]
+        owners = {p["owner"] for g in snap["gpus"] for p in g["processes"]}
+        assert owners == {"prefill-0", "decode-0"}
     finally:
         down = _cli("down")
     assert down.returncode == 0, down.stderr

@@ -7,13 +7,12 @@ import asyncio
 import time
 from typing import Any
 
-import httpx
-
 from tui.cli.common import add_plan_options, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
 from tui.core.events import Event, EventBus, Notice
 from tui.core.guided import FixApplied, GuidedLaunch
+from tui.core.host import SimHost
 from tui.core.lifecycle import UpOptions, process_states, tear_down, timeouts_for
 from tui.core.lifecycle_events import (
     ServerExited,
@@ -24,6 +23,8 @@ from tui.core.lifecycle_events import (
 )
 from tui.core.playbook import Diagnosis, load_playbook
 from tui.core.state import LayoutRecord, StateStore
+from tui.core.telemetry import collect_snapshot_sync
+from tui.core.telemetry.view import tick_lines
 
 
 def register(sub: Any) -> None:
@@ -139,50 +140,39 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
     return EXIT_OK
 
 
-def _probe(url: str) -> tuple[str, float | None]:
-    t = time.monotonic()
-    try:
-        r = httpx.get(url + "/health", timeout=1.5, trust_env=False)
-    except httpx.ConnectError:
-        return "down", None
-    except httpx.TimeoutException:
-        return "unresponsive", None
-    except httpx.HTTPError as exc:
-        return f"error: {exc}", None
-    ms = (time.monotonic() - t) * 1000
-    return ("healthy" if r.status_code == 200 else f"unhealthy ({r.status_code})"), ms
-
-
 def layout_status(rec: LayoutRecord) -> dict[str, Any]:
     alive = process_states(rec)
-    procs = []
-    for p in rec.processes:
-        health, ms = _probe(p.url) if alive.get(p.name) else ("exited", None)
-        procs.append({"name": p.name, "role": p.role, "pid": p.pid, "alive": alive.get(p.name, False),
-                      "health": health, "latency_ms": None if ms is None else round(ms, 1), "url": p.url,
-                      "gpus": p.gpus, "log": p.log})
     return {"id": rec.id, "status": rec.status, "simulated": rec.simulated, "profile": rec.profile_id,
             "topology": rec.topology, "endpoint": rec.endpoint, "gpus": rec.gpus, "note": rec.note,
-            "created": rec.created, "processes": procs}
+            "created": rec.created, "fixes_applied": rec.plan.get("fixes_applied", []),
+            "processes": [{"name": p.name, "role": p.role, "pid": p.pid, "alive": alive.get(p.name, False),
+                           "url": p.url, "gpus": p.gpus, "log": p.log} for p in rec.processes]}
 
 
 def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
-    layouts = StateStore().read()
+    """Every layout this host knows, and one telemetry reading (GPUs, health, metrics) of the active one."""
+    store = StateStore()
+    layouts = store.read()
     report = [layout_status(rec) for rec in layouts.values()]
+    active = store.active()
+    host = SimHost(ctx.host_options()) if active is not None and active.simulated else ctx.host
+    snapshot = collect_snapshot_sync(host, store)
     if args.json:
-        ctx.print_json({"layouts": report})
+        ctx.print_json({"layouts": report, "snapshot": snapshot})
         return EXIT_OK
     if not report:
         ctx.print("no layout is up on this host")
-        return EXIT_OK
     for lay in report:
         label = " SIMULATED" if lay["simulated"] else ""
         ctx.print(f"{lay['id']}: {lay['status']}{label} — {lay['topology']} of {lay['profile']} on GPU "
                   f"{','.join(map(str, lay['gpus']))}, endpoint {lay['endpoint']}"
-                  + (f" ({lay['note']})" if lay["note"] else ""))
+                  + (f" ({lay['note']})" if lay["note"] else "")
+                  + (f"; fixes applied: {', '.join(lay['fixes_applied'])}" if lay["fixes_applied"] else ""))
         for p in lay["processes"]:
-            lat = f"{p['latency_ms']:.1f} ms" if p["latency_ms"] is not None else ""
-            ctx.print(f"  {p['name']:<10} {p['role']:<8} pid {p['pid']:<8} {p['health']:<14} {lat:>9}  {p['url']}")
+            ctx.print(f"  {p['name']:<10} {p['role']:<8} pid {p['pid']:<8} {'running' if p['alive'] else 'EXITED':<8}"
+                      f" {p['url']}  log {p['log']}")
+    for line in tick_lines(snapshot):
+        ctx.print(line)
     return EXIT_OK
 
 
