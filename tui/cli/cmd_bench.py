@@ -181,8 +181,27 @@ def active_target(args: argparse.Namespace, ctx: CliContext) -> tuple[BenchTarge
                          hint="start a layout with 'disagg-tui up --model M --topology T' or give --endpoint URL")
     if not layout.endpoint:
         raise InputError(f"layout {layout.id} has no endpoint yet (status {layout.status})", field="--endpoint")
-    return (BenchTarget(endpoint=layout.endpoint, topology=layout.topology or "layout", layout=layout),
-            profile_vocab(ctx, layout.profile_id))
+    target = BenchTarget(endpoint=layout.endpoint, topology=layout.topology or "layout", layout=layout)
+    if not layout.simulated:
+        _real_host_extras(ctx, target, layout)
+    return target, profile_vocab(ctx, layout.profile_id)
+
+
+def _real_host_extras(ctx: CliContext, target: BenchTarget, layout: LayoutRecord) -> None:
+    """On a real host: the GPUs in the fingerprint and the NVML energy counter as the energy hook."""
+    from tui.core.bench.serverside import nvml_energy_reader
+
+    try:
+        facts = ctx.host.facts
+        target.fingerprint_extra = {
+            "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in facts.gpus
+                     if g.index in layout.gpus],
+            "driver": facts.driver, "cuda_driver": facts.cuda_driver,
+            "vllm": facts.vllm.version if facts.vllm is not None else None,
+        }
+        target.energy = nvml_energy_reader(ctx.host.nvml(), layout.gpus)
+    except Exception as exc:  # noqa: BLE001 - the fingerprint and energy are extras: the run goes on without
+        ctx.warn(f"no GPU fingerprint or energy figure: {exc}")
 
 
 def vllm_bench_command(args: argparse.Namespace) -> list[str]:

@@ -87,6 +87,14 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
                         rates=parse_rates(args.rates), repeat=args.repeat, seed=args.seed or 0,
                         num_prompts=args.num_prompts, goodput={}, warmup=-1 if args.warmup is None else args.warmup,
                         simulated=bool(getattr(args, "sim", False)))
+    host = ctx.host
+    if host.simulated:
+        o = ctx.host_options()
+        spec.host = (f"sim:{host.facts.gpus[0].name if host.facts.gpus else '?'}x{len(host.facts.gpus)} "
+                     f"clock {o.sim_clock or 1.0:g}")
+    else:
+        spec.host = host.facts.hostname
+    spec.simulated = host.simulated
     spec.name = args.campaign or default_name(spec)
     if args.fresh and not args.campaign:
         spec.name = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -98,7 +106,6 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         return options_from_args(args, wl, vocab)
 
     spec.goodput = options(next(iter(workloads.values()))).goodput
-    host = ctx.host
     first_plan = make_plan(args, ctx, topologies[0])[1]
     energy = None
     try:

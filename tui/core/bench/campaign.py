@@ -68,12 +68,13 @@ class CampaignSpec:
     goodput: dict[str, float] = field(default_factory=dict)
     warmup: int = -1
     simulated: bool = False
+    host: str = ""  # what was measured on: "sim:b200x2 clock 1" or the real host's name (part of the cells)
 
     def cells_key(self) -> dict[str, Any]:
         """What defines the cells (a resume must match it)."""
         return {"model": self.model, "topologies": self.topologies, "workloads": self.workloads,
                 "rates": [rate_label(r) for r in self.rates] if isinstance(self.rates, list) else self.rates,
-                "repeat": self.repeat, "seed": self.seed, "num_prompts": self.num_prompts}
+                "repeat": self.repeat, "seed": self.seed, "num_prompts": self.num_prompts, "host": self.host}
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -268,7 +268,9 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
         for v in vs:
             if not v.winner:
                 continue
-            margin = f" by {v.margin:.1%}" if v.margin is not None else ""
+            margin = ""
+            if v.margin is not None:
+                margin = f" by {v.margin:.1%}" if v.margin < 1 else f" by {1 + v.margin:.1f}×"
             noise = " (within noise)" if v.within_noise else ""
             parts.append(f"{v.winner} on {v.workload}{margin}{noise}")
         head = next(iter(winners)) if len(winners) == 1 else "depends on the workload"
