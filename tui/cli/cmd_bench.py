@@ -297,6 +297,9 @@ def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> i
             code = EXIT_FAILED
         else:
             print(where, file=ctx.err)
+        line = client_line(r)
+        if line:
+            print(line, file=ctx.err)
         for flag in r.meta.flags:
             ctx.warn(f"{r.id}: {_flag_text(flag, r)}")
     return code
@@ -316,4 +319,21 @@ def _flag_text(flag: str, r: Run) -> str:
         return f"{r.summary.get('failed', 0)} request(s) failed"
     if flag == "incomplete":
         return "incomplete run"
+    if flag == "server-busy-at-start":
+        return "the servers still had requests after the warm-up: the run started on a busy server"
     return flag
+
+
+def client_line(r: Run) -> str:
+    """How the client fared and what the run cost in energy (one line for stderr)."""
+    c = r.meta.client
+    parts = []
+    if c:
+        parts.append(f"client CPU {c.get('cpu', 0.0):.0%} of a core, event-loop lag p99 "
+                     f"{c.get('loop_lag_p99_ms', 0.0):.1f} ms")
+        if c.get("requested_rate"):
+            parts.append(f"sent {c.get('achieved_rate') or 0.0:.2f} of {c['requested_rate']:g} req/s requested")
+    e = r.meta.energy
+    if e and e.get("joules_per_output_token") is not None:
+        parts.append(f"energy {e['joules']:,.0f} J, {e['joules_per_output_token']:.3f} J per output token")
+    return "; ".join(parts)

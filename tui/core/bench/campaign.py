@@ -255,7 +255,7 @@ class CampaignRunner:
     bus: EventBus = field(default_factory=EventBus)
     notify: Notify = print
     on_tick: Callable[[BenchTick], None] | None = None
-    energy: EnergyReader | None = None
+    energy_for: Callable[[Sequence[int]], EnergyReader | None] | None = None  # an energy hook for these GPUs
     root: Path | None = None
     gpu_free_timeout_s: float = GPU_FREE_TIMEOUT_S
     wait_free: Callable[[Host, Sequence[int], float], Awaitable[None]] | None = None
@@ -353,12 +353,13 @@ class CampaignRunner:
 
     async def _run_cells(self, store: CampaignStore, outcomes: dict[Cell, CellOutcome], record: LayoutRecord,
                          plan: LaunchPlan, cells: Sequence[Cell]) -> None:
+        energy = self.energy_for(plan.gpus) if self.energy_for is not None and cells else None
         for cell in cells:
             wl = self._wl(cell)
             store.clear(cell, wl)
             target = BenchTarget(endpoint=record.endpoint, topology=cell.topology, layout=record,
                                  plan=plan.to_dict(), campaign=self.spec.name, name=cell.name(wl),
-                                 repeat=cell.repeat, energy=self.energy, runs_root=store.root)
+                                 repeat=cell.repeat, energy=energy, runs_root=store.root)
             self.notify(f"{cell.topology} × {cell.workload} @ {rate_label(wl.request_rate)} req/s"
                         + (f" (repeat {cell.repeat})" if self.spec.repeat > 1 else ""))
             try:
