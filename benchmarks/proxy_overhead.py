@@ -2,7 +2,7 @@
 
     /work/main/.venv/bin/python benchmarks/proxy_overhead.py [--requests 200] [--concurrency 16] [--tokens 32]
 
-Starts a fake prefill and a fake decode server (``benchmarks/fake_pd.py``: no model work, answers at once and
+Starts a fake prefill and a fake decode server (``python -m tui.sim.fakepd``: no model work, answers at once and
 streams ``--tokens`` SSE chunks ``--token-delay`` apart) and the proxy (``python -m tui.core.proxy``, access log on,
 written to a file as under the supervisor), each in its own process. The same streaming completion is then sent
 three ways, in the same run and interleaved so drift hits all three alike:
@@ -184,7 +184,9 @@ async def run(args: argparse.Namespace, p: Child, d: Child, proxy: Child) -> lis
     words = " ".join(f"w{i % 997}" for i in range(args.prompt_words))
     body = {"model": "fake/model", "prompt": words, "max_tokens": args.tokens, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": True}
-    limits = httpx.Limits(max_connections=4 * args.concurrency, max_keepalive_connections=4 * args.concurrency)
+    # idle connections dropped before the servers' 5 s keep-alive ends, so none is reused as a server closes it
+    limits = httpx.Limits(max_connections=4 * args.concurrency, max_keepalive_connections=4 * args.concurrency,
+                          keepalive_expiry=2.0)
     out: list[str] = []
     async with httpx.AsyncClient(timeout=30, limits=limits, trust_env=False) as client:
         runner = Runner(client, p.url, d.url, proxy.url, body)
@@ -239,6 +241,21 @@ async def run(args: argparse.Namespace, p: Child, d: Child, proxy: Child) -> lis
                        f" {ms(percentile([s.total for s in a], 50) - percentile([s.total for s in b], 50))}"
                        f" {ms(percentile([s.total for s in a], 99) - percentile([s.total for s in b], 99))}")
 
+        # CPU per relayed chunk: the slope between short and long answers, through the proxy and straight to D
+        slope: dict[str, float] = {}
+        for name, target, child in (("proxy", proxy.url, proxy), ("fake D", d.url, d)):
+            per: dict[int, float] = {}
+            for tokens in (1, args.slope_tokens):
+                b = {**body, "max_tokens": tokens}
+                if target == d.url:
+                    b = decode_body(b, runner.kv)
+                c0 = child.cpu()
+                for _ in range(args.slope_requests // 4):
+                    await asyncio.gather(*(stream_post(client, target + "/v1/completions", b, runner.rid(),
+                                                       time.perf_counter()) for _ in range(4)))
+                per[tokens] = (child.cpu() - c0) / (args.slope_requests // 4 * 4)
+            slope[name] = (per[args.slope_tokens] - per[1]) / (args.slope_tokens - 1)
+
         metrics = (await client.get(proxy.url + "/metrics")).text
     internal_sum = float(re.search(r"^disagg_proxy_internal_seconds_sum (\S+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
     internal_n = float(re.search(r"^disagg_proxy_internal_seconds_count (\S+)$", metrics, re.M).group(1))  # type: ignore[union-attr]
@@ -247,8 +264,11 @@ async def run(args: argparse.Namespace, p: Child, d: Child, proxy: Child) -> lis
     out.append(f"  {'':<34} {'proxy':>8} {'fake P':>8} {'fake D':>8}   proxy ÷ (P + D)")
     for label, (cp, cd, cx) in (("sequential", cpu_seq), ("concurrent", cpu_conc)):
         out.append(f"  {label:<34} {ms(cx)} {ms(cp)} {ms(cd)}   {cx / (cp + cd):.2f}×" if cp + cd else label)
-    out.append(f"  the proxy's own work between reading a body and sending it to decode (parse, rewrite, pick; from "
-               f"its /metrics): mean {internal_sum / internal_n * 1e6:.0f} µs over {internal_n:.0f} requests")
+    out.append(f"  per relayed chunk (slope from 1 to {args.slope_tokens} tokens, 4 streams at a time): proxy "
+               f"{slope['proxy'] * 1e6:.0f} µs, the fake decode server producing it {slope['fake D'] * 1e6:.0f} µs")
+    out.append(f"  the proxy's own work between reading a body and sending it to decode (parse, rewrite, pick; wall "
+               f"time from its /metrics, so on a busy host it includes waits for a CPU): mean "
+               f"{internal_sum / internal_n * 1e6:.0f} µs over {internal_n:.0f} requests")
     return out
 
 
@@ -262,17 +282,19 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=32, help="tokens streamed per request (default 32)")
     ap.add_argument("--token-delay", type=float, default=0.0005, help="seconds between tokens (default 0.0005)")
     ap.add_argument("--prompt-words", type=int, default=1000, help="prompt length in words (default 1000)")
+    ap.add_argument("--slope-tokens", type=int, default=200, help="long answers of the per-chunk phase (default 200)")
+    ap.add_argument("--slope-requests", type=int, default=100,
+                    help="requests per length and target in the per-chunk phase (default 100)")
     ap.add_argument("--warmup", type=int, default=20, help="unmeasured requests per way first (default 20)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
         logdir = Path(tmp)
-        fake = str(ROOT / "benchmarks" / "fake_pd.py")
         children: list[Child] = []
         try:
-            p = start("prefill", [sys.executable, fake, "--role", "prefill", "--port", "0"], logdir)
+            p = start("prefill", [sys.executable, "-m", "tui.sim.fakepd", "--role", "prefill", "--port", "0"], logdir)
             children.append(p)
-            d = start("decode", [sys.executable, fake, "--role", "decode", "--port", "0", "--token-delay",
-                                 str(args.token_delay)], logdir)
+            d = start("decode", [sys.executable, "-m", "tui.sim.fakepd", "--role", "decode", "--port", "0",
+                                 "--token-delay", str(args.token_delay)], logdir)
             children.append(d)
             proxy = start("proxy", [sys.executable, "-m", "tui.core.proxy", "--port", "0", "--prefill", p.url,
                                     "--decode", d.url], logdir)

@@ -75,7 +75,7 @@ class Child:
 
 
 def fake_server(role: str, *extra: str) -> Child:
-    return Child([sys.executable, str(ROOT / "benchmarks" / "fake_pd.py"), "--role", role, "--port", "0", *extra])
+    return Child([sys.executable, "-m", "tui.sim.fakepd", "--role", role, "--port", "0", *extra])
 
 
 def proxy_process(*args: str, via_cli: bool = False) -> Child:

@@ -108,9 +108,9 @@ class SimServers:
         self.servers: list[SimServer] = []
 
     def start(self, *args: str, model: str = "/tmp/model", gpu: str = "h200", gpus: int = 2,
-              startup_s: float = 0.6, clock: float = 1.0, faults: str = "", env: dict[str, str] | None = None,
+              startup_s: float = 0.35, clock: float = 1.0, faults: str = "", env: dict[str, str] | None = None,
               profile: dict[str, object] | None = None, port: int | None = None,
-              defaults: bool = True, merge: bool = False) -> SimServer:
+              defaults: bool = True, merge: bool = False, devices: str | None = None) -> SimServer:
         port = port or free_port()
         n = len(self.servers)
         state = Path(os.environ.get("DISAGG_TUI_STATE_DIR", str(self.tmp / "state")))
@@ -119,6 +119,8 @@ class SimServers:
                           "DISAGG_SIM_GPU": gpu, "DISAGG_SIM_GPUS": str(gpus), "DISAGG_SIM_STARTUP_S": str(startup_s),
                           "DISAGG_SIM_CLOCK": str(clock), "DISAGG_SIM_SERVER_NAME": f"server-{n}"})
         child_env.pop("CUDA_VISIBLE_DEVICES", None)
+        if devices is not None:
+            child_env["CUDA_VISIBLE_DEVICES"] = devices
         if faults:
             child_env["DISAGG_SIM_FAULTS"] = faults
         if profile is not None:

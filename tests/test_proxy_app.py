@@ -402,3 +402,18 @@ async def test_startup_opens_a_connection_to_every_server_in_the_background() ->
         for url in (P1, P2, D1):
             await asyncio.wait_for(fakes.received.setdefault(url, asyncio.Event()).wait(), 5)
     assert sorted(s.server for s in fakes.seen if s.path == "/health") == [P1, P2, D1]
+
+
+async def test_other_requests_get_a_line_but_probes_that_succeed_do_not(caplog: pytest.LogCaptureFixture) -> None:
+    fakes = FakeUpstreams()
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    async with proxy_for(fakes, health_ttl_s=0.0) as (_app, client):
+        await client.get("/health")
+        await client.get("/metrics")
+        await client.get("/v1/models")
+        fakes.down.add(D1)
+        await client.get("/health")
+    lines = [r.getMessage() for r in caplog.records if r.name == ACCESS_LOGGER]
+    assert len(lines) == 2
+    assert f'"GET /v1/models HTTP/1.1" 200 D={D1} 200 total=' in lines[0]
+    assert f'"GET /health HTTP/1.1" 503 (decode server {D1} is down: connection refused) total=' in lines[1]

@@ -149,3 +149,4 @@ async def test_a_slow_reader_pauses_the_socket_and_gets_every_byte(monkeypatch: 
     assert len(got) == 64 * 65536
     assert all(got[i * 65536] == i for i in range(64))
     assert any(paused)
+

@@ -211,20 +211,3 @@ async def test_health_cache_reports_a_slow_server_as_down() -> None:
     assert not check.ok and check.status is None
     assert check.describe() == "prefill server http://p:1 is down: no answer within 0.25 s"
 
-
-@pytest.mark.parametrize("installed", [False, True])
-def test_a_missing_sniffio_is_made_to_fail_fast(monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
-    import importlib.util
-    import sys
-
-    from tui.core import proxy_app
-
-    monkeypatch.delitem(sys.modules, "sniffio", raising=False)
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if installed else None)
-    assert proxy_app.make_missing_sniffio_fail_fast() is (not installed)
-    if not installed:
-        assert sys.modules["sniffio"] is None
-        with pytest.raises(ModuleNotFoundError):
-            import sniffio  # noqa: F401
-    else:
-        assert "sniffio" not in sys.modules

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -216,3 +217,75 @@ def test_metrics_count_what_was_served(server: SimServer) -> None:
     assert value(after, "vllm:generation_tokens_total") - value(before, "vllm:generation_tokens_total") == 7
     assert value(after, "vllm:prompt_tokens_total") - value(before, "vllm:prompt_tokens_total") == 5
     assert value(after, "vllm:request_prompt_tokens_count") - value(before, "vllm:request_prompt_tokens_count") == 1
+
+
+def test_periodic_stats_line(server: SimServer) -> None:
+    httpx.post(server.url + "/v1/completions", json={"prompt": [3] * 300, "max_tokens": 50}, timeout=30)
+    pattern = re.compile(r"^\(APIServer pid=\d+\) INFO [\d\- :]+ \[loggers\.py:273\] Engine 000: "
+                         r"Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: [\d.]+ tokens/s, "
+                         r"Running: \d+ reqs, Waiting: \d+ reqs, GPU KV cache usage: [\d.]+%, "
+                         r"Prefix cache hit rate: [\d.]+%$", re.M)
+    deadline = time.monotonic() + 5  # every 10 s of simulated time: 0.5 s at clock 20
+    while not pattern.search(server.stdout()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pattern.search(server.stdout())
+
+
+def test_client_disconnect_aborts_the_request(server: SimServer) -> None:
+    def success(reason: str) -> float:
+        text = httpx.get(server.url + "/metrics").text
+        m = re.search(rf'^vllm:request_success_total\{{engine="0",finished_reason="{reason}",'
+                      rf'model_name="dummy-qwen3-8b"\}} (\S+)$', text, re.M)
+        assert m
+        return float(m.group(1))
+
+    before = success("abort")
+    body = {"prompt": [9] * 100, "max_tokens": 10000, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=30) as r:
+        for i, _ in enumerate(r.iter_lines()):
+            if i > 6:
+                break
+    deadline = time.monotonic() + 5
+    while success("abort") == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert success("abort") == before + 1
+    running = re.search(r'^vllm:num_requests_running\{engine="0",model_name="dummy-qwen3-8b"\} (\S+)$',
+                        httpx.get(server.url + "/metrics").text, re.M)
+    assert running and float(running.group(1)) == 0
+
+
+def test_repeated_prompt_hits_the_prefix_cache(server: SimServer) -> None:
+    def counter(name: str, **labels: str) -> float:
+        want = {"engine": "0", "model_name": "dummy-qwen3-8b", **labels}
+        inner = ",".join(f'{k}="{want[k]}"' for k in sorted(want))
+        m = re.search(rf"^{re.escape(name)}\{{{re.escape(inner)}\}} (\S+)$", httpx.get(server.url + "/metrics").text,
+                      re.M)
+        assert m
+        return float(m.group(1))
+
+    prompt = list(range(40000, 40100))  # 6 full blocks and 4 tokens
+    httpx.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=30)
+    hits = counter("vllm:prefix_cache_hits_total")
+    cached = counter("vllm:prompt_tokens_by_source_total", source="local_cache_hit")
+    httpx.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=30)
+    assert counter("vllm:prefix_cache_hits_total") - hits == 96
+    assert counter("vllm:prompt_tokens_by_source_total", source="local_cache_hit") - cached == 96
+
+
+def test_api_key_guards_v1_and_load_tracking(tmp_path: Path) -> None:
+    servers = SimServers(tmp_path)
+    try:
+        s = servers.start("--api-key", "sekrit", "--enable-server-load-tracking", clock=0.5)
+        s.wait_ready()
+        assert httpx.get(s.url + "/v1/models").status_code == 401
+        assert httpx.get(s.url + "/v1/models").json() == {"error": "Unauthorized"}
+        auth = {"Authorization": "Bearer sekrit"}
+        assert httpx.get(s.url + "/v1/models", headers=auth).status_code == 200
+        assert httpx.get(s.url + "/health").status_code == 200 and httpx.get(s.url + "/metrics").status_code == 200
+        with httpx.stream("POST", s.url + "/v1/completions", headers=auth, timeout=30,
+                          json={"prompt": [1] * 10, "max_tokens": 500, "stream": True}) as r:
+            lines = r.iter_lines()  # keep the iterator: dropping it closes the stream
+            next(lines)
+            assert httpx.get(s.url + "/load").json() == {"server_load": 1}
+    finally:
+        servers.close()

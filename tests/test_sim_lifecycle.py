@@ -63,7 +63,7 @@ def test_start_log_phases_refusal_then_ready(sims: SimServers) -> None:
     assert [PHASE_INDEX[k] for k in seen] == sorted(PHASE_INDEX[k] for k in seen)
 
 
-def test_start_log_lines_and_streams(sims: SimServers) -> None:
+def test_start_log_engine_processes_claims_and_clean_shutdown(sims: SimServers) -> None:
     s = sims.start()
     s.wait_ready()
     out = s.stdout()
@@ -79,11 +79,6 @@ def test_start_log_lines_and_streams(sims: SimServers) -> None:
     banner = s.out.read_bytes().split(b"\n")[:6]  # a multi-line record: \r\n between its lines, as vLLM writes it
     assert all(ln.endswith(b"\r") for ln in banner[:5]) and not banner[5].endswith(b"\r")
     assert "version 0.24.0" in banner[2].decode()
-
-
-def test_engine_process_holds_the_gpu_memory_and_is_named_like_vllm(sims: SimServers) -> None:
-    s = sims.start()
-    s.wait_ready()
     engine = int(re.search(r"\(EngineCore pid=(\d+)\)", s.stdout()).group(1))  # type: ignore[union-attr]
     assert engine in _children(s.proc.pid)
     assert Path(f"/proc/{engine}/comm").read_text().strip() == "VLLM::EngineCor"
@@ -93,7 +88,17 @@ def test_engine_process_holds_the_gpu_memory_and_is_named_like_vllm(sims: SimSer
     assert claim.name == "VLLM::EngineCore" and claim.gpus == [0] and claim.port == s.port
     gib = claim.memory_bytes[0] / 2**30
     assert 120 < gib < 122  # 0.85 × 139.8 GiB + CUDA context (real: 124038 MiB = 121.1 GiB)
-    httpx.post(s.url + "/v1/completions", json={"prompt": [1] * 2000, "max_tokens": 64}, timeout=30)
+    # while it serves, the engine's claim shows utilisation (what the simulated NVML reports)
+    with httpx.stream("POST", s.url + "/v1/completions", timeout=30,
+                      json={"prompt": [1] * 2000, "max_tokens": 400, "stream": True}) as r:
+        lines = r.iter_lines()
+        next(lines)
+        deadline = time.monotonic() + 3
+        util = 0.0
+        while util == 0 and time.monotonic() < deadline:
+            util = next(c for c in SimGpuState(s.state_dir).claims() if c.pid == engine).util.get(0, 0.0)
+            time.sleep(0.05)
+        assert 0 < util <= 1
     s.proc.send_signal(signal.SIGTERM)
     assert s.wait_exit() in (0, -signal.SIGTERM)
     assert "Application shutdown complete." in s.stderr()
@@ -184,3 +189,15 @@ def test_data_parallel_two_engines_behind_one_endpoint(sims: SimServers) -> None
     assert sorted((c.name, tuple(c.gpus)) for c in claims) == [("VLLM::EngineCore_DP0", (0,)),
                                                                 ("VLLM::EngineCore_DP1", (1,))]
     assert json.loads(httpx.get(s.url + "/version").text) == {"version": "0.24.0"}
+
+
+def test_sigterm_while_starting_stops_everything(sims: SimServers) -> None:
+    s = sims.start(startup_s=4.0)
+    deadline = time.monotonic() + 10
+    while "Initializing a V1 LLM engine" not in s.stdout() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _children(s.proc.pid)  # the engine process exists by now
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.wait_exit(timeout=5) == 128 + signal.SIGTERM
+    assert not group_alive(s.proc.pid)
+    assert SimGpuState(s.state_dir).claims() == []

@@ -235,3 +235,60 @@ def test_abort_frees_blocks() -> None:
     s.step(0.0)
     assert s.free_blocks < s.total_blocks
     assert s.abort("x", 1.0) is r and r.finish_reason == "abort" and s.free_blocks == s.total_blocks
+
+
+def test_decode_fast_forward_equals_stepping() -> None:
+    def make() -> tuple[EngineScheduler, list[SimRequest]]:
+        s = sched(kv_tokens=16 * 2000)
+        reqs = [SimRequest(str(i), prompt_len=50 + 37 * i, max_tokens=20 + 11 * i, arrival=0) for i in range(12)]
+        for r in reqs:
+            s.add(r)
+        return s, reqs
+
+    slow, slow_reqs = make()
+    run(slow)
+    fast, fast_reqs = make()
+    t = 0.0
+    jumps = 0
+    while True:
+        jump = fast.decode_run(t)
+        if jump is not None:
+            jumps += 1
+            t = jump[0][-1]
+            continue
+        res = fast.step(t)
+        if res is None:
+            break
+        t = res.end
+    assert jumps > 3
+    for a, b in zip(slow_reqs, fast_reqs, strict=True):
+        assert (a.generated, a.first_token_at) == (b.generated, b.first_token_at)
+        assert a.finished_at == pytest.approx(b.finished_at, rel=1e-12)
+    assert fast.free_blocks == fast.total_blocks
+
+
+def test_prefix_cache_matches_leading_blocks_and_forgets_reused_memory() -> None:
+    from tui.sim.prefixcache import PrefixCache, block_hashes
+
+    a = list(range(100))
+    hashes = block_hashes(a)
+    assert len(hashes) == 6  # full blocks only
+    cache = PrefixCache()
+    cache.insert(hashes)
+    assert cache.match(block_hashes(a[:64] + [7] * 36)) == 4  # diverges in the fifth block
+    assert cache.match(block_hashes([1, *a[1:]])) == 0  # chained: a different first block changes every hash
+    cache.shrink(2)
+    assert len(cache) == 2 and cache.match(hashes) == 0  # the oldest blocks went first
+
+
+def test_non_default_args_line_matches_the_real_one() -> None:
+    import shlex
+
+    from tui.sim.startup import _args_repr
+
+    cmd = (H200 / "startup" / "main.cmd").read_text().splitlines()[1].removeprefix("# cmd: ")
+    argv = shlex.split(cmd)[1:]  # after "vllm"
+    _, ns, order, _ = cli.parse(argv)
+    real = re.search(r"non-default args: (\{.*\})$", (H200 / "startup" / "main.log").read_text(), re.M)
+    assert real is not None
+    assert _args_repr(config.build(ns, order, {}).non_default) == real.group(1)

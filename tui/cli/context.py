@@ -13,7 +13,7 @@ from tui.core.host import Host, HostOptions, select_host
 from tui.core.profiles import Catalog
 
 SIM_FAULTS = ("flashinfer-no-nvcc", "flashinfer-jit-stall", "dp-ready-timeout", "moe-dp-crash", "kv-too-small",
-              "gpu-memory-taken", "port-taken", "nixl-missing", "ssm-layout")
+              "gpu-memory-taken", "port-taken", "nixl-missing", "ssm-layout", "triton-jit")
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:

@@ -115,10 +115,7 @@ class Launch:
                         rec.note = "found dead: every process had exited"
                         continue
                     if not self.options.replace:
-                        raise LayoutBusy(
-                            f"layout {rec.id} ({rec.topology} of {rec.profile_id} on GPU "
-                            f"{','.join(map(str, rec.gpus))}) is {rec.status}; one layout per host",
-                            hint="'disagg-tui down' first, or 'up --replace'")
+                        raise _busy(rec)
             plan_dict = self.plan.to_dict()
             for s in plan_dict["servers"]:
                 s["env"] = redact_env(s["env"])
@@ -159,6 +156,10 @@ class Launch:
             if active is not None:
                 self.bus.publish(Notice(level="info", message=f"replacing layout {active.id}", source="up"))
                 await tear_down(active, self.bus, store=self.store)
+        busy = self.store.active()
+        if busy is not None and not self.options.replace and \
+                any(process_alive(p.pid, p.create_time) for p in busy.processes):
+            raise _busy(busy)
         if not self.options.skip_preflight:
             nvml = None
             with contextlib.suppress(Exception):
@@ -293,6 +294,11 @@ class Launch:
         targets = [StopTarget(p.name, p.pid, p.pgid, p.create_time) for p in self.record.processes]
         stop_processes(targets, layout_id=self.layout_id, popens=self.popens,
                        int_wait=5.0 if self.host.simulated else 15.0)
+
+
+def _busy(rec: LayoutRecord) -> LayoutBusy:
+    return LayoutBusy(f"layout {rec.id} ({rec.topology} of {rec.profile_id} on GPU {','.join(map(str, rec.gpus))}) "
+                      f"is {rec.status}; one layout per host", hint="'disagg-tui down' first, or 'up --replace'")
 
 
 def _user() -> str:

@@ -28,6 +28,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 #: after SIGINT/SIGTERM, how long requests in flight may finish before they are cut
 GRACEFUL_SHUTDOWN_S = 5
+#: how long an idle client connection is kept open: longer than clients keep theirs (httpx 5 s, aiohttp 15 s), so
+#: the client, not the proxy, closes it, and no client reuses a connection the proxy is closing at that moment
+CLIENT_KEEPALIVE_S = 75
 STARTUP_PREFIX = "disagg-tui proxy listening on "
 
 
@@ -148,7 +151,7 @@ def uvicorn_config(app: ProxyApp, *, log: dict[str, Any] | None) -> uvicorn.Conf
     return uvicorn.Config(
         app, http="httptools", loop="auto", ws="none", lifespan="on", interface="asgi3",
         access_log=False, proxy_headers=False, server_header=False, log_config=log,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, timeout_keep_alive=CLIENT_KEEPALIVE_S,
     )
 
 

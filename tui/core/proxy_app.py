@@ -17,19 +17,34 @@ serialisations and two upstream round trips over kept-alive connections.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
-import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import httpx
 
+from tui.core.proxy_http import (
+    CLIENT_CLOSED,
+    EVENT_STREAM,
+    JSON,
+    DisconnectGuard,
+    Receive,
+    Scope,
+    Send,
+    Trace,
+    access_line,
+    dumps,
+    error_body,
+    ms,
+    read_body,
+    request_line,
+    respond,
+    wanted_headers,
+)
 from tui.core.proxy_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tui.core.proxy_metrics import ProxyMetrics
 from tui.core.proxy_transport import LeanTransport
@@ -44,11 +59,6 @@ from tui.core.proxy_upstream import (
     prefill_body,
 )
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
 ACCESS_LOGGER = "tui.proxy.access"
 COMPLETION_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions"})
 TO_DECODE_ROUTES = frozenset({"/v1/models", "/version"})
@@ -56,12 +66,7 @@ TO_PREFILL_ROUTES = frozenset({"/tokenize", "/detokenize"})
 #: upstream connections idle this long are dropped: vLLM's uvicorn closes them after 5 s
 #: (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), and reusing one it is closing would fail a request
 KEEPALIVE_EXPIRY_S = 4.0
-#: status logged and counted for a client that went away first (nginx's convention; never sent)
-CLIENT_CLOSED = 499
 
-_JSON = b"application/json"
-_EVENT_STREAM = b"text/event-stream"
-_log = logging.getLogger("tui.proxy")
 _access = logging.getLogger(ACCESS_LOGGER)
 
 
@@ -77,89 +82,6 @@ class ProxySettings:
     connect_timeout_s: float = 10.0
     max_keepalive: int = 512
     access_log: bool = True
-
-
-def make_missing_sniffio_fail_fast() -> bool:
-    """Where ``sniffio`` is not installed, make ``import sniffio`` fail at once instead of searching sys.path.
-
-    httpcore 1.0.x imports sniffio inside ``current_async_library()``, which runs for every lock and semaphore
-    it creates, several per request; since anyio 4.11 no longer depends on sniffio it is often absent, and Python
-    does not cache a failed import, so each call walks every sys.path entry (encode/httpcore discussion #1102,
-    PR #1103). A ``None`` in ``sys.modules`` is Python's documented way to make an import fail immediately; the
-    import fails either way, only the cost changes. Returns whether it did so.
-    """
-    if "sniffio" in sys.modules or importlib.util.find_spec("sniffio") is not None:
-        return False
-    sys.modules["sniffio"] = None  # type: ignore[assignment]
-    return True
-
-
-def error_body(message: str, status: int, err_type: str) -> bytes:
-    """vLLM's error JSON (``entrypoints/serve/utils/error_response.py``)."""
-    return json.dumps({"error": {"message": message, "type": err_type, "param": None, "code": status}}).encode()
-
-
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-@dataclass(slots=True)
-class _Trace:
-    """What the access line and the metrics need to know about one completion request."""
-
-    route: str
-    rid: str = ""
-    status: int = 0
-    prefill: Upstream | None = None
-    prefill_status: int | None = None
-    prefill_s: float | None = None
-    decode: Upstream | None = None
-    decode_status: int | None = None
-    decode_first_byte_s: float | None = None
-    decode_s: float | None = None
-    kv: bool | None = None
-    note: str = ""
-
-
-class _DisconnectGuard:
-    """Cancels the request's task when the client disconnects; swallows that cancellation on the way out.
-
-    Entered once the request body is read, so the watcher is the only reader of ``receive`` from then on.
-    Call :meth:`finishing` just before the last ``send``: a disconnect after it is no reason to cancel.
-    """
-
-    __slots__ = ("_receive", "_task", "_watcher", "disconnected", "done")
-
-    def __init__(self, receive: Receive) -> None:
-        self._receive = receive
-        self.disconnected = False
-        self.done = False
-
-    async def __aenter__(self) -> _DisconnectGuard:
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = task
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
-        return self
-
-    async def _watch(self) -> None:
-        while (await self._receive())["type"] != "http.disconnect":
-            pass
-        if not self.done:
-            self.disconnected = True
-            self._task.cancel()
-
-    def finishing(self) -> None:
-        self.done = True
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> bool:
-        self.done = True
-        self._watcher.cancel()
-        if self.disconnected and exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
-            self._task.uncancel()
-            return True
-        return False
 
 
 class ProxyApp:
@@ -190,7 +112,6 @@ class ProxyApp:
 
     async def startup(self) -> None:
         s = self.settings
-        make_missing_sniffio_fail_fast()
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=s.max_keepalive,
                               keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self._client = httpx.AsyncClient(
@@ -251,44 +172,50 @@ class ProxyApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
+        if path in COMPLETION_ROUTES and scope["method"] == "POST":
+            await self._completion(scope, receive, send)
+            return
+        t0 = self._clock()
+        route, status, note = await self._other(scope, receive, send)
+        self.metrics.requests[(route, status)] += 1
+        # every request gets its line, except the probes and scrapes that answer as expected (they come every
+        # second or so from the supervisor and Prometheus and would bury the rest)
+        quiet = status == 200 and route in ("/health", "/metrics")
+        if not quiet and self.settings.access_log and _access.isEnabledFor(logging.INFO):
+            _access.info("%s", request_line(scope, status) + f"{note} total={ms(self._clock() - t0)}")
+
+    async def _other(self, scope: Scope, receive: Receive, send: Send) -> tuple[str, int, str]:
+        """Every route but the completions: (route as counted, status, what the access line adds)."""
+        path: str = scope["path"]
         method: str = scope["method"]
-        if path in COMPLETION_ROUTES:
-            if method == "POST":
-                await self._completion(scope, receive, send)
-                return
-        elif path == "/health":
+        if path == "/health":
             if method == "GET":
-                await self._health(scope, send)
-                return
+                return await self._health(send)
         elif path in ("/metrics", "/metrics/"):
             if method == "GET":
-                self.metrics.requests[("/metrics", 200)] += 1
-                await _respond(send, 200, METRICS_CONTENT_TYPE.encode(), self.metrics.render().encode())
-                return
+                await respond(send, 200, METRICS_CONTENT_TYPE.encode(), self.metrics.render().encode())
+                return "/metrics", 200, ""
         elif path in TO_DECODE_ROUTES:
             if method == "GET":
-                await self._forward(scope, receive, send, self.decode.first)
-                return
+                return await self._forward(scope, receive, send, self.decode.first)
         elif path in TO_PREFILL_ROUTES:
             if method == "POST":
-                await self._forward(scope, receive, send, self.prefill.first)
-                return
-        else:
-            self.metrics.requests[("other", 404)] += 1
-            await _respond(send, 404, _JSON, b'{"detail":"Not Found"}')
-            return
-        self.metrics.requests[(path, 405)] += 1
-        await _respond(send, 405, _JSON, b'{"detail":"Method Not Allowed"}')
+                return await self._forward(scope, receive, send, self.prefill.first)
+        elif path not in COMPLETION_ROUTES:
+            await respond(send, 404, JSON, b'{"detail":"Not Found"}')
+            return "other", 404, ""
+        await respond(send, 405, JSON, b'{"detail":"Method Not Allowed"}')
+        return path, 405, ""
 
     # --- completions: P, then D ------------------------------------------------------------------------------
 
     async def _completion(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = self._clock()
-        trace = _Trace(route=scope["path"])
+        trace = Trace(route=scope["path"])
         metrics = self.metrics
         metrics.in_flight += 1
         try:
-            raw = await _read_body(receive)
+            raw = await read_body(receive)
             if raw is None:
                 trace.status = CLIENT_CLOSED
                 metrics.client_disconnects += 1
@@ -298,21 +225,21 @@ class ProxyApp:
                 body = json.loads(raw)
             except ValueError as exc:
                 trace.status = 400
-                await _respond(send, 400, _JSON, error_body(f"request body is not JSON: {exc}", 400,
+                await respond(send, 400, JSON, error_body(f"request body is not JSON: {exc}", 400,
                                                             "BadRequestError"))
                 return
             if not isinstance(body, dict):
                 trace.status = 400
-                await _respond(send, 400, _JSON, error_body("request body must be a JSON object", 400,
+                await respond(send, 400, JSON, error_body("request body must be a JSON object", 400,
                                                             "BadRequestError"))
                 return
-            headers = _wanted_headers(scope)
+            headers = wanted_headers(scope)
             trace.rid = headers.get(b"x-request-id") or str(uuid.uuid4())
             upstream_headers = {"content-type": "application/json", "x-request-id": trace.rid}
             auth = headers.get(b"authorization")
             if auth is not None:
                 upstream_headers["authorization"] = auth
-            guard = _DisconnectGuard(receive)
+            guard = DisconnectGuard(receive)
             async with guard:
                 await self._relay(scope, send, body, upstream_headers, headers.get(b"accept-encoding"), trace,
                                   t_body, guard)
@@ -325,17 +252,17 @@ class ProxyApp:
                 trace.status = 500  # an unexpected error: uvicorn answers 500 and logs it
             metrics.requests[(trace.route, trace.status)] += 1
             if self.settings.access_log and _access.isEnabledFor(logging.INFO):
-                _access.info("%s", _access_line(scope, trace, self._clock() - t0))
+                _access.info("%s", access_line(scope, trace, self._clock() - t0))
 
     async def _relay(self, scope: Scope, send: Send, body: dict[str, Any], upstream_headers: dict[str, str],
-                     accept_encoding: str | None, trace: _Trace, t_body: float, guard: _DisconnectGuard) -> None:
+                     accept_encoding: str | None, trace: Trace, t_body: float, guard: DisconnectGuard) -> None:
         path: str = scope["path"]
         clock = self._clock
         client = self.client
         metrics = self.metrics
 
         p = trace.prefill = self.prefill.pick()
-        p_content = _dumps(prefill_body(body))
+        p_content = dumps(prefill_body(body))
         p.outstanding += 1
         tp0 = clock()
         try:
@@ -352,7 +279,7 @@ class ProxyApp:
         if presp.status_code != 200:
             metrics.upstream_errors[("prefill", p.url, "status")] += 1
             trace.status = presp.status_code
-            await _respond(send, presp.status_code, presp.headers.get("content-type", "application/json").encode(),
+            await respond(send, presp.status_code, presp.headers.get("content-type", "application/json").encode(),
                            presp.content, trace.rid)
             return
         try:
@@ -360,7 +287,7 @@ class ProxyApp:
         except ValueError:
             metrics.upstream_errors[("prefill", p.url, "invalid_json")] += 1
             trace.status = 502
-            await _respond(send, 502, _JSON, error_body(f"prefill server {p.url} answered 200 with a body that is "
+            await respond(send, 502, JSON, error_body(f"prefill server {p.url} answered 200 with a body that is "
                                                         "not JSON", 502, "BadGatewayError"), trace.rid)
             return
         kv = kv_params_of(answer)
@@ -370,7 +297,7 @@ class ProxyApp:
 
         d = trace.decode = self.decode.pick()
         d_request = client.build_request(
-            "POST", d.url + path, content=_dumps(decode_body(body, kv)),
+            "POST", d.url + path, content=dumps(decode_body(body, kv)),
             headers={**upstream_headers, "accept-encoding": accept_encoding or "identity"})
         d.outstanding += 1
         try:
@@ -388,8 +315,8 @@ class ProxyApp:
         finally:
             d.outstanding -= 1
 
-    async def _stream_back(self, send: Send, dresp: httpx.Response, streamed: bool, trace: _Trace,
-                           guard: _DisconnectGuard, td0: float) -> None:
+    async def _stream_back(self, send: Send, dresp: httpx.Response, streamed: bool, trace: Trace,
+                           guard: DisconnectGuard, td0: float) -> None:
         d = trace.decode
         assert d is not None
         status = trace.status = trace.decode_status = dresp.status_code
@@ -397,8 +324,8 @@ class ProxyApp:
             self.metrics.upstream_errors[("decode", d.url, "status")] += 1
         raw_headers = dresp.headers
         content_type = raw_headers.get("content-type", "application/json").encode()
-        if streamed and status == 200 and not content_type.startswith(_EVENT_STREAM):
-            content_type = _EVENT_STREAM
+        if streamed and status == 200 and not content_type.startswith(EVENT_STREAM):
+            content_type = EVENT_STREAM
         out_headers = [(b"content-type", content_type), (b"x-request-id", trace.rid.encode())]
         for name in ("content-length", "content-encoding"):
             value = raw_headers.get(name)
@@ -436,106 +363,44 @@ class ProxyApp:
         trace.decode_s = clock() - td0
         self.metrics.decode_total[d.url].observe(trace.decode_s)
 
-    async def _unreachable(self, send: Send, server: Upstream, exc: httpx.TransportError, trace: _Trace) -> None:
+    async def _unreachable(self, send: Send, server: Upstream, exc: httpx.TransportError, trace: Trace) -> None:
         reason = describe_transport_error(exc)
         self.metrics.upstream_errors[(server.role, server.url, "unreachable")] += 1
         trace.status = 502
         trace.note = f"{server.role} {server.url}: {reason}"
-        await _respond(send, 502, _JSON, error_body(f"{server.role} server {server.url} is unreachable: {reason}",
+        await respond(send, 502, JSON, error_body(f"{server.role} server {server.url} is unreachable: {reason}",
                                                     502, "BadGatewayError"), trace.rid)
 
     # --- other routes ----------------------------------------------------------------------------------------
 
-    async def _health(self, scope: Scope, send: Send) -> None:
+    async def _health(self, send: Send) -> tuple[str, int, str]:
         checks = await self.health.get()
         down = [c for c in checks if not c.ok]
         servers = [c.to_dict() for c in checks]
         if down:
-            status = 503
-            doc: dict[str, Any] = {"status": "unhealthy", "message": "; ".join(c.describe() for c in down),
-                                   "servers": servers}
-        else:
-            status = 200
-            doc = {"status": "ok", "servers": servers}
-        self.metrics.requests[("/health", status)] += 1
-        await _respond(send, status, _JSON, _dumps(doc))
+            message = "; ".join(c.describe() for c in down)
+            await respond(send, 503, JSON, dumps({"status": "unhealthy", "message": message, "servers": servers}))
+            return "/health", 503, f" ({message})"
+        await respond(send, 200, JSON, dumps({"status": "ok", "servers": servers}))
+        return "/health", 200, ""
 
-    async def _forward(self, scope: Scope, receive: Receive, send: Send, server: Upstream) -> None:
+    async def _forward(self, scope: Scope, receive: Receive, send: Send, server: Upstream) -> tuple[str, int, str]:
         path: str = scope["path"]
-        raw = await _read_body(receive)
+        raw = await read_body(receive)
         if raw is None:
-            self.metrics.requests[(path, CLIENT_CLOSED)] += 1
-            return
-        headers = _wanted_headers(scope)
+            return path, CLIENT_CLOSED, ""
+        headers = wanted_headers(scope)
         out = {k.decode(): v for k, v in headers.items() if k in (b"authorization", b"content-type")}
         query = scope.get("query_string", b"")
         url = server.url + path + ("?" + query.decode("latin-1") if query else "")
+        leg = f" {'P' if server.role == 'prefill' else 'D'}={server.url}"
         try:
             r = await self.client.request(scope["method"], url, content=raw or None, headers=out)
         except httpx.TransportError as exc:
             reason = describe_transport_error(exc)
             self.metrics.upstream_errors[(server.role, server.url, "unreachable")] += 1
-            self.metrics.requests[(path, 502)] += 1
-            await _respond(send, 502, _JSON, error_body(f"{server.role} server {server.url} is unreachable: "
+            await respond(send, 502, JSON, error_body(f"{server.role} server {server.url} is unreachable: "
                                                         f"{reason}", 502, "BadGatewayError"))
-            return
-        self.metrics.requests[(path, r.status_code)] += 1
-        await _respond(send, r.status_code, r.headers.get("content-type", "application/json").encode(), r.content)
-
-
-# --- helpers --------------------------------------------------------------------------------------------------
-
-_WANTED = frozenset({b"authorization", b"x-request-id", b"accept-encoding", b"content-type"})
-
-
-def _wanted_headers(scope: Scope) -> dict[bytes, str]:
-    return {k: v.decode("latin-1") for k, v in scope["headers"] if k in _WANTED}
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body, or None if the client disconnected first."""
-    message = await receive()
-    if message["type"] == "http.disconnect":
-        return None
-    body: bytes = message.get("body", b"")
-    if not message.get("more_body", False):
-        return body
-    parts = [body]
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        parts.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(parts)
-
-
-async def _respond(send: Send, status: int, content_type: bytes, body: bytes, rid: str | None = None) -> None:
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
-    if rid is not None:
-        headers.append((b"x-request-id", rid.encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.1f}ms"
-
-
-def _access_line(scope: Scope, t: _Trace, total_s: float) -> str:
-    """One line per completion request, uvicorn's access format plus the P and D legs (never a header)."""
-    client = scope.get("client")
-    who = f"{client[0]}:{client[1]}" if client else "-"
-    line = (f'{who} - "{scope["method"]} {scope["path"]} HTTP/{scope.get("http_version", "1.1")}" {t.status} '
-            f"rid={t.rid or '-'}")
-    if t.prefill is not None:
-        line += f" P={t.prefill.url} {t.prefill_status if t.prefill_status is not None else '-'} {_ms(t.prefill_s)}"
-    if t.kv is False:
-        line += " kv=none"
-    if t.decode is not None:
-        line += (f" D={t.decode.url} {t.decode_status if t.decode_status is not None else '-'}"
-                 f" first-byte={_ms(t.decode_first_byte_s)} {_ms(t.decode_s)}")
-    line += f" total={_ms(total_s)}"
-    if t.note:
-        line += f" ({t.note})"
-    return line
+            return path, 502, f"{leg} ({reason})"
+        await respond(send, r.status_code, r.headers.get("content-type", "application/json").encode(), r.content)
+        return path, r.status_code, f"{leg} {r.status_code}"

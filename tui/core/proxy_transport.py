@@ -20,7 +20,7 @@ import asyncio
 import os
 import socket
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import Any, cast
 
 import httpcore
 import httpx
@@ -67,8 +67,8 @@ class _StreamProtocol(asyncio.Protocol):
         self._drain_waiter: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses; both have the same methods
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -195,7 +195,7 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise httpcore.ConnectError(f"{reason} ({host}:{port})") from exc
-        assert isinstance(transport, asyncio.Transport)
+        # no isinstance(transport, asyncio.Transport): uvloop's transports are not its subclasses
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

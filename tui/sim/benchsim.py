@@ -9,7 +9,7 @@ start to first token, TPOT = (latency − TTFT) / (output tokens − 1), output 
 from __future__ import annotations
 
 import heapq
-import itertools
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -32,7 +32,7 @@ class BenchResult:
     total_output: int
     ttfts: list[float] = field(repr=False, default_factory=list)
     tpots: list[float] = field(repr=False, default_factory=list)
-    itls: list[float] = field(repr=False, default_factory=list)
+    itls: dict[float, int] = field(repr=False, default_factory=dict)  # inter-token gap (s) -> how many
     peak_prompt_throughput: float = 0.0  # best 10 s stats-line window, tokens/s
     preemptions: int = 0
 
@@ -54,7 +54,26 @@ class BenchResult:
 
     @property
     def median_itl_ms(self) -> float:
-        return 1000 * statistics.median(self.itls) if self.itls else 0.0
+        total = sum(self.itls.values())
+        seen = 0
+        for gap in sorted(self.itls):
+            seen += self.itls[gap]
+            if 2 * seen >= total:
+                return 1000 * gap
+        return 0.0
+
+    @property
+    def max_itl_ms(self) -> float:
+        return 1000 * max(self.itls, default=0.0)
+
+
+@dataclass
+class _Tokens:
+    """What the client of one request sees: first and last token times, how many tokens."""
+
+    first: float = 0.0
+    last: float = 0.0
+    count: int = 0
 
 
 @dataclass
@@ -64,8 +83,7 @@ class _Engine:
     arrivals: list[tuple[float, int, SimRequest]] = field(default_factory=list)  # heap
     prompt_windows: dict[int, int] = field(default_factory=dict)
 
-    def run(self, on_emit: dict[str, list[float]], on_finish: list[SimRequest]) -> None:
-        seq = 0
+    def run(self, seen: dict[str, _Tokens], itls: dict[float, int], on_finish: list[SimRequest]) -> None:
         while True:
             while self.arrivals and self.arrivals[0][0] <= self.clock:
                 self.sched.add(heapq.heappop(self.arrivals)[2])
@@ -73,6 +91,23 @@ class _Engine:
                 if not self.arrivals:
                     return
                 self.clock = self.arrivals[0][0]
+                continue
+            until = self.arrivals[0][0] if self.arrivals else math.inf
+            run = self.sched.decode_run(self.clock, until)
+            if run is not None:
+                ends, finished = run
+                prev = self.clock
+                n = len(self.sched.running) + len(finished)
+                for end in ends:
+                    gap = end - prev
+                    itls[gap] = itls.get(gap, 0) + n
+                    prev = end
+                for req in [*self.sched.running, *finished]:
+                    tok = seen[req.rid]
+                    tok.last = ends[-1]
+                    tok.count += len(ends)
+                self.clock = ends[-1]
+                on_finish.extend(finished)
                 continue
             res = self.sched.step(self.clock)
             if res is None:
@@ -82,13 +117,17 @@ class _Engine:
                     return
                 self.clock = max(self.clock, min(nxt))
                 continue
-            seq += 1
             self.clock = res.end
             if res.prefill_tokens:
                 w = int(res.start // STATS_WINDOW_S)
                 self.prompt_windows[w] = self.prompt_windows.get(w, 0) + res.prefill_tokens
             for req in res.emitted:
-                on_emit.setdefault(req.rid, []).append(res.end)
+                tok = seen.setdefault(req.rid, _Tokens(first=res.end, last=res.end))
+                if tok.count:
+                    gap = res.end - tok.last
+                    itls[gap] = itls.get(gap, 0) + 1
+                tok.last = res.end
+                tok.count += 1
             on_finish.extend(res.finished)
 
 
@@ -107,7 +146,8 @@ def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology
     topo = parse_topology(topology) if isinstance(topology, str) else topology
     hw = Hardware.for_gpu(gpu)
     gmu = gpu_memory_utilization or profile.gpu_memory_utilization
-    emits: dict[str, list[float]] = {}
+    seen: dict[str, _Tokens] = {}
+    itls: dict[float, int] = {}
     done: list[SimRequest] = []
     windows: dict[int, int] = {}
     preemptions = 0
@@ -118,7 +158,7 @@ def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology
         for i, r in enumerate(reqs):
             heapq.heappush(engines[i % len(engines)].arrivals, (0.0, i, r))
         for e in engines:
-            e.run(emits, done)
+            e.run(seen, itls, done)
     else:
         pre = [_Engine(_scheduler(profile, hw, topo.tp, gmu, jit_stall_s)) for _ in range(topo.prefill)]
         dec = [_Engine(_scheduler(profile, hw, topo.tp, gmu, jit_stall_s)) for _ in range(topo.decode)]
@@ -127,7 +167,7 @@ def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology
             heapq.heappush(pre[i % len(pre)].arrivals, (0.0, i, r))
         p_done: list[SimRequest] = []
         for e in pre:
-            e.run({}, p_done)
+            e.run({}, {}, p_done)
             _merge(windows, e.prompt_windows)
             preemptions += e.sched.num_preemptions
         cost = dec[0].sched.cost
@@ -140,11 +180,11 @@ def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology
             heapq.heappush(dec[k % len(dec)].arrivals, (t, k, d))
         engines = dec
         for e in engines:
-            e.run(emits, done)
+            e.run(seen, itls, done)
     for e in engines:
         _merge(windows, e.prompt_windows)
         preemptions += e.sched.num_preemptions
-    return _metrics(topo.name, reqs, done, emits, windows, preemptions, input_len)
+    return _metrics(topo.name, reqs, done, seen, itls, windows, preemptions, input_len)
 
 
 def _merge(into: dict[int, int], other: dict[int, int]) -> None:
@@ -152,23 +192,21 @@ def _merge(into: dict[int, int], other: dict[int, int]) -> None:
         into[k] = into.get(k, 0) + v
 
 
-def _metrics(name: str, reqs: list[SimRequest], done: list[SimRequest], emits: dict[str, list[float]],
-             windows: dict[int, int], preemptions: int, input_len: int) -> BenchResult:
+def _metrics(name: str, reqs: list[SimRequest], done: list[SimRequest], seen: dict[str, _Tokens],
+             itls: dict[float, int], windows: dict[int, int], preemptions: int, input_len: int) -> BenchResult:
     ttfts: list[float] = []
     tpots: list[float] = []
-    itls: list[float] = []
     total_out = 0
     end = 0.0
     for r in reqs:
-        times = emits.get(r.rid, [])
-        if not times:
+        tok = seen.get(r.rid)
+        if tok is None or not tok.count:
             continue
-        total_out += len(times)
-        ttfts.append(times[0])
-        end = max(end, times[-1])
-        if len(times) > 1:
-            tpots.append((times[-1] - times[0]) / (len(times) - 1))
-            itls.extend(b - a for a, b in itertools.pairwise(times))
+        total_out += tok.count
+        ttfts.append(tok.first)
+        end = max(end, tok.last)
+        if tok.count > 1:
+            tpots.append((tok.last - tok.first) / (tok.count - 1))
     peak = max(windows.values(), default=0) / STATS_WINDOW_S
     return BenchResult(topology=name, completed=len(done), duration=end, total_input=input_len * len(ttfts),
                        total_output=total_out, ttfts=ttfts, tpots=tpots, itls=itls, peak_prompt_throughput=peak,

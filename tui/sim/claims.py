@@ -8,12 +8,14 @@ nothing is written (a bare ``python -m tui.sim.vllm serve`` still runs).
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 
 from tui.sim.gpustate import Claim, SimGpuState
 from tui.sim.perfmodel import GIB
 
 MIB = 2**20
+REFRESH_S = 5.0  # an unchanged claim is still rewritten this often (its "updated" time stays fresh)
 
 
 class ClaimWriter:
@@ -34,8 +36,11 @@ class ClaimWriter:
         claim = self._claims.get(pid)
         if claim is None:
             return
-        claim.util = {g: round(min(1.0, max(0.0, util)), 3) for g in claim.gpus}
-        claim.mem_util = {g: round(min(1.0, max(0.0, mem_util)), 3) for g in claim.gpus}
+        new_util = {g: round(min(1.0, max(0.0, util)), 3) for g in claim.gpus}
+        new_mem = {g: round(min(1.0, max(0.0, mem_util)), 3) for g in claim.gpus}
+        if new_util == claim.util and new_mem == claim.mem_util and time.time() - claim.updated < REFRESH_S:
+            return  # an idle engine does not rewrite its claim twice a second
+        claim.util, claim.mem_util = new_util, new_mem
         self._write(claim)
 
     def drop(self, pid: int) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tui.sim.httpapp import BadRequest, Receive, Send, dumps, error_body, send_json
 from tui.sim.pd import Held, block_ids, external_tokens, producer_params, read_remote, remote_request_id
+from tui.sim.prefixcache import block_hashes
 from tui.sim.runtime import EngineRuntime, LiveRequest
 from tui.sim.scheduler import SimRequest
 
@@ -116,7 +117,8 @@ class Completions:
                                  hold_after_finish=producer)
                 if consumer and isinstance(kvp, dict):
                     await self._pull(sim, kvp, engine)
-                lives.append(LiveRequest(sim=sim, seed=zlib.crc32(rid.encode()), params_n=n, event=shared))
+                lives.append(LiveRequest(sim=sim, seed=zlib.crc32(rid.encode()), params_n=n, event=shared,
+                                         hashes=block_hashes(ids) if st.cfg.enable_prefix_caching else []))
         st.in_flight += 1
         try:
             for live in lives:
@@ -224,18 +226,24 @@ class Completions:
         continuous = bool(opts.get("continuous_usage_stats")) if isinstance(opts, dict) else False
         obj_name = "chat.completion.chunk" if chat else "text_completion"
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        gone = asyncio.Event()
+        event = lives[0].event
+        disconnected = asyncio.Event()
 
         async def watch() -> None:
             while True:
                 msg = await receive()
                 if msg["type"] == "http.disconnect":
-                    gone.set()
+                    disconnected.set()
+                    event.set()  # wake the stream so it notices
                     return
 
         watcher = asyncio.create_task(watch())
         tok = self.state.tok
         finished: set[int] = set()
+        # every chunk of this stream starts the same: serialise that once (vLLM's chunks, exclude_unset)
+        head = (b'data: {"id":' + dumps(base) + b',"object":"' + obj_name.encode() + b'","created":'
+                + str(created).encode() + b',"model":' + dumps(model) + b',"choices":[{"index":')
+        tail = b',"token_ids":null}]}\n\n' if chat else b',"prompt_token_ids":null,"token_ids":null}]}\n\n'
         try:
             if chat:
                 for k in range(len(lives)):
@@ -243,14 +251,11 @@ class Completions:
                                       "choices": [{"index": k, "delta": {"role": "assistant", "content": ""},
                                                    "logprobs": None, "finish_reason": None}],
                                       "prompt_token_ids": None, "prompt_text": None})
-            event = lives[0].event
-            while len(finished) < len(lives) and not gone.is_set():
-                waiter = asyncio.create_task(event.wait())
-                await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                if gone.is_set():
-                    break
+            while len(finished) < len(lives) and not disconnected.is_set():
+                await event.wait()
                 event.clear()
+                if disconnected.is_set():
+                    break
                 err = next((lv.error for lv in lives if lv.error), None)
                 if err:
                     await _sse(send, error_body(err, "InternalServerError", 500))
@@ -263,6 +268,13 @@ class Completions:
                     if not count and not last:
                         continue
                     text = tok.output_text(lv.seed, start, count)
+                    if not last and not continuous:  # the common case, without building dicts
+                        middle = (b',"delta":{"content":' + dumps(text) + b'},"logprobs":null,"finish_reason":null'
+                                  if chat else b',"text":' + dumps(text)
+                                  + b',"logprobs":null,"finish_reason":null,"stop_reason":null')
+                        await send({"type": "http.response.body", "body": head + str(k).encode() + middle + tail,
+                                    "more_body": True})
+                        continue
                     choice: dict[str, Any]
                     if chat:
                         choice = {"index": k, "delta": {"content": text}, "logprobs": None,
@@ -283,7 +295,7 @@ class Completions:
                     if continuous:
                         chunk["usage"] = _usage([lv], details=False)
                     await _sse(send, chunk)
-            if gone.is_set():
+            if disconnected.is_set():
                 for lv in lives:
                     engine.abort(lv.sim.rid)
                 return

@@ -214,7 +214,12 @@ def _non_default(ns: Any, order: list[str], typed: dict[str, Any]) -> dict[str, 
         out["model_tag"] = ns.model_tag
     skip = {"port": 8000, "tensor_parallel_size": 1, "data_parallel_size": 1, "load_format": "auto",
             "gpu_memory_utilization": 0.92}
-    for dest in order:
+    # the help lists flags sorted within each config group, vLLM defines ``model`` first in ModelConfig's group
+    dests = [d for d in order if d != "model"]
+    first_model_flag = dests.index("allow_deprecated_quantization") if "allow_deprecated_quantization" in dests \
+        else len(dests)
+    dests.insert(first_model_flag, "model")
+    for dest in dests:
         value = typed.get(dest, getattr(ns, dest, None))
         if dest == "model" and value is None and ns.model_tag:
             value = ns.model_tag

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tui.sim.metrics import EngineGauges, EngineMetrics
+from tui.sim.perfmodel import BLOCK_SIZE
+from tui.sim.prefixcache import PrefixCache
 from tui.sim.scheduler import EngineScheduler, SimRequest, StepResult
 
 
@@ -29,8 +31,8 @@ class LiveRequest:
     sent: int = 0  # tokens already handed to the client
     done: bool = False
     error: str | None = None
-    arrival_wall: float = field(default_factory=time.monotonic)
     engine: int = 0
+    hashes: list[int] = field(default_factory=list)  # the prompt's full-block hashes (prefix caching)
 
     @property
     def available(self) -> int:
@@ -46,16 +48,16 @@ class LiveRequest:
 
 class EngineRuntime:
     def __init__(self, index: int, sched: EngineScheduler, metrics: EngineMetrics, *, clock: float,
-                 on_step: Callable[[EngineRuntime, StepResult], None] | None = None,
                  jit_warning: Callable[[], None] | None = None,
-                 on_expired: Callable[[EngineRuntime, SimRequest], None] | None = None) -> None:
+                 on_expired: Callable[[EngineRuntime, SimRequest], None] | None = None,
+                 prefix_caching: bool = True) -> None:
         self.index = index
         self.sched = sched
         self.metrics = metrics
         self.clock = max(clock, 1e-6)
-        self.on_step = on_step
         self.jit_warning = jit_warning
         self.on_expired = on_expired
+        self.cache = PrefixCache() if prefix_caching else None
         self.in_flight_end: float | None = None
         self.live: dict[str, LiveRequest] = {}
         self._wake = asyncio.Event()
@@ -98,6 +100,8 @@ class EngineRuntime:
             arrival = min(arrival, self.in_flight_end)
         live.sim.arrival = arrival
         live.engine = self.index
+        if self.cache is not None and live.hashes and not live.sim.external_tokens:
+            live.sim.cached_tokens = min(self.cache.match(live.hashes) * BLOCK_SIZE, live.sim.prompt_len - 1)
         self.live[live.sim.rid] = live
         self.sched.add(live.sim)
         self._wake.set()
@@ -188,18 +192,21 @@ class EngineRuntime:
         if res.preempted:
             m.counters["num_preemptions"] += res.preempted
         decode_itl = 0
+        cache = self.cache
         for req in res.emitted:
+            live = self.live.get(req.rid)
             if req.generated > 1:
                 decode_itl += 1
-            live = self.live.get(req.rid)
+            elif cache is not None and live is not None:
+                cache.insert(live.hashes)  # the prompt's blocks are computed: later requests can reuse them
             if live is not None:
                 live.event.set()
+        if cache is not None:
+            cache.shrink(self.sched.free_blocks)
         if decode_itl:
             m.hist["inter_token_latency_seconds"].observe(res.duration, decode_itl)
         for req in res.finished:
             self._finished(req)
-        if self.on_step is not None:
-            self.on_step(self, res)
 
     def _finished(self, req: SimRequest) -> None:
         m = self.metrics

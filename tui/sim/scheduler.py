@@ -239,6 +239,53 @@ class EngineScheduler:
                 result.finished.append(req)
         return result
 
+    def decode_run(self, now: float, until: float = math.inf) -> tuple[list[float], list[SimRequest]] | None:
+        """Consecutive pure-decode steps at once, up to the next request finishing, while nothing else can happen
+        (no request waiting, every running one decoding, blocks to spare) and steps start before ``until`` (the
+        next arrival): the step ends and the requests that finished. Exactly what as many :meth:`step` calls would
+        do; a fast path for virtual-time runs (the real-time server steps one by one, since it streams each)."""
+        running = self.running
+        if not running or self.waiting or self.transferring or self.held or self.jit_stall_s > 0 or now >= until:
+            return None
+        k = 1 << 30
+        for req in running:
+            if req.num_computed != req.prompt_len + req.generated - 1 or req.num_computed < req.prompt_len:
+                return None
+            left = req.max_tokens - req.generated
+            if left < k:
+                k = left
+        if k < 2:
+            return None
+        need = 0
+        for req in running:
+            need += max(0, self._blocks_for(req.num_computed + k) + self.state_blocks - req.blocks)
+        if need > self.free_blocks:
+            return None
+        b = len(running)
+        ctx = sum(r.num_computed for r in running)
+        ends: list[float] = []
+        t = now
+        for i in range(k):
+            if t >= until:
+                break
+            t += self.cost.step(b, ctx + i * b)[0]
+            ends.append(t)
+        if len(ends) < k:  # stopped at an arrival: fewer steps, so fewer blocks
+            k = len(ends)
+            need = sum(max(0, self._blocks_for(r.num_computed + k) + self.state_blocks - r.blocks) for r in running)
+        self.free_blocks -= need
+        finished: list[SimRequest] = []
+        for req in running:
+            req.num_computed += k
+            req.generated += k
+            req.blocks = max(req.blocks, self._blocks_for(req.num_computed) + self.state_blocks)
+            req.last_token_at = t
+        for req in list(running):
+            if req.generated >= req.max_tokens:
+                self._finish(req, t, "length")
+                finished.append(req)
+        return ends, finished
+
     # --- internals ------------------------------------------------------------------------------------------
     def _admit(self, now: float, budget: int, scheduled: list[tuple[SimRequest, int]]) -> None:
         """Admit waiting requests in arrival order while budget, max_num_seqs and free blocks allow (all of them

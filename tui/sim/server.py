@@ -31,7 +31,7 @@ from tui.sim.pd import Held, SideChannel
 from tui.sim.perfmodel import ModelCost
 from tui.sim.procs import Child
 from tui.sim.runtime import EngineRuntime
-from tui.sim.scheduler import EngineScheduler, SimRequest, StepResult
+from tui.sim.scheduler import EngineScheduler, SimRequest
 from tui.sim.startup import Started
 from tui.sim.tokenizer import SimTokenizer
 
@@ -72,8 +72,8 @@ class ServerState:
                                     state_tokens_per_seq=started.memory.state_tokens_per_seq,
                                     jit_stall_s=faults.JIT_STALL_S if fp.triton_jit else 0.0, lease_s=lease)
             rt = EngineRuntime(rank, sched, EngineMetrics(cfg.max_model_len, nixl=nixl), clock=cfg.clock,
-                               on_step=self._on_step, jit_warning=self._jit_warning(rank),
-                               on_expired=self._on_expired)
+                               jit_warning=self._jit_warning(rank), on_expired=self._on_expired,
+                               prefix_caching=cfg.enable_prefix_caching)
             self.engines.append(rt)
         self.side = SideChannel(self.release_held) if nixl else None
         self.tasks: list[asyncio.Task[Any]] = []
@@ -95,9 +95,6 @@ class ServerState:
                              "inference: _topk_topp_kernel. This causes a latency spike; consider extending warmup to "
                              "cover this shape/config.")
         return warn
-
-    def _on_step(self, rt: EngineRuntime, res: StepResult) -> None:
-        return None
 
     def _on_expired(self, rt: EngineRuntime, req: SimRequest) -> None:
         for key, held in list(self.held.items()):

@@ -1,7 +1,7 @@
 """A fast, deterministic stand-in for a vLLM 0.24 prefill or decode server, to measure the proxy against.
 
-    python benchmarks/fake_pd.py --role prefill --port 0
-    python benchmarks/fake_pd.py --role decode --port 0 [--token-delay 0.001]
+    python -m tui.sim.fakepd --role prefill --port 0
+    python -m tui.sim.fakepd --role decode --port 0 [--token-delay 0.001]
 
 It does no model work: the prefill role answers at once with one token and ``kv_transfer_params`` shaped like
 NixlConnector's (``shared/VLLM-0.24.md`` §7); the decode role streams ``max_tokens`` SSE chunks shaped like

@@ -1,0 +1,267 @@
+"""Derived figures from successive real scrapes (vLLM 0.24 on an H200 under load) and synthetic pairs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.telemetry_helpers import CPU, H200, captured_at, during_series, exposition_text
+from tui.core.telemetry import derive, prom
+from tui.core.telemetry.derive import MetricsWindow
+
+
+def _series(bench: str) -> list[tuple[float, prom.Exposition]]:
+    out = []
+    for path in during_series(bench):
+        text = exposition_text(path)
+        out.append((captured_at(text), prom.parse(text, keep=derive.KEEP_PREFIXES)))
+    assert len(out) == 12
+    return out
+
+
+def _bench_json(bench: str) -> dict[str, float]:
+    name = f"{bench}_trimmed.json" if bench.startswith("bench1") else f"{bench}.json"
+    data = json.loads((H200 / "rerun" / "bench" / name).read_text())
+    return {k: v for k, v in data.items() if isinstance(v, int | float)}
+
+
+def test_generation_rate_under_load_is_plausible_against_the_bench() -> None:
+    bench = "bench1_in512_out2048_n128"
+    series = _series(bench)
+    w = MetricsWindow(window_s=60.0, rate_window_s=60.0)
+    for ts, exp in series:
+        w.add(ts, exp)
+    fig = w.figures()
+    assert fig is not None and fig.generation_tps is not None
+    first, last = series[0][1], series[-1][1]
+    span = series[-1][0] - series[0][0]
+    exact = ((last.value(derive.GENERATION_TOKENS) or 0) - (first.value(derive.GENERATION_TOKENS) or 0)) / span
+    assert fig.generation_tps == pytest.approx(exact)
+    assert fig.span_s == pytest.approx(span)
+    # the window is the dense decode phase: above the run's average, at most its peak 1 s bucket
+    result = _bench_json(bench)
+    assert result["output_throughput"] < fig.generation_tps <= result["max_output_tokens_per_s"]
+    assert fig.running == 128.0 and fig.waiting == 0.0
+    assert fig.kv_cache_usage == pytest.approx(last.value(derive.KV_USAGE))
+    assert [e.engine for e in fig.engines] == ["0"]
+    assert fig.engines[0].generation_tps == pytest.approx(fig.generation_tps)
+
+
+def test_rates_follow_a_sliding_window() -> None:
+    series = _series("bench1_in512_out2048_n128")
+    w = MetricsWindow(window_s=10.0, rate_window_s=4.0)
+    rates = []
+    for ts, exp in series:
+        w.add(ts, exp)
+        fig = w.figures()
+        assert fig is not None
+        rates.append(fig.generation_tps)
+    assert rates[0] is None  # one scrape: no rate yet
+    assert all(r is not None and r > 0 for r in rates[1:])
+    # after the initial prefill burst the decode rate falls as the KV cache (and batch cost) grows
+    assert rates[3] > rates[-1]  # type: ignore[operator]
+    assert len(w) == 6  # old scrapes dropped: the 10 s window of 2 s scrapes, plus its base
+
+
+def test_ttft_quantiles_match_the_bench() -> None:
+    bench = "bench1_in512_out2048_n128"
+    series = _series(bench)
+    w = MetricsWindow(window_s=10.0, rate_window_s=4.0)
+    for ts, exp in series[:6]:
+        w.add(ts, exp)
+    fig = w.figures()
+    assert fig is not None and fig.ttft is not None
+    # 113 of the 128 first tokens arrived during this window (15 before the first scrape)
+    assert fig.ttft.count == 113
+    result = _bench_json(bench)
+    median_s = result["median_ttft_ms"] / 1000.0
+    # the bucket holding the median is (7.5, 10]: interpolation stays in it
+    assert fig.ttft.p50 is not None and 7.5 <= fig.ttft.p50 <= 10.0
+    assert abs(fig.ttft.p50 - median_s) < 2.5
+    assert fig.ttft.mean == pytest.approx(median_s, rel=0.1)
+    assert fig.itl is not None and fig.itl.count > 10_000 and fig.itl.p50 is not None
+    assert fig.tpot is not None and fig.tpot.count == 0 and fig.tpot.p50 is None  # TPOT is observed at the end
+
+
+def test_prefill_heavy_window() -> None:
+    series = _series("bench2_in7500_out200_n128")
+    w = MetricsWindow(window_s=10.0, rate_window_s=10.0)
+    for ts, exp in series:
+        w.add(ts, exp)
+    fig = w.figures()
+    assert fig is not None
+    assert fig.prompt_tps is not None and fig.generation_tps is not None
+    assert fig.prompt_tps > 5 * fig.generation_tps  # prefill-heavy
+    assert fig.kv_cache_usage is not None and fig.kv_cache_usage > 0.9
+    assert fig.waiting == series[-1][1].value(derive.WAITING)
+    assert fig.finished["length"] >= 1  # the first requests finished in the last seconds
+    assert fig.requests_per_s == pytest.approx(sum(fig.finished.values()) / fig.span_s)
+
+
+def _text_with(base: str, values: dict[str, float]) -> str:
+    """``base`` with the value of each sample line that starts with a key replaced."""
+    out = []
+    for line in base.splitlines():
+        for prefix, value in values.items():
+            if line.startswith(prefix):
+                line = line.rpartition(" ")[0] + " " + repr(float(value))
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+BASE_1ENGINE = exposition_text(CPU / "metrics-engine-registry-1engine.prom")
+BASE_NIXL = exposition_text(CPU / "metrics-engine-registry-dp2-nixl.prom")
+SRC = 'vllm:prompt_tokens_by_source_total{engine="%s",model_name="Qwen/Qwen3-8B",source="%s"}'
+
+
+def _by_source(text: str, engine: str, external: float, local: float, cached: float = 0.0) -> str:
+    return _text_with(text, {SRC % (engine, "external_kv_transfer"): external, SRC % (engine, "local_compute"): local,
+                             SRC % (engine, "local_cache_hit"): cached})
+
+
+@pytest.mark.parametrize(("external", "local", "verdict"), [
+    (12_800.0, 25.0, derive.KV_TRANSFER_OK),
+    (0.0, 12_825.0, derive.DECODE_RECOMPUTED_PREFILL),
+    (3_000.0, 9_825.0, derive.PARTIAL_KV_TRANSFER),
+    (0.0, 0.0, derive.NO_TRAFFIC),
+])
+def test_decode_server_proof_on_a_synthetic_pair(external: float, local: float, verdict: str) -> None:
+    w = MetricsWindow(window_s=10.0)
+    w.add(100.0, prom.parse(_by_source(BASE_NIXL, "0", 1000.0, 40.0)))
+    w.add(102.0, prom.parse(_by_source(BASE_NIXL, "0", 1000.0 + external, 40.0 + local)))
+    fig = w.figures("decode")
+    assert fig is not None and fig.disagg is not None
+    assert fig.disagg.verdict == verdict
+    assert fig.disagg.external_tokens == external and fig.disagg.local_compute_tokens == local
+    if external + local > 0:
+        assert fig.disagg.external_share == pytest.approx(external / (external + local))
+    assert w.figures("prefill").disagg is None  # type: ignore[union-attr]
+    assert w.figures("single").disagg is None  # type: ignore[union-attr]
+
+
+def test_proof_sums_dp_engines() -> None:
+    a = _by_source(_by_source(BASE_NIXL, "0", 0, 0), "1", 0, 0)
+    b = _by_source(_by_source(BASE_NIXL, "0", 500, 4), "1", 700, 6)
+    w = MetricsWindow()
+    w.add(0.0, prom.parse(a))
+    w.add(1.0, prom.parse(b))
+    fig = w.figures("decode")
+    assert fig is not None and fig.disagg is not None
+    assert (fig.disagg.external_tokens, fig.disagg.local_compute_tokens) == (1200, 10)
+    assert [e.engine for e in fig.engines] == ["0", "1"]
+
+
+def test_kv_transfer_figures() -> None:
+    def nixl(engine: str, count: float, total_s: float, nbytes: float, failed: float) -> dict[str, float]:
+        lab = f'engine="{engine}",model_name="Qwen/Qwen3-8B"'
+        return {
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="0.01",': count / 2,
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="0.025",': count,
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="0.05",': count,
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="0.075",': count,
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="0.1",': count,
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="0.2",': count,
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="0.3",': count,
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="0.5",': count,
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="0.75",': count,
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="1.0",': count,
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="5.0",': count,
+            f'vllm:nixl_xfer_time_seconds_bucket{{engine="{engine}",le="+Inf",': count,
+            f"vllm:nixl_xfer_time_seconds_count{{{lab}}}": count,
+            f"vllm:nixl_xfer_time_seconds_sum{{{lab}}}": total_s,
+            f"vllm:nixl_bytes_transferred_sum{{{lab}}}": nbytes,
+            f"vllm:nixl_num_failed_transfers_total{{{lab}}}": failed,
+        }
+
+    w = MetricsWindow(window_s=10.0)
+    w.add(10.0, prom.parse(_text_with(BASE_NIXL, nixl("0", 0, 0, 0, 0))))
+    w.add(12.0, prom.parse(_text_with(BASE_NIXL, nixl("0", 40, 0.6, 8e9, 1))))
+    kv = w.figures("decode").kv_transfer  # type: ignore[union-attr]
+    assert kv is not None
+    assert kv.transfers == 40 and kv.transfers_per_s == 20
+    assert kv.bytes == 8e9 and kv.bytes_per_s == 4e9
+    assert kv.xfer_time_mean_s == pytest.approx(0.015)
+    assert kv.xfer_time_p90_s is not None and 0.01 < kv.xfer_time_p90_s <= 0.025
+    assert kv.failed_transfers == 1 and kv.failed_transfers_total == 1
+    # a server without NIXL has no KV-transfer figures
+    w2 = MetricsWindow()
+    w2.add(0.0, prom.parse(BASE_1ENGINE))
+    w2.add(1.0, prom.parse(BASE_1ENGINE))
+    assert w2.figures("decode").kv_transfer is None  # type: ignore[union-attr]
+
+
+GEN = 'vllm:generation_tokens_total{engine="0",model_name="Qwen/Qwen3-8B"}'
+
+
+def test_counter_reset_counts_from_zero() -> None:
+    w = MetricsWindow(window_s=60.0, rate_window_s=60.0)
+    for t, v in ((0.0, 100.0), (1.0, 150.0), (2.0, 20.0), (3.0, 50.0)):  # the server restarted after t=1
+        w.add(t, prom.parse(_text_with(BASE_1ENGINE, {GEN: v})))
+    fig = w.figures()
+    assert fig is not None and fig.generation_tps == pytest.approx((50 + 20 + 30) / 3)
+
+
+def test_series_appearing_mid_window_counts_from_zero() -> None:
+    a = prom.parse("# TYPE vllm:request_success_total counter\n"
+                   'vllm:request_success_total{engine="0",finished_reason="length"} 5\n')
+    b = prom.parse("# TYPE vllm:request_success_total counter\n"
+                   'vllm:request_success_total{engine="0",finished_reason="length"} 9\n'
+                   'vllm:request_success_total{engine="0",finished_reason="error"} 2\n')
+    assert derive.counter_delta([derive._Scrape(0, a), derive._Scrape(1, b)], derive.REQUEST_SUCCESS) == 6
+    assert derive.counter_delta([derive._Scrape(0, a), derive._Scrape(1, b)], derive.REQUEST_SUCCESS,
+                                finished_reason="error") == 2
+    assert derive.counter_delta([derive._Scrape(0, a)], "vllm:nothing_total") is None
+
+
+def test_histogram_reset_is_not_a_negative_count() -> None:
+    def h(c1: float, c2: float, s: float) -> prom.Exposition:
+        return prom.parse("# TYPE x histogram\n"
+                          f'x_bucket{{le="1"}} {c1}\nx_bucket{{le="+Inf"}} {c2}\nx_sum {s}\nx_count {c2}\n')
+
+    scrapes = [derive._Scrape(0, h(10, 20, 30)), derive._Scrape(1, h(12, 25, 40)), derive._Scrape(2, h(1, 3, 2))]
+    d = derive.histogram_delta(scrapes, "x")
+    assert d is not None
+    assert [(b.le, b.count) for b in d.buckets] == [(1.0, 2 + 1), (float("inf"), 5 + 3)]
+    assert d.sum == pytest.approx(10 + 2) and d.count == 8
+
+
+def test_clock_going_back_restarts_the_window() -> None:
+    w = MetricsWindow()
+    w.add(100.0, prom.parse(BASE_1ENGINE))
+    w.add(101.0, prom.parse(BASE_1ENGINE))
+    w.add(50.0, prom.parse(BASE_1ENGINE))
+    assert len(w) == 1
+    fig = w.figures()
+    assert fig is not None and fig.generation_tps is None
+    assert ("rates", "one scrape so far: rates need two") in fig.unavailable
+
+
+def test_keep_prefixes_cover_every_family_derive_reads() -> None:
+    names = [v for k, v in vars(derive).items() if k.isupper() and isinstance(v, str) and v.startswith("vllm:")]
+    assert len(names) >= 18
+    for name in names:
+        assert name.startswith(derive.KEEP_PREFIXES), name
+    assert re.match(r"vllm:request_time_per_output_token_seconds", derive.TPOT)
+
+
+def test_running_totals_agree_with_pairwise_deltas_over_a_long_run() -> None:
+    """The window keeps running totals (O(1) per scrape); they must equal the pairwise sums, resets included."""
+    exps = [exp for _, exp in _series("bench1_in512_out2048_n128")]
+    w = MetricsWindow(window_s=7.0, rate_window_s=5.0)
+    for i in range(60):  # five passes over the series: every 12th scrape the counters "reset"
+        w.add(float(i), exps[i % len(exps)])
+        linked = w._since(7.0)
+        unlinked = [derive._Scrape(sc.ts, sc.exp) for sc in linked]
+        for name in (derive.GENERATION_TOKENS, derive.PROMPT_TOKENS, derive.PREFIX_HITS):
+            assert derive.counter_delta(linked, name) == pytest.approx(derive.counter_delta(unlinked, name))
+        for name in (derive.TTFT, derive.ITL):
+            a, b = derive.histogram_delta(linked, name), derive.histogram_delta(unlinked, name)
+            assert (a is None) == (b is None)
+            if a is not None and b is not None:
+                assert [(x.le, x.count) for x in a.buckets] == pytest.approx([(x.le, x.count) for x in b.buckets])
+                assert a.sum == pytest.approx(b.sum) and a.count == pytest.approx(b.count)
+    assert len(w) == 8  # bounded: the 7 s window of 1 s scrapes plus its base
+    oldest = w._since(60.0)[0]
+    assert oldest.prev is None  # the chain is cut behind the window: nothing old is kept alive

@@ -1,0 +1,468 @@
+"""What an operator reads from a vLLM server's successive ``/metrics`` scrapes.
+
+Gauges come from the newest scrape (summed over the ``engine`` label: one engine per DP rank, and kept per engine
+too). Rates come from counter deltas over the last ``rate_window_s`` seconds, latency quantiles from histogram
+bucket deltas over the last ``window_s`` seconds; both survive a counter reset (a restarted server: a value that
+went down counts from zero) and series that appear mid-window (a new ``finished_reason``).
+
+On a decode server of a disaggregated layout, the proof that disaggregation happens: prompt tokens counted under
+``vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}`` (KV pulled from the prefill server) against
+``source="local_compute"`` (prefill recomputed locally). vLLM computes at least the last prompt token of each
+request itself (it needs that position's logits), so a healthy decode server shows a large external share, and a
+decode server that silently re-does the prefill shows none.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar, cast
+
+from tui.core.telemetry.prom import Bucket, Exposition, Histogram, histogram_quantile
+
+# families the figures read (the poller parses only these: see KEEP_PREFIXES)
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+REQUEST_SUCCESS = "vllm:request_success_total"
+TTFT = "vllm:time_to_first_token_seconds"
+TPOT = "vllm:request_time_per_output_token_seconds"  # 0.24 has no vllm:time_per_output_token_seconds
+ITL = "vllm:inter_token_latency_seconds"
+E2E = "vllm:e2e_request_latency_seconds"
+QUEUE = "vllm:request_queue_time_seconds"
+NIXL_XFER_TIME = "vllm:nixl_xfer_time_seconds"
+NIXL_BYTES = "vllm:nixl_bytes_transferred"
+NIXL_FAILED_TRANSFERS = "vllm:nixl_num_failed_transfers_total"
+NIXL_FAILED_NOTIFICATIONS = "vllm:nixl_num_failed_notifications_total"
+NIXL_EXPIRED = "vllm:nixl_num_kv_expired_reqs_total"
+
+KEEP_PREFIXES: tuple[str, ...] = (
+    RUNNING, WAITING, KV_USAGE, "vllm:prefix_cache_", PROMPT_TOKENS, GENERATION_TOKENS, "vllm:prompt_tokens_by_source",
+    "vllm:num_preemptions", "vllm:request_success", TTFT, TPOT, ITL, E2E, QUEUE, "vllm:nixl_",
+)
+
+# verdicts of the disaggregation proof
+KV_TRANSFER_OK = "kv_transfer_ok"
+DECODE_RECOMPUTED_PREFILL = "decode_recomputed_prefill"
+PARTIAL_KV_TRANSFER = "partial_kv_transfer"
+NO_TRAFFIC = "no_traffic"
+DEFAULT_MIN_EXTERNAL_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Quantiles:
+    """Latency over the window, seconds (bucket interpolation, as Prometheus' histogram_quantile)."""
+
+    count: float  # observations in the window
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFigures:
+    engine: str  # the DP rank ("0", "1", …)
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_usage: float | None = None  # 0..1
+    prompt_tps: float | None = None
+    generation_tps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KvTransferFigures:
+    """NixlConnector's figures over the window (present only where NIXL is configured)."""
+
+    transfers: float
+    transfers_per_s: float | None
+    bytes: float
+    bytes_per_s: float | None
+    xfer_time_mean_s: float | None
+    xfer_time_p90_s: float | None
+    failed_transfers: float
+    failed_notifications: float
+    expired_requests: float
+    failed_transfers_total: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggProof:
+    """Where a decode server's prompt tokens came from over the window."""
+
+    verdict: str  # kv_transfer_ok | decode_recomputed_prefill | partial_kv_transfer | no_traffic
+    external_tokens: float
+    local_compute_tokens: float
+    cache_hit_tokens: float
+    external_share: float | None  # external / (external + local_compute)
+    explanation: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFigures:
+    """Everything derived for one server at one moment."""
+
+    ts: float  # the newest scrape
+    span_s: float  # seconds between the oldest and newest scrape used for rates
+    scrapes: int
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_usage: float | None = None  # 0..1, mean over engines
+    kv_cache_usage_max: float | None = None
+    prefix_cache_hit_rate: float | None = None  # 0..1 over the window
+    prompt_tps: float | None = None
+    generation_tps: float | None = None
+    requests_per_s: float | None = None  # finished requests, all reasons
+    finished: dict[str, float] = field(default_factory=dict)  # finished_reason → count over the window
+    preemptions: float | None = None  # over the window
+    preemptions_total: float | None = None
+    ttft: Quantiles | None = None
+    tpot: Quantiles | None = None
+    itl: Quantiles | None = None
+    e2e: Quantiles | None = None
+    queue: Quantiles | None = None
+    engines: tuple[EngineFigures, ...] = ()
+    kv_transfer: KvTransferFigures | None = None
+    disagg: DisaggProof | None = None
+    unavailable: tuple[tuple[str, str], ...] = ()
+
+
+SeriesKey = tuple[tuple[str, str], ...]
+MemoKey = tuple[str, str, tuple[tuple[str, str], ...]]
+_HistSum = tuple[dict[float, float], float, float]  # bucket counts, sum, count
+_HistStep = tuple[dict[float, float], float, float, bool]  # the same between two scrapes, and "any series"
+T = TypeVar("T")
+D = TypeVar("D")
+
+
+@dataclass(eq=False, slots=True)
+class _Scrape:
+    """One scrape, with what the figures read from it memoised (a scrape serves many figures while it is in the
+    window), linked to the scrape before it so counters and histograms keep running totals: the figures of a
+    window are then the newest total minus the oldest, whatever the window's length."""
+
+    ts: float
+    exp: Exposition
+    prev: _Scrape | None = field(default=None, repr=False)
+    memo: dict[MemoKey, object] = field(default_factory=dict, repr=False)
+
+    def series(self, name: str, match: dict[str, str]) -> dict[SeriesKey, float]:
+        key = ("series", name, tuple(sorted(match.items())))
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = {s.labels: s.value for s in self.exp.samples(name, **match)}
+            self.memo[key] = hit
+        return hit  # type: ignore[return-value]
+
+    def buckets(self, name: str, match: dict[str, str]) -> dict[SeriesKey, dict[float, float]]:
+        """``name_bucket`` per series (labels without ``le``) → {le: cumulative count}."""
+        key = ("buckets", name, tuple(sorted(match.items())))
+        hit = self.memo.get(key)
+        if hit is None:
+            out: dict[SeriesKey, dict[float, float]] = {}
+            for s in self.exp.samples(name + "_bucket", **match):
+                le = s.label("le")
+                if le is None:
+                    continue
+                series = tuple(kv for kv in s.labels if kv[0] != "le")
+                out.setdefault(series, {})[float(le)] = s.value
+            hit = out
+            self.memo[key] = hit
+        return hit  # type: ignore[return-value]
+
+    def _running(self, key: MemoKey, first: T, step: Callable[[_Scrape, _Scrape], D],
+                 add: Callable[[T, D], T]) -> T:
+        chain: list[_Scrape] = []
+        node: _Scrape | None = self
+        while node is not None and key not in node.memo:
+            chain.append(node)
+            node = node.prev
+        total: T | None = cast(T, node.memo[key]) if node is not None else None
+        for n in reversed(chain):
+            total = first if (total is None or n.prev is None) else add(total, step(n.prev, n))
+            n.memo[key] = total
+        assert total is not None
+        return total
+
+    def counter_total(self, name: str, match: dict[str, str]) -> float:
+        """The counter's increase since the start of this scrape's chain (resets counted from zero)."""
+        key = ("counter_total", name, tuple(sorted(match.items())))
+        return self._running(key, 0.0, lambda a, b: _counter_step(a, b, name, match) or 0.0, _add_float)
+
+    def histogram_total(self, name: str, match: dict[str, str]) -> _HistSum:
+        """Observations since the start of this scrape's chain: bucket counts, sum, count."""
+        key = ("histogram_total", name, tuple(sorted(match.items())))
+        empty: _HistSum = ({}, 0.0, 0.0)
+        return self._running(key, empty, lambda a, b: _histogram_step(a, b, name, match), _add_histogram)
+
+
+def _add_float(total: float, delta: float) -> float:
+    return total + delta
+
+
+def _add_histogram(total: _HistSum, delta: _HistStep) -> _HistSum:
+    buckets, tsum, tcount = total
+    dbuckets, dsum, dcount, _ = delta
+    merged = dict(buckets)
+    for le, c in dbuckets.items():
+        merged[le] = merged.get(le, 0.0) + c
+    return merged, tsum + dsum, tcount + dcount
+
+
+def _linked(scrapes: list[_Scrape] | tuple[_Scrape, ...]) -> bool:
+    return all(b.prev is a for a, b in itertools.pairwise(scrapes))
+
+
+def _counter_step(prev: _Scrape, cur: _Scrape, name: str, match: dict[str, str]) -> float | None:
+    """Increase of a counter from ``prev`` to ``cur``; None when neither has it."""
+    before_all = prev.series(name, match)
+    now_all = cur.series(name, match)
+    if not before_all and not now_all:
+        return None
+    total = 0.0
+    for labels, value in now_all.items():
+        before = before_all.get(labels)
+        if before is None or value < before:  # created in between, or reset: counts from zero
+            total += value
+        else:
+            total += value - before
+    return total
+
+
+def counter_delta(scrapes: list[_Scrape] | tuple[_Scrape, ...], name: str, **match: str) -> float | None:
+    """Increase of a counter (summed over matching series) across ``scrapes``, oldest first; resets handled.
+
+    None when no scrape has the counter. A series absent from the previous scrape counts from zero (it was
+    created in between); a series that went down was reset, and counts from zero too.
+    """
+    if not scrapes:
+        return None
+    if _linked(scrapes):
+        if not scrapes[0].series(name, match) and not scrapes[-1].series(name, match):
+            return None
+        return scrapes[-1].counter_total(name, match) - scrapes[0].counter_total(name, match)
+    seen = bool(scrapes[0].series(name, match))
+    total = 0.0
+    for prev, cur in itertools.pairwise(scrapes):
+        d = _counter_step(prev, cur, name, match)
+        if d is not None:
+            seen = True
+            total += d
+    return total if seen else None
+
+
+def _histogram_step(prev: _Scrape, cur: _Scrape, name: str, match: dict[str, str]) -> _HistStep:
+    """Observations between two scrapes: bucket deltas, sum delta, count delta, whether any series exists."""
+    inf = float("inf")
+    acc: dict[float, float] = {}
+    acc_sum = 0.0
+    acc_count = 0.0
+    prev_b = prev.buckets(name, match)
+    prev_s = prev.series(name + "_sum", match)
+    prev_c = prev.series(name + "_count", match)
+    cur_b = cur.buckets(name, match)
+    cur_s = cur.series(name + "_sum", match)
+    cur_c = cur.series(name + "_count", match)
+    for series, buckets in cur_b.items():
+        before = prev_b.get(series)
+        inf_now = buckets.get(inf, max(buckets.values(), default=0.0))
+        inf_before = None if before is None else before.get(inf, max(before.values(), default=0.0))
+        if before is None or inf_before is None or inf_now < inf_before:  # new series, or reset
+            for le, c in buckets.items():
+                acc[le] = acc.get(le, 0.0) + c
+            acc_sum += cur_s.get(series, 0.0)
+            acc_count += cur_c.get(series, inf_now)
+            continue
+        for le, c in buckets.items():
+            acc[le] = acc.get(le, 0.0) + c - before.get(le, 0.0)
+        acc_sum += cur_s.get(series, 0.0) - prev_s.get(series, 0.0)
+        acc_count += cur_c.get(series, inf_now) - prev_c.get(series, inf_before)
+    return acc, acc_sum, acc_count, bool(prev_b) or bool(cur_b)
+
+
+def histogram_delta(scrapes: list[_Scrape] | tuple[_Scrape, ...], name: str, **match: str) -> Histogram | None:
+    """The histogram of observations made across ``scrapes`` (bucket deltas summed over series), resets handled."""
+    if len(scrapes) < 2:
+        return None
+    if not any(sc.buckets(name, match) for sc in scrapes):
+        return None
+    acc: dict[float, float] = {}
+    if _linked(scrapes):
+        end_b, end_s, end_c = scrapes[-1].histogram_total(name, match)
+        start_b, start_s, start_c = scrapes[0].histogram_total(name, match)
+        acc = {le: c - start_b.get(le, 0.0) for le, c in end_b.items()}
+        acc_sum, acc_count = end_s - start_s, end_c - start_c
+    else:
+        acc_sum = acc_count = 0.0
+        for prev, cur in itertools.pairwise(scrapes):
+            buckets, d_sum, d_count, _ = _histogram_step(prev, cur, name, match)
+            for le, c in buckets.items():
+                acc[le] = acc.get(le, 0.0) + c
+            acc_sum += d_sum
+            acc_count += d_count
+    buckets_t = tuple(Bucket(le, max(c, 0.0)) for le, c in sorted(acc.items()))
+    return Histogram(buckets_t, acc_sum, max(acc_count, 0.0))
+
+
+def quantiles(h: Histogram | None) -> Quantiles | None:
+    if h is None:
+        return None
+    count = h.buckets[-1].count if h.buckets else 0.0
+    if count <= 0:
+        return Quantiles(count=0.0, mean=None, p50=None, p90=None, p99=None)
+    return Quantiles(count=count, mean=(h.sum / h.count) if h.count > 0 else None,
+                     p50=histogram_quantile(0.5, h.buckets), p90=histogram_quantile(0.9, h.buckets),
+                     p99=histogram_quantile(0.99, h.buckets))
+
+
+def disagg_proof(external: float, local: float, cache_hit: float,
+                 min_external_share: float = DEFAULT_MIN_EXTERNAL_SHARE) -> DisaggProof:
+    """The verdict on a decode server's prompt-token sources over a window."""
+    computed = external + local
+    if computed <= 0:
+        return DisaggProof(NO_TRAFFIC, external, local, cache_hit, None,
+                           "no prompt tokens in the window: nothing to judge")
+    share = external / computed
+    if external <= 0:
+        return DisaggProof(DECODE_RECOMPUTED_PREFILL, external, local, cache_hit, 0.0,
+                           f"{local:.0f} prompt tokens computed locally and none received over KV transfer: "
+                           "this decode server is re-doing the prefill")
+    if share < min_external_share:
+        return DisaggProof(PARTIAL_KV_TRANSFER, external, local, cache_hit, share,
+                           f"only {share:.0%} of prompt tokens arrived over KV transfer: some requests were "
+                           "prefilled again on the decode server")
+    return DisaggProof(KV_TRANSFER_OK, external, local, cache_hit, share,
+                       f"{share:.0%} of prompt tokens arrived over KV transfer")
+
+
+class MetricsWindow:
+    """Successive scrapes of one server, and the figures derived from them."""
+
+    def __init__(self, *, window_s: float = 10.0, rate_window_s: float = 5.0,
+                 min_external_share: float = DEFAULT_MIN_EXTERNAL_SHARE) -> None:
+        self.window_s = window_s
+        self.rate_window_s = rate_window_s
+        self.min_external_share = min_external_share
+        self._scrapes: deque[_Scrape] = deque()
+
+    def __len__(self) -> int:
+        return len(self._scrapes)
+
+    def add(self, ts: float, exp: Exposition) -> None:
+        if self._scrapes and ts <= self._scrapes[-1].ts:
+            self._scrapes.clear()  # clock went back: start afresh rather than divide by zero
+        self._scrapes.append(_Scrape(ts, exp, prev=self._scrapes[-1] if self._scrapes else None))
+        horizon = ts - max(self.window_s, self.rate_window_s)
+        # keep one scrape at or before the horizon as the window's base
+        while len(self._scrapes) >= 2 and self._scrapes[1].ts <= horizon:
+            self._scrapes.popleft()
+            self._scrapes[0].prev = None  # the running totals stay valid; the chain no longer grows forever
+
+    def _since(self, seconds: float) -> list[_Scrape]:
+        if not self._scrapes:
+            return []
+        newest = self._scrapes[-1].ts
+        items = list(self._scrapes)
+        start = 0
+        for i, sc in enumerate(items):
+            if sc.ts <= newest - seconds:
+                start = i
+        return items[start:]
+
+    def figures(self, role: str = "single") -> ServerFigures | None:
+        if not self._scrapes:
+            return None
+        newest = self._scrapes[-1]
+        exp = newest.exp
+        na: list[tuple[str, str]] = []
+        rate_sc = self._since(self.rate_window_s)
+        hist_sc = self._since(self.window_s)
+        span = rate_sc[-1].ts - rate_sc[0].ts if len(rate_sc) >= 2 else 0.0
+
+        def rate(name: str, **match: str) -> float | None:
+            if span <= 0:
+                return None
+            d = counter_delta(rate_sc, name, **match)
+            return None if d is None else d / span
+
+        if span <= 0:
+            na.append(("rates", "one scrape so far: rates need two"))
+
+        engines = sorted({s.label("engine") or "" for s in exp.samples(RUNNING)} |
+                         {s.label("engine") or "" for s in exp.samples(GENERATION_TOKENS)})
+        per_engine = tuple(
+            EngineFigures(engine=e, running=exp.total(RUNNING, engine=e), waiting=exp.total(WAITING, engine=e),
+                          kv_cache_usage=exp.value(KV_USAGE, engine=e), prompt_tps=rate(PROMPT_TOKENS, engine=e),
+                          generation_tps=rate(GENERATION_TOKENS, engine=e))
+            for e in engines if e
+        )
+        kv = [s.value for s in exp.samples(KV_USAGE)]
+        queries = counter_delta(rate_sc, PREFIX_QUERIES) if span > 0 else None
+        hits = counter_delta(rate_sc, PREFIX_HITS) if span > 0 else None
+        hit_rate = (hits / queries) if (queries and hits is not None) else None
+        finished: dict[str, float] = {}
+        if span > 0:
+            for reason in sorted({s.label("finished_reason") or "" for s in exp.samples(REQUEST_SUCCESS)}):
+                d = counter_delta(rate_sc, REQUEST_SUCCESS, finished_reason=reason)
+                if d is not None:
+                    finished[reason] = d
+        requests_per_s = (sum(finished.values()) / span) if span > 0 and any(exp.samples(REQUEST_SUCCESS)) else None
+        preempt = counter_delta(hist_sc, PREEMPTIONS) if len(hist_sc) >= 2 else None
+        if len(hist_sc) < 2:
+            na.append(("latency", "one scrape so far: quantiles need two"))
+        figures = ServerFigures(
+            ts=newest.ts, span_s=span, scrapes=len(self._scrapes),
+            running=exp.total(RUNNING), waiting=exp.total(WAITING),
+            kv_cache_usage=(sum(kv) / len(kv)) if kv else None, kv_cache_usage_max=max(kv) if kv else None,
+            prefix_cache_hit_rate=hit_rate,
+            prompt_tps=rate(PROMPT_TOKENS), generation_tps=rate(GENERATION_TOKENS),
+            requests_per_s=requests_per_s,
+            finished=finished, preemptions=preempt, preemptions_total=exp.total(PREEMPTIONS),
+            ttft=quantiles(histogram_delta(hist_sc, TTFT)), tpot=quantiles(histogram_delta(hist_sc, TPOT)),
+            itl=quantiles(histogram_delta(hist_sc, ITL)), e2e=quantiles(histogram_delta(hist_sc, E2E)),
+            queue=quantiles(histogram_delta(hist_sc, QUEUE)),
+            engines=per_engine,
+            kv_transfer=self._kv_transfer(hist_sc, exp),
+            disagg=self._disagg(hist_sc, exp) if role == "decode" else None,
+            unavailable=tuple(na),
+        )
+        return figures
+
+    def _kv_transfer(self, sc: list[_Scrape], exp: Exposition) -> KvTransferFigures | None:
+        if exp.family(NIXL_XFER_TIME) is None and not any(exp.samples(NIXL_XFER_TIME + "_count")):
+            return None
+        if len(sc) < 2:
+            return None
+        span = sc[-1].ts - sc[0].ts
+        xfer = histogram_delta(sc, NIXL_XFER_TIME)
+        size = histogram_delta(sc, NIXL_BYTES)
+        transfers = xfer.count if xfer is not None else 0.0
+        nbytes = size.sum if size is not None else 0.0
+        return KvTransferFigures(
+            transfers=transfers, transfers_per_s=transfers / span if span > 0 else None,
+            bytes=nbytes, bytes_per_s=nbytes / span if span > 0 else None,
+            xfer_time_mean_s=(xfer.sum / xfer.count) if xfer is not None and xfer.count > 0 else None,
+            xfer_time_p90_s=xfer.quantile(0.9) if xfer is not None else None,
+            failed_transfers=counter_delta(sc, NIXL_FAILED_TRANSFERS) or 0.0,
+            failed_notifications=counter_delta(sc, NIXL_FAILED_NOTIFICATIONS) or 0.0,
+            expired_requests=counter_delta(sc, NIXL_EXPIRED) or 0.0,
+            failed_transfers_total=exp.total(NIXL_FAILED_TRANSFERS),
+        )
+
+    def _disagg(self, sc: list[_Scrape], exp: Exposition) -> DisaggProof | None:
+        if not any(exp.samples(PROMPT_BY_SOURCE)):
+            return None
+        if len(sc) < 2:
+            return None
+        external = counter_delta(sc, PROMPT_BY_SOURCE, source="external_kv_transfer") or 0.0
+        local = counter_delta(sc, PROMPT_BY_SOURCE, source="local_compute") or 0.0
+        cached = counter_delta(sc, PROMPT_BY_SOURCE, source="local_cache_hit") or 0.0
+        return disagg_proof(external, local, cached, self.min_external_share)

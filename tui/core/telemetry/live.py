@@ -1,0 +1,209 @@
+"""Live telemetry of a host: the GPU sampler thread and the server poller, run together.
+
+:func:`collect_snapshot` is one reading (what ``disagg-tui status`` shows); :class:`LiveTelemetry` keeps reading
+and yields one tick per GPU sample (what ``disagg-tui watch`` streams). Both give the same plain-data shape
+(:func:`tui.core.telemetry.view.tick_dict`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+
+from tui.core.events import EventBus
+from tui.core.host import Host
+from tui.core.state import LayoutRecord, StateStore
+from tui.core.telemetry.events import GpuSampled
+from tui.core.telemetry.gpu import GpuHostFacts
+from tui.core.telemetry.layout import ActiveLayout
+from tui.core.telemetry.poller import Endpoint, PollerConfig, ServerPoller, ServerStatus
+from tui.core.telemetry.procmap import ProcessOwners
+from tui.core.telemetry.sampler import DEFAULT_RATE_HZ, GpuSampler, SamplerThread
+from tui.core.telemetry.view import HostInfo, tick_dict
+
+LAYOUT_RECHECK_S = 2.0
+
+
+def host_info(host: Host, facts: GpuHostFacts | None) -> HostInfo:
+    """Label parts without ``host.facts`` (which, on a real host, runs ``vllm --version``)."""
+    name = socket.gethostname()
+    if host.simulated:
+        name = f"sim-{name}"
+    return HostInfo(hostname=name, simulated=host.simulated, driver=facts.driver if facts else None,
+                    cuda=facts.cuda_driver if facts else None)
+
+
+def layout_dict(layout: LayoutRecord | None) -> dict[str, Any] | None:
+    if layout is None:
+        return None
+    return {"id": layout.id, "topology": layout.topology, "profile": layout.profile_id, "status": layout.status,
+            "simulated": layout.simulated, "endpoint": layout.endpoint or None}
+
+
+def _sample_with_facts(sampler: GpuSampler) -> tuple[GpuSampled | None, GpuHostFacts | None, str | None]:
+    thread = SamplerThread(sampler, None)
+    try:
+        facts = sampler.host_facts()
+    except Exception as exc:  # noqa: BLE001 - shown as an error of the snapshot, never raised
+        return None, None, f"GPU facts unavailable: {exc}"
+    return thread.sample_once(), facts, None
+
+
+async def collect_snapshot(host: Host, store: StateStore | None = None, *,
+                           endpoints: Sequence[Endpoint] | None = None, health_timeout_s: float = 1.0,
+                           metrics_timeout_s: float = 2.0,
+                           transport: httpx.AsyncBaseTransport | None = None) -> dict[str, Any]:
+    """One reading of every GPU and of every server (and the proxy) of the active layout, as plain data.
+
+    GPUs are read in a thread while the servers are polled (``/health``, then ``/metrics`` of those that are up,
+    and ``/version`` and ``/v1/models``). Rates and latency quantiles need two scrapes, so a snapshot has the
+    gauges and totals only (the reason is under ``metrics.unavailable``). Never raises for a GPU or a server
+    that cannot be read: the tick says so under ``errors`` or the server's ``health``.
+    """
+    active = ActiveLayout(store, min_interval_s=0.0)
+    layout = active.get()
+    eps = list(endpoints) if endpoints is not None else active.endpoints()
+    errors: list[str] = []
+    sampled: GpuSampled | None = None
+    facts: GpuHostFacts | None = None
+    try:
+        nvml = host.nvml()
+    except Exception as exc:  # noqa: BLE001 - a host without readable GPUs still has servers to show
+        nvml = None
+        errors.append(f"NVML unavailable: {exc}")
+    poller = ServerPoller(eps, config=PollerConfig(health_timeout_s=health_timeout_s,
+                                                   metrics_timeout_s=metrics_timeout_s),
+                          starting=active.starting, transport=transport)
+    try:
+        if nvml is not None:
+            sampler = GpuSampler(nvml, owners=ProcessOwners(active.refs))
+            gpu_part = asyncio.to_thread(_sample_with_facts, sampler)
+            (sampled, facts, err), statuses = await asyncio.gather(gpu_part, poller.poll_once())
+            if err:
+                errors.append(err)
+        else:
+            statuses = await poller.poll_once()
+    finally:
+        await poller.stop()
+    info = host_info(host, facts)
+    if sampled is not None:
+        sampled = GpuSampled(ts=sampled.ts, host=info.label([g.name for g in sampled.gpus]), simulated=host.simulated,
+                             gpus=sampled.gpus, error=sampled.error)
+    tick = tick_dict(info, sampled, statuses, facts=facts, layout=layout_dict(layout))
+    tick["errors"] = errors + tick["errors"]
+    return tick
+
+
+def collect_snapshot_sync(host: Host, store: StateStore | None = None, **kwargs: Any) -> dict[str, Any]:
+    """:func:`collect_snapshot` for callers without an event loop (a CLI command)."""
+    return asyncio.run(collect_snapshot(host, store, **kwargs))
+
+
+class LiveTelemetry:
+    """Sampler thread + poller on one bus; ``ticks()`` yields a tick dict per GPU sample."""
+
+    def __init__(self, host: Host, store: StateStore | None = None, *, rate_hz: float = DEFAULT_RATE_HZ,
+                 poller_config: PollerConfig | None = None, endpoints: Sequence[Endpoint] | None = None,
+                 bus: EventBus | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.host = host
+        self.bus = bus or EventBus()
+        self.rate_hz = rate_hz
+        self.poller_config = poller_config or PollerConfig()
+        self.active = ActiveLayout(store)
+        self._fixed_endpoints = list(endpoints) if endpoints is not None else None
+        self._transport = transport
+        self.thread: SamplerThread | None = None
+        self.poller: ServerPoller | None = None
+        self._endpoints: list[Endpoint] = []
+        self.facts: GpuHostFacts | None = None
+        self.errors: list[str] = []
+        self._info = host_info(host, None)
+
+    async def __aenter__(self) -> LiveTelemetry:
+        loop = asyncio.get_running_loop()
+        self.bus.attach_loop(loop)
+        try:
+            nvml = await asyncio.to_thread(self.host.nvml)
+            sampler = GpuSampler(nvml, owners=ProcessOwners(self.active.refs))
+            self.facts = await asyncio.to_thread(sampler.host_facts)
+        except Exception as exc:  # noqa: BLE001 - servers can still be watched
+            self.errors.append(f"GPUs cannot be read: {exc}")
+            sampler = None
+        self._info = host_info(self.host, self.facts)
+        if sampler is not None:
+            label = self._info.label(self.facts.names if self.facts else ())
+            self.thread = SamplerThread(sampler, self.bus, rate_hz=self.rate_hz, host_label=label,
+                                        simulated=self.host.simulated)
+        await self._ensure_poller()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.thread is not None:
+            await asyncio.to_thread(self.thread.stop)
+            self.thread = None
+        if self.poller is not None:
+            await self.poller.stop()
+            self.poller = None
+
+    async def _ensure_poller(self) -> None:
+        if self._fixed_endpoints is not None:
+            wanted = self._fixed_endpoints
+        else:
+            wanted = await asyncio.to_thread(self.active.endpoints)
+        if self.poller is not None and wanted == self._endpoints:
+            return
+        if self.poller is not None:
+            await self.poller.stop()
+        self._endpoints = list(wanted)
+        self.poller = ServerPoller(self._endpoints, self.bus, config=self.poller_config,
+                                   starting=self.active.starting, transport=self._transport)
+        await self.poller.start()
+        await self.poller.first_health()  # so the first tick already says whether each server is up
+
+    def statuses(self) -> list[ServerStatus]:
+        return self.poller.statuses() if self.poller is not None else []
+
+    def tick(self, sample: GpuSampled | None) -> dict[str, Any]:
+        layout = self.active.get() if self._fixed_endpoints is None else None
+        tick = tick_dict(self._info, sample, self.statuses(), facts=self.facts, layout=layout_dict(layout))
+        tick["errors"] = self.errors + tick["errors"]
+        return tick
+
+    async def ticks(self, seconds: float | None = None) -> AsyncIterator[dict[str, Any]]:
+        """One tick per GPU sample (per sampling period when no GPU can be read), for ``seconds`` or forever."""
+        loop = asyncio.get_running_loop()
+        end = None if seconds is None else loop.time() + seconds
+        next_layout_check = loop.time() + LAYOUT_RECHECK_S
+
+        async def layout_check() -> None:
+            nonlocal next_layout_check
+            if loop.time() >= next_layout_check:
+                next_layout_check = loop.time() + LAYOUT_RECHECK_S
+                await self._ensure_poller()
+
+        if self.thread is None:
+            period = 1.0 / self.rate_hz
+            while end is None or loop.time() < end:
+                yield self.tick(None)
+                await layout_check()
+                await asyncio.sleep(period if end is None else max(min(period, end - loop.time()), 0.0))
+            return
+        stream = self.bus.stream(maxsize=256)
+        self.thread.start()
+        try:
+            while True:
+                remaining = None if end is None else end - loop.time()
+                if remaining is not None and remaining <= 0:
+                    break
+                event = await stream.get(remaining)
+                if event is None:
+                    break
+                if isinstance(event, GpuSampled):
+                    yield self.tick(event)
+                    await layout_check()
+        finally:
+            stream.close()
