@@ -3,8 +3,8 @@
 Capacity: the stub server (``tui.sim.stubserver --mode fast``, 32 SSE events per write) runs pinned to one core;
 each client runs pinned to the other, against the same stub, in the same run:
 
-- ours: the real worker process (``tui.core.bench.worker``) started by ``run_bench`` (the parent sits on the
-  stub's core and only reads ticks and records);
+- ours: the real worker process (``tui.core.bench.worker``) started by ``run_bench``; the parent (which reads
+  ticks and journals records) sits on the stub's core (``PARENT_CPU=0`` puts it on the client's);
 - ``vllm bench serve`` 0.24's client, when ``/tmp/vllmenv`` (or ``--vllm``) exists;
 - two reference httpx loops, for scale: one JSON-parsing every chunk, one counting chunks by bytes.
 
@@ -39,7 +39,7 @@ from tui.core.profiles import Workload  # noqa: E402
 
 TOKENIZER = ROOT / "tests" / "fixtures" / "vllm-0.24.0-h200" / "model"
 CLIENT_CPU, SERVER_CPU = 0, 1
-PARENT_CPU = int(os.environ.get("PARENT_CPU", CLIENT_CPU))  # the run's parent process: reads ticks and records
+PARENT_CPU = int(os.environ.get("PARENT_CPU", SERVER_CPU))  # the run's parent: reads ticks, journals records
 
 
 def start_stub(*args: str) -> tuple[subprocess.Popen[str], str]:

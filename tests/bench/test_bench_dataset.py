@@ -85,6 +85,8 @@ def test_warmup_covers_shapes_and_batch() -> None:
     assert shortest in lens and longest in lens  # both prompt-length extremes are warmed
     assert all(1 <= p.output_len <= 32 for p in w)
     assert sum(1 for p in w if p.output_len == 8 and p.input_len <= 16) == 16  # the batch-size burst
+    run_starts = {tuple(p.ids[:4]) for p in ps if p.ids is not None}
+    assert not any(tuple(p.ids[:4]) in run_starts for p in w if p.ids is not None)  # no shared prefix to cache
     assert warmup_prompts(ps, burst=0) == []
 
 

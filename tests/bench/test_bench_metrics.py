@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
-from benchpaths import BENCH1, BENCH2, CPU_SAMPLE, RERUN1, RERUN2
 
+from tests.bench.benchpaths import BENCH1, BENCH2, CPU_SAMPLE, RERUN1, RERUN2
 from tui.core.bench.metrics import (
     RequestRecord,
     attainment,

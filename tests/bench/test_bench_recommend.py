@@ -70,7 +70,7 @@ def test_noise_floor_covers_the_real_rerun() -> None:
     """The noise floor is at least the difference between two real runs of one server (fixtures)."""
     import json
 
-    from benchpaths import BENCH1, BENCH2, RERUN1, RERUN2
+    from tests.bench.benchpaths import BENCH1, BENCH2, RERUN1, RERUN2
 
     for a, b in ((BENCH1, RERUN1), (BENCH2, RERUN2)):
         x = json.loads(a.read_text())["output_throughput"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from benchpaths import BENCH2, H200
 
+from tests.bench.benchpaths import BENCH2, H200
 from tui.core.bench import serverside
 from tui.core.bench.report import format_result
 from tui.core.bench.store import import_vllm_result

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from benchpaths import CPU_SAMPLE, H200
 
+from tests.bench.benchpaths import CPU_SAMPLE, H200
 from tui.core.bench.events import BenchTick
 from tui.core.bench.runner import BenchOptions, BenchTarget
 from tui.core.bench.vllmbench import bench_argv, parse_progress, run_vllm_bench

@@ -181,8 +181,27 @@ def active_target(args: argparse.Namespace, ctx: CliContext) -> tuple[BenchTarge
                          hint="start a layout with 'disagg-tui up --model M --topology T' or give --endpoint URL")
     if not layout.endpoint:
         raise InputError(f"layout {layout.id} has no endpoint yet (status {layout.status})", field="--endpoint")
-    return (BenchTarget(endpoint=layout.endpoint, topology=layout.topology or "layout", layout=layout),
-            profile_vocab(ctx, layout.profile_id))
+    target = BenchTarget(endpoint=layout.endpoint, topology=layout.topology or "layout", layout=layout)
+    if not layout.simulated:
+        _real_host_extras(ctx, target, layout)
+    return target, profile_vocab(ctx, layout.profile_id)
+
+
+def _real_host_extras(ctx: CliContext, target: BenchTarget, layout: LayoutRecord) -> None:
+    """On a real host: the GPUs in the fingerprint and the NVML energy counter as the energy hook."""
+    from tui.core.bench.serverside import nvml_energy_reader
+
+    try:
+        facts = ctx.host.facts
+        target.fingerprint_extra = {
+            "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in facts.gpus
+                     if g.index in layout.gpus],
+            "driver": facts.driver, "cuda_driver": facts.cuda_driver,
+            "vllm": facts.vllm.version if facts.vllm is not None else None,
+        }
+        target.energy = nvml_energy_reader(ctx.host.nvml(), layout.gpus)
+    except Exception as exc:  # noqa: BLE001 - the fingerprint and energy are extras: the run goes on without
+        ctx.warn(f"no GPU fingerprint or energy figure: {exc}")
 
 
 def vllm_bench_command(args: argparse.Namespace) -> list[str]:
@@ -278,6 +297,9 @@ def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> i
             code = EXIT_FAILED
         else:
             print(where, file=ctx.err)
+        line = client_line(r)
+        if line:
+            print(line, file=ctx.err)
         for flag in r.meta.flags:
             ctx.warn(f"{r.id}: {_flag_text(flag, r)}")
     return code
@@ -297,4 +319,21 @@ def _flag_text(flag: str, r: Run) -> str:
         return f"{r.summary.get('failed', 0)} request(s) failed"
     if flag == "incomplete":
         return "incomplete run"
+    if flag == "server-busy-at-start":
+        return "the servers still had requests after the warm-up: the run started on a busy server"
     return flag
+
+
+def client_line(r: Run) -> str:
+    """How the client fared and what the run cost in energy (one line for stderr)."""
+    c = r.meta.client
+    parts = []
+    if c:
+        parts.append(f"client CPU {c.get('cpu', 0.0):.0%} of a core, event-loop lag p99 "
+                     f"{c.get('loop_lag_p99_ms', 0.0):.1f} ms")
+        if c.get("requested_rate"):
+            parts.append(f"sent {c.get('achieved_rate') or 0.0:.2f} of {c['requested_rate']:g} req/s requested")
+    e = r.meta.energy
+    if e and e.get("joules_per_output_token") is not None:
+        parts.append(f"energy {e['joules']:,.0f} J, {e['joules_per_output_token']:.3f} J per output token")
+    return "; ".join(parts)

@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from tui.cli.cmd_bench import add_traffic_options, options_from_args, profile_vocab, run_async
@@ -20,7 +21,7 @@ from tui.cli.progress import ProgressLine
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
 from tui.core.bench.campaign import CampaignResult, CampaignRunner, CampaignSpec, Lifecycle
-from tui.core.bench.serverside import nvml_energy_reader
+from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
 from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError, InputError
 from tui.core.profiles import Workload, parse_rate
 from tui.core.topology import parse_topology
@@ -87,6 +88,14 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
                         rates=parse_rates(args.rates), repeat=args.repeat, seed=args.seed or 0,
                         num_prompts=args.num_prompts, goodput={}, warmup=-1 if args.warmup is None else args.warmup,
                         simulated=bool(getattr(args, "sim", False)))
+    host = ctx.host
+    if host.simulated:
+        o = ctx.host_options()
+        spec.host = (f"sim:{host.facts.gpus[0].name if host.facts.gpus else '?'}x{len(host.facts.gpus)} "
+                     f"clock {o.sim_clock or 1.0:g}")
+    else:
+        spec.host = host.facts.hostname
+    spec.simulated = host.simulated
     spec.name = args.campaign or default_name(spec)
     if args.fresh and not args.campaign:
         spec.name = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -98,16 +107,17 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         return options_from_args(args, wl, vocab)
 
     spec.goodput = options(next(iter(workloads.values()))).goodput
-    host = ctx.host
-    first_plan = make_plan(args, ctx, topologies[0])[1]
-    energy = None
-    try:
-        energy = nvml_energy_reader(host.nvml(), list(first_plan.gpus))
-    except Exception:  # noqa: BLE001 - energy is optional: no NVML, no energy figure
-        energy = None
+    gpus = _gpu_count(args, ctx, topologies)
+
+    def energy_for(gpu_ids: Sequence[int]) -> EnergyReader | None:
+        try:
+            return nvml_energy_reader(host.nvml(), list(gpu_ids))
+        except Exception:  # noqa: BLE001 - energy is optional: no NVML (or no counter), no energy figure
+            return None
+
     runner = CampaignRunner(spec=spec, lifecycle=lifecycle, host=host,
                             planner=lambda topo: make_plan(args, ctx, topo), workloads=workloads, options=options,
-                            notify=lambda s: progress.text(s), on_tick=progress.tick, energy=energy)
+                            notify=lambda s: progress.text(s), on_tick=progress.tick, energy_for=energy_for)
     try:
         result: CampaignResult = run_async(runner.run())
     except KeyboardInterrupt:
@@ -115,11 +125,21 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         ctx.error(f"interrupted: run the same command again to resume campaign {spec.name}")
         return 130
     progress.end()
-    return report(args, ctx, result, workloads, len(first_plan.gpus))
+    return report(args, ctx, result, workloads, gpus)
+
+
+def _gpu_count(args: argparse.Namespace, ctx: CliContext, topologies: list[str]) -> int | None:
+    """GPUs per layout, from the first topology the planner accepts (a refused one fails its cells later)."""
+    for topo in topologies:
+        try:
+            return len(make_plan(args, ctx, topo)[1].gpus)
+        except AppError:
+            continue
+    return None
 
 
 def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, workloads: dict[str, Workload],
-           gpus: int) -> int:
+           gpus: int | None) -> int:
     runs = result.runs()
     cells = table.build_cells(runs, result.spec.goodput or None)
     failed = [f"{o.cell.topology}/{o.cell.workload}@{o.cell.rate if o.cell.rate is not None else 'default'}"

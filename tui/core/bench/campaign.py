@@ -68,12 +68,13 @@ class CampaignSpec:
     goodput: dict[str, float] = field(default_factory=dict)
     warmup: int = -1
     simulated: bool = False
+    host: str = ""  # what was measured on: "sim:b200x2 clock 1" or the real host's name (part of the cells)
 
     def cells_key(self) -> dict[str, Any]:
         """What defines the cells (a resume must match it)."""
         return {"model": self.model, "topologies": self.topologies, "workloads": self.workloads,
                 "rates": [rate_label(r) for r in self.rates] if isinstance(self.rates, list) else self.rates,
-                "repeat": self.repeat, "seed": self.seed, "num_prompts": self.num_prompts}
+                "repeat": self.repeat, "seed": self.seed, "num_prompts": self.num_prompts, "host": self.host}
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -254,7 +255,7 @@ class CampaignRunner:
     bus: EventBus = field(default_factory=EventBus)
     notify: Notify = print
     on_tick: Callable[[BenchTick], None] | None = None
-    energy: EnergyReader | None = None
+    energy_for: Callable[[Sequence[int]], EnergyReader | None] | None = None  # an energy hook for these GPUs
     root: Path | None = None
     gpu_free_timeout_s: float = GPU_FREE_TIMEOUT_S
     wait_free: Callable[[Host, Sequence[int], float], Awaitable[None]] | None = None
@@ -352,12 +353,13 @@ class CampaignRunner:
 
     async def _run_cells(self, store: CampaignStore, outcomes: dict[Cell, CellOutcome], record: LayoutRecord,
                          plan: LaunchPlan, cells: Sequence[Cell]) -> None:
+        energy = self.energy_for(plan.gpus) if self.energy_for is not None and cells else None
         for cell in cells:
             wl = self._wl(cell)
             store.clear(cell, wl)
             target = BenchTarget(endpoint=record.endpoint, topology=cell.topology, layout=record,
                                  plan=plan.to_dict(), campaign=self.spec.name, name=cell.name(wl),
-                                 repeat=cell.repeat, energy=self.energy, runs_root=store.root)
+                                 repeat=cell.repeat, energy=energy, runs_root=store.root)
             self.notify(f"{cell.topology} × {cell.workload} @ {rate_label(wl.request_rate)} req/s"
                         + (f" (repeat {cell.repeat})" if self.spec.repeat > 1 else ""))
             try:

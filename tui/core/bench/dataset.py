@@ -154,11 +154,15 @@ def warmup_prompts(prompts: Sequence[Prompt], burst: int, *, seed: int = 0, voca
       output length of the run, capped at 32 tokens so the warm-up stays short but still decodes a batch);
     - a burst of ``burst`` short requests sent at once, so the server meets the run's batch sizes (the real
       H200 capture JIT-compiled a Triton top-k/top-p kernel at its first large batch, inside the measured run).
-    They carry the run's sampling parameters (the body is built the same way). ``burst`` 0 disables both.
+
+    Their prompts share nothing with the run's (fresh token ids; a text prompt reversed), so vLLM's prefix cache
+    gives the run no head start. They carry the run's sampling parameters (the body is built the same way).
+    ``burst`` 0 disables both.
     """
     if burst <= 0 or not prompts:
         return []
-    by_len = sorted(prompts, key=lambda p: (p.input_len, p.output_len))
+    rng = random.Random(seed + 7919)
+    by_len = sorted(prompts, key=lambda p: (p.input_len, len(p.text or "")))
     outs = sorted(p.output_len for p in prompts)
     cap = 32
     chosen: list[Prompt] = []
@@ -170,11 +174,16 @@ def warmup_prompts(prompts: Sequence[Prompt], burst: int, *, seed: int = 0, voca
             if key in seen:
                 continue
             seen.add(key)
-            chosen.append(Prompt(output_len=capped, ids=base.ids, text=base.text))
-    rng = random.Random(seed + 7919)
+            if base.ids is not None:
+                chosen.append(Prompt(output_len=capped, ids=_fresh_ids(rng, base.input_len, vocab_size)))
+            else:
+                chosen.append(Prompt(output_len=capped, text=(base.text or "")[::-1]))
     short_len = max(1, min(16, by_len[0].input_len or 16))
     for _ in range(burst):
-        start = rng.randrange(vocab_size)
-        ids = array.array("i", ((start + k) % vocab_size for k in range(short_len)))
-        chosen.append(Prompt(output_len=short_output, ids=ids))
+        chosen.append(Prompt(output_len=short_output, ids=_fresh_ids(rng, short_len, vocab_size)))
     return chosen
+
+
+def _fresh_ids(rng: random.Random, length: int, vocab_size: int) -> array.array[int]:
+    """Random ids (not consecutive like the run's prompts, so no run prompt shares a prefix with them)."""
+    return array.array("i", (rng.randrange(vocab_size) for _ in range(length)))

@@ -70,25 +70,6 @@ class RequestRecord:
     def end(self) -> float:
         return self.start + self.latency
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index, "start": self.start, "success": self.success, "ttft": self.ttft,
-            "latency": self.latency, "itl": list(self.itl), "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens, "chunks": self.chunks, "error": self.error,
-            "expected_input": self.expected_input, "expected_output": self.expected_output,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RequestRecord:
-        return cls(
-            index=int(d["index"]), start=float(d["start"]), success=bool(d["success"]),
-            ttft=float(d.get("ttft") or 0.0), latency=float(d.get("latency") or 0.0),
-            itl=[float(x) for x in (d.get("itl") or [])], prompt_tokens=int(d.get("prompt_tokens") or 0),
-            output_tokens=None if d.get("output_tokens") is None else int(d["output_tokens"]),
-            chunks=int(d.get("chunks") or 0), error=str(d.get("error") or ""),
-            expected_input=int(d.get("expected_input") or 0), expected_output=int(d.get("expected_output") or 0),
-        )
-
 
 def pack_floats(values: list[float]) -> str:
     """Floats as base64 of little-endian float64: exact, and far cheaper than JSON for a long ITL list."""

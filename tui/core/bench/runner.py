@@ -68,6 +68,12 @@ class BenchTarget:
     fingerprint_extra: dict[str, Any] = field(default_factory=dict)
     runs_root: Path | None = None
 
+    def server_urls(self) -> list[str]:
+        """The vLLM servers (not the proxy); the endpoint itself when no layout is known."""
+        if self.layout is None:
+            return [self.endpoint]
+        return [p.url for p in self.layout.processes if p.role != "proxy" and p.url] or [self.endpoint]
+
     def decode_urls(self) -> list[str]:
         if self.layout is None:
             return []
@@ -171,7 +177,10 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     before: dict[str, Any] = {"kv": {}, "offsets": {}, "energy": None}
 
     async def at_start() -> None:
-        """Between warm-up and run: what the servers have counted so far, so warm-up traffic stays out."""
+        """Between warm-up and run: wait for the servers to be idle, then read what they have counted so far, so
+        warm-up traffic stays out of both the timing and the counters."""
+        if opts.warmup != 0 and not await serverside.wait_idle(target.server_urls()):
+            meta.flags.append("server-busy-at-start")
         before["kv"] = await serverside.scrape_sources(decode_urls) if decode_urls else {}
         before["offsets"] = serverside.log_offsets(target.log_files())
         before["energy"] = serverside.read_energy(target.energy)

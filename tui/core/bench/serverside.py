@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import platform
@@ -126,6 +127,35 @@ async def scrape_sources(urls: Iterable[str], timeout_s: float = 5.0) -> dict[st
             except httpx.HTTPError:
                 out[url] = None
     return out
+
+
+async def wait_idle(urls: Iterable[str], timeout_s: float = 30.0, poll_s: float = 0.05) -> bool:
+    """Wait until no server has a request running or waiting (``vllm:num_requests_running`` and ``_waiting``
+    summed over engines), so a run starts on an idle server and not on the tail of its warm-up. Servers that
+    export neither gauge are not waited for. False when the deadline passed first."""
+    urls = list(urls)
+    if not urls:
+        return True
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        while True:
+            busy = 0.0
+            for url in urls:
+                try:
+                    r = await client.get(url.rstrip("/") + "/metrics")
+                except httpx.HTTPError:
+                    continue
+                if r.status_code != 200:
+                    continue
+                for name, _labels, value in parse_prometheus(r.text):
+                    if name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+                        busy += value
+            if busy == 0:
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(poll_s)
 
 
 # --- server logs --------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tui.core import paths
 from tui.core.bench.events import BenchDone, BenchTick
-from tui.core.bench.runner import BenchOptions, BenchTarget, resolve_model
+from tui.core.bench.runner import BenchOptions, BenchTarget, check_options, resolve_model
 from tui.core.bench.store import Run, RunMeta, import_vllm_result, rate_label, run_name, safe_name
 from tui.core.errors import InputError, RunFailed
 from tui.core.events import EventBus
@@ -64,6 +64,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                          bus: EventBus | None = None, on_tick: Callable[[BenchTick], None] | None = None,
                          on_line: Callable[[str], None] | None = None) -> Run:
     w = opts.workload
+    check_options(opts)
     model, _info = await resolve_model(target.endpoint, opts.model)
     rate = None if math.isinf(w.request_rate) else w.request_rate
     name = target.name or (run_name(target.topology, w.name, rate, target.repeat)

@@ -1,0 +1,155 @@
+"""Our load generator against the real ``vllm bench serve``, on the same simulated vLLM server and workloads.
+
+The simulated layout (``tui.sim.vllm``, real-time token pacing by its calibrated performance model) is brought up
+through the supervisor, then for each workload both clients run at saturation, in alternating order: the real tool
+through our ``vllm bench serve`` runner (``tui.core.bench.vllmbench``), ours through ``run_bench``. The table shows
+output throughput, mean/median TPOT and mean TTFT side by side with the ratio ours/vllm (target: within 3 %).
+Two runs of the same real server differ by ~2 % (fixtures ``bench/`` vs ``rerun/bench/``), which bounds what
+any ratio here can say. Mean TTFT with every request sent at once is the touchiest figure: whether the first few
+requests get a prefill step of their own is a race at the server, and a client that opens its connections inside
+the burst (vllm bench without warm-ups) adds their setup to every TTFT; so vllm bench warms up with as many
+requests as the run sends, and each tool runs several times in alternating order.
+
+    python benchmarks/bench_vs_vllm.py [--num-prompts 64] [--workloads 512x2048,7500x200] [--vllm PATH]
+
+Against a server that is already up (a real vLLM on a GPU host, as ``../shared/tools/device-vllm/`` starts one on
+127.0.0.1:8100 serving ``dummy-qwen3-8b``), skip the simulated layout and name the vLLM command:
+
+    python benchmarks/bench_vs_vllm.py --endpoint http://127.0.0.1:8100 --num-prompts 128 --repeat 1 \
+        --vllm-cmd "python3 -m vllm.entrypoints.cli.main" --tokenizer /tmp/model
+
+Needs vLLM 0.24 in its own venv (``/tmp/vllmenv``: ``python3 -m venv /tmp/vllmenv && /tmp/vllmenv/bin/pip install
+vllm==0.24.0``); its tokenizer is the fixtures' model folder. This machine's cores are shared: the load average is
+printed before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+KEYS = (("output_throughput", "output tok/s", ",.0f"), ("mean_tpot_ms", "mean TPOT ms", ".2f"),
+        ("median_tpot_ms", "median TPOT ms", ".2f"), ("mean_ttft_ms", "mean TTFT ms", ",.1f"),
+        ("p99_tpot_ms", "p99 TPOT ms", ".2f"), ("mean_itl_ms", "mean ITL ms", ".2f"))
+TOKENIZER = ROOT / "tests" / "fixtures" / "vllm-0.24.0-h200" / "model"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def main_async(a: argparse.Namespace) -> int:
+    from tui.core import lifecycle
+    from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
+    from tui.core.bench.vllmbench import run_vllm_bench
+    from tui.core.events import EventBus
+    from tui.core.host import HostOptions, SimHost
+    from tui.core.planner import PlanOptions, plan
+    from tui.core.profiles import Catalog, Workload
+
+    cat = Catalog.load()
+    profile = cat.model(a.model)
+    bus = EventBus()
+    served = profile.served_name
+    record = None
+    if a.endpoint:
+        endpoint, where = a.endpoint.rstrip("/"), f"the server at {a.endpoint}"
+    else:
+        host = SimHost(HostOptions(sim=True, sim_gpu=a.gpu, sim_gpus=a.gpus, sim_startup_s=1.0, sim_clock=1.0))
+        launch = plan(profile, a.topology, host.facts,
+                      PlanOptions(port=free_port(), server_base_port=free_port(), side_channel_base=free_port()))
+        print(f"bringing up {a.topology} of {profile.id} on simulated {a.gpus}× {a.gpu} ...", flush=True)
+        record = await lifecycle.bring_up(profile, launch, host, bus)
+        endpoint, served = record.endpoint, launch.served_name
+        where = f"{a.topology} of {profile.id} on simulated {a.gpu}"
+    vllm_cmd = a.vllm_cmd.split() if a.vllm_cmd else [str(a.vllm)]
+    rows = []
+    try:
+        for i, spec in enumerate(a.workloads.split(",")):
+            in_len, out_len = (int(x) for x in spec.lower().split("x"))
+            wl = Workload(name=f"random-{in_len}x{out_len}", input_len=in_len, output_len=out_len,
+                          num_prompts=a.num_prompts)
+            opts = BenchOptions(workload=wl, model=served, vocab_size=profile.shape.vocab_size)
+            results: dict[str, list[dict[str, float]]] = {"vllm": [], "ours": []}
+            for rep in range(a.repeat):
+                order = ("vllm", "ours") if (i + rep) % 2 == 0 else ("ours", "vllm")
+                for who in order:
+                    target = BenchTarget(endpoint=endpoint, topology=a.topology, layout=record,
+                                         campaign="bench-vs-vllm", runs_root=Path(a.runs), repeat=rep + 1)
+                    print(f"  {wl.name}: {who} (run {rep + 1}/{a.repeat}) ...", flush=True)
+                    if who == "vllm":
+                        warm = a.num_prompts if a.vllm_warmups is None else a.vllm_warmups
+                        vopts = BenchOptions(workload=wl, model=served, warmup=warm)
+                        run = await run_vllm_bench(vllm_cmd, vopts, target, str(a.tokenizer))
+                    else:
+                        run = await run_bench(opts, target)
+                    results[who].append(run.summary)
+            rows.append((wl.name, results))
+    finally:
+        if record is not None:
+            await lifecycle.tear_down(record, bus)
+    from tui.core.bench.stats import confidence_interval
+
+    print(f"\n{where}, {a.num_prompts} prompts at once, ignore_eos, "
+          f"{a.repeat} run(s) of each tool in alternating order: mean ± 95% CI; ratio = ours / vllm bench serve")
+    print(f"{'workload':<18} {'metric':<16} {'vllm bench':>20} {'ours':>20} {'ratio':>7}")
+    print("-" * 85)
+    worst = 0.0
+    for name, res in rows:
+        for key, title, fmt in KEYS:
+            vs = [r[key] for r in res["vllm"] if r.get(key) is not None]
+            os_ = [r[key] for r in res["ours"] if r.get(key) is not None]
+            if not vs or not os_:
+                continue
+            v, o = confidence_interval(vs), confidence_interval(os_)
+            ratio = o.mean / v.mean if v.mean else float("nan")
+            if key in ("output_throughput", "mean_tpot_ms", "median_tpot_ms", "mean_ttft_ms"):
+                worst = max(worst, abs(ratio - 1))
+            print(f"{name:<18} {title:<16} {v.text(fmt):>20} {o.text(fmt):>20} {ratio:>7.3f}")
+    print(f"\nlargest deviation of the means on the four compared figures: {worst:.1%} (target ≤ 3%)")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="dummy-qwen3-8b")
+    ap.add_argument("--topology", default="tp1")
+    ap.add_argument("--gpu", default="h200")
+    ap.add_argument("--gpus", type=int, default=1)
+    ap.add_argument("--num-prompts", type=int, default=64)
+    ap.add_argument("--workloads", default="512x2048,7500x200")
+    ap.add_argument("--vllm", type=Path, default=Path("/tmp/vllmenv/bin/vllm"))
+    ap.add_argument("--vllm-cmd", help="the vllm command as words (instead of --vllm), e.g. "
+                                       "'python3 -m vllm.entrypoints.cli.main'")
+    ap.add_argument("--tokenizer", type=Path, default=TOKENIZER, help="tokenizer folder for vllm bench")
+    ap.add_argument("--endpoint", help="compare against this running server instead of a simulated layout")
+    ap.add_argument("--vllm-warmups", type=int, default=None,
+                    help="vllm bench's --num-warmups (default: the prompt count, so that both clients start the "
+                         "run with a warm pool of that many connections, as ours does after its warm-up burst)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each tool per workload (alternating order)")
+    ap.add_argument("--keep", type=Path, help="keep both tools' runs (records included) in this directory")
+    a = ap.parse_args()
+    if not a.vllm_cmd and not a.vllm.exists():
+        print(f"no vllm at {a.vllm}: install vLLM 0.24 there (see this script's docstring)", file=sys.stderr)
+        return 2
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["DISAGG_TUI_STATE_DIR"] = str(Path(tmp) / "state")  # the simulated GPUs and layout: private
+        a.runs = str(a.keep or Path(tmp) / "runs")
+        code = asyncio.run(main_async(a))
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
