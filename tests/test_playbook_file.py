@@ -119,14 +119,20 @@ def test_fix_becomes_a_plan_fix_the_planner_applies() -> None:
     facts = sim_facts("h200", 2)
     profile = Catalog.load().model("dummy-qwen3-8b")
     base = plan(profile, "tp1", facts)
-    fix = book.entry("flashinfer-no-nvcc").plan_fix()
+    fix = book.entry("flashinfer-no-nvcc").plan_fix(arch="hopper")
     assert fix is not None
     fixed = apply_fix(base, fix, "flashinfer-no-nvcc")
     server = fixed.servers[0]
     assert server.env_dict()["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
-    argv = list(server.argv)
-    assert argv[argv.index("--attention-backend") + 1] == "TRITON_ATTN"
+    # on Hopper vLLM picks FlashAttention 3: the fix must not force Triton attention (it would skew a comparison)
+    assert "--attention-backend" not in server.argv
     assert fixed.fixes_applied == ("flashinfer-no-nvcc",)
+    blackwell = book.entry("flashinfer-no-nvcc").plan_fix(arch="blackwell")
+    assert blackwell is not None and "--attention-backend TRITON_ATTN" in blackwell.add_args
+    b200 = apply_fix(plan(Catalog.load().model("qwen3.6-27b-nvfp4"), "tp2", sim_facts("b200", 2)), blackwell, "x")
+    argv = list(b200.servers[0].argv)
+    assert argv[argv.index("--attention-backend") + 1] == "TRITON_ATTN"
+    assert "on blackwell only" in book.entry("flashinfer-no-nvcc").fix_text()
     # the SSM layout fix on a disaggregated plan reaches both roles
     q = Catalog.load().model("dummy-qwen3-8b")
     pd = plan(q, "1p1d", facts)

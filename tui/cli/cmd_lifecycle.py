@@ -145,6 +145,8 @@ def layout_status(rec: LayoutRecord) -> dict[str, Any]:
     return {"id": rec.id, "status": rec.status, "simulated": rec.simulated, "profile": rec.profile_id,
             "topology": rec.topology, "endpoint": rec.endpoint, "gpus": rec.gpus, "note": rec.note,
             "created": rec.created, "fixes_applied": rec.plan.get("fixes_applied", []),
+            "diagnoses": [{k: d.get(k) for k in ("server", "entry_id", "title", "severity", "fix", "line_no")}
+                          for d in rec.diagnoses],
             "processes": [{"name": p.name, "role": p.role, "pid": p.pid, "alive": alive.get(p.name, False),
                            "url": p.url, "gpus": p.gpus, "log": p.log} for p in rec.processes]}
 
@@ -171,6 +173,8 @@ def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
         for p in lay["processes"]:
             ctx.print(f"  {p['name']:<10} {p['role']:<8} pid {p['pid']:<8} {'running' if p['alive'] else 'EXITED':<8}"
                       f" {p['url']}  log {p['log']}")
+        for d in lay["diagnoses"]:
+            ctx.print(f"  {d['severity']}: {d['server']} [{d['entry_id']}] {d['title']} — fix: {d['fix']}")
     for line in tick_lines(snapshot):
         ctx.print(line)
     return EXIT_OK

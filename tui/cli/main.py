@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -76,6 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         ctx.error("interrupted")
         return 130
+    except BrokenPipeError:
+        # the reader went away (| head): stop quietly, and keep Python from complaining at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     finally:
         ctx.close()
 

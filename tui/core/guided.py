@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from tui.core.errors import RunFailed
-from tui.core.events import Event, EventBus, Notice
+from tui.core.events import Event, EventBus, Notice, event_from_dict
 from tui.core.host import Host
-from tui.core.lifecycle import StartFailure, UpOptions, bring_up
+from tui.core.lifecycle import Launch, StartFailure, UpOptions
 from tui.core.planner import LaunchPlan, apply_fix
 from tui.core.playbook import Diagnosis, MatchContext, Matcher, Playbook
 from tui.core.profiles import ModelProfile
@@ -66,17 +66,32 @@ class GuidedLaunch:
         self.max_attempts = max_attempts
         self.diagnoses: list[Diagnosis] = []
         vllm = host.facts.vllm
-        self.context = MatchContext.for_launch(profile, plan.topo, vllm.version if vllm else None)
+        arches = {g.arch for i in plan.gpus if (g := host.facts.gpu(i)) is not None}
+        self.arch = arches.pop() if len(arches) == 1 else None
+        self.context = MatchContext.for_launch(profile, plan.topo, vllm.version if vllm else None, self.arch)
 
     def _apply(self, entry_id: str, plan: LaunchPlan, fix_plan: LaunchPlan, attempt: int, reason: str) -> None:
         changes = tuple(w.change for w in fix_plan.workarounds[len(plan.workarounds):])
         self.bus.publish(FixApplied(entry_id=entry_id, changes=changes, attempt=attempt, reason=reason))
 
+    def _previous_diagnoses(self) -> list[Diagnosis]:
+        """What the playbook found when this profile last failed to start (fills a fix's values from its line)."""
+        store = self.store or StateStore()
+        out: list[Diagnosis] = []
+        for d in store.failed_diagnoses(str(self.apply), self.profile.id):
+            try:
+                ev = event_from_dict(d)
+            except (ValueError, TypeError, KeyError):
+                continue
+            if isinstance(ev, Diagnosis):
+                out.append(ev)
+        return out
+
     def asked_fixes(self) -> LaunchPlan:
         """The plan with ``--apply-fix ID`` applied (before anything runs)."""
         plan = self.plan
         if self.apply and self.apply != "auto":
-            for entry_id, fix in self.book.fixes([], self.apply):
+            for entry_id, fix in self.book.fixes(self._previous_diagnoses(), self.apply, self.arch):
                 fixed = apply_fix(plan, fix, entry_id)
                 self._apply(entry_id, plan, fixed, 0, "asked")
                 plan = fixed
@@ -95,8 +110,9 @@ class GuidedLaunch:
                         self.bus.publish_threadsafe(d)
 
             opts = replace(self.options, line_hooks=(*self.options.line_hooks, hook))
+            launch = Launch(self.host, plan, self.profile, self.bus, opts, self.store)
             try:
-                record = await bring_up(self.profile, plan, self.host, self.bus, options=opts, store=self.store)
+                record = await launch.run()
             except StartFailure as exc:
                 matcher = matchers.get(exc.server)
                 if matcher is not None:
@@ -104,8 +120,9 @@ class GuidedLaunch:
                                             stalled_phase=exc.phase if exc.stalled else None):
                         self.bus.publish(d)
                     self.diagnoses = matcher.diagnoses
+                launch.store.update(launch.layout_id, diagnoses=[d.to_dict() for d in self.diagnoses])
                 failures = [d for d in self.diagnoses if d.is_failure]
-                fixes = [(e, f) for e, f in self.book.fixes(failures, "auto") if e not in applied] \
+                fixes = [(e, f) for e, f in self.book.fixes(failures, "auto", self.arch) if e not in applied] \
                     if self.apply == "auto" else []
                 if not fixes or attempt == self.max_attempts:
                     raise DiagnosedFailure(exc, self.diagnoses, plan) from None

@@ -89,6 +89,7 @@ class LayoutRecord:
     sim: dict[str, Any] = field(default_factory=dict)  # the simulated host's settings when simulated
     endpoint: str = ""
     note: str = ""
+    diagnoses: list[dict[str, Any]] = field(default_factory=list)  # playbook findings (Diagnosis.to_dict())
 
     @property
     def gpus(self) -> list[int]:
@@ -171,6 +172,25 @@ class StateStore:
             return {}
         with self.locked() as layouts:
             return dict(layouts)
+
+    def update(self, layout_id: str, **changes: Any) -> None:
+        """Change fields of one layout record (if it is still recorded)."""
+        with self.locked() as layouts:
+            rec = layouts.get(layout_id)
+            if rec is not None:
+                for key, value in changes.items():
+                    setattr(rec, key, value)
+
+    def failed_diagnoses(self, entry_id: str, profile_id: str | None = None) -> list[dict[str, Any]]:
+        """The playbook findings of the most recent failed start (of ``profile_id``) that reported ``entry_id``:
+        ``up --apply-fix ID`` fills a fix's values (a length, a memory figure) from that failure's log line."""
+        failed = sorted((r for r in self.read().values() if r.status == "failed"
+                         and (profile_id is None or r.profile_id == profile_id)),
+                        key=lambda r: r.created, reverse=True)
+        for rec in failed:
+            if any(d.get("entry_id") == entry_id for d in rec.diagnoses):
+                return rec.diagnoses
+        return []
 
     def active(self) -> LayoutRecord | None:
         """The layout that is up (or starting) on this host, if any."""

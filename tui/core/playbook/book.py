@@ -87,18 +87,19 @@ class Playbook:
                 return entry
         return None
 
-    def plan_fix(self, diagnosis: Diagnosis) -> PlanFix | None:
+    def plan_fix(self, diagnosis: Diagnosis, arch: str | None = None) -> PlanFix | None:
         """The diagnosis's entry's fix as a PlanFix (placeholders filled from the matched line), or None."""
         entry = self._by_id.get(diagnosis.entry_id)
-        return entry.plan_fix(diagnosis.captures) if entry is not None else None
+        return entry.plan_fix(diagnosis.captures, arch) if entry is not None else None
 
-    def fixes(self, diagnoses: Iterable[Diagnosis], which: str) -> list[tuple[str, PlanFix]]:
+    def fixes(self, diagnoses: Iterable[Diagnosis], which: str, arch: str | None = None
+              ) -> list[tuple[str, PlanFix]]:
         """The fixes ``up --apply-fix WHICH`` applies: ``auto`` (every auto entry diagnosed) or one entry id.
 
         Returns ``(entry_id, PlanFix)`` pairs in report order, one per entry; give each to
         ``planner.apply_fix(plan, fix, entry_id)``. An id that was not diagnosed still gives its fix (the operator
-        asked for it) unless the fix needs values from a matched line. Raises InputError for an unknown id or an
-        entry with no fix.
+        asked for it) unless the fix needs values from a matched line. ``arch`` is the plan's GPU architecture
+        (it picks a fix's ``arch_add_args``). Raises InputError for an unknown id or an entry with no fix.
         """
         ordered = sorted(diagnoses, key=Diagnosis.sort_key)
         out: list[tuple[str, PlanFix]] = []
@@ -108,7 +109,7 @@ class Playbook:
                 entry = self._by_id.get(d.entry_id)
                 if entry is None or not entry.auto or d.entry_id in seen:
                     continue
-                pf = entry.plan_fix(d.captures)
+                pf = entry.plan_fix(d.captures, arch)
                 if pf is not None:
                     seen.add(d.entry_id)
                     out.append((d.entry_id, pf))
@@ -122,7 +123,7 @@ class Playbook:
             raise InputError(f"the fix of {which!r} takes values from the failing log line "
                              f"({', '.join(sorted(entry.fix.placeholders()))}); it was not diagnosed here",
                              field="--apply-fix")
-        pf = entry.plan_fix(diag.captures if diag else None)
+        pf = entry.plan_fix(diag.captures if diag else None, arch)
         assert pf is not None
         return [(which, pf)]
 

@@ -18,6 +18,7 @@ from tui.core.errors import InputError
 from tui.core.logparse import PHASE_INDEX
 from tui.core.playbook.literals import required_literals
 from tui.core.playbook.model import (
+    ARCHES,
     ATTENTIONS,
     FAMILIES,
     ROLES,
@@ -138,8 +139,22 @@ def _parse_fix(f: Fields) -> FixSpec:
             if key == "remove_args" and len(parts) != 1:
                 raise f.error(key, f"name only the flag to remove (its value goes with it); got {item!r}")
     roles = _choices(f, "roles", ROLES)
+    arch_args: list[tuple[str, tuple[str, ...]]] = []
+    per_arch = f.sub("arch_add_args")
+    if per_arch is not None:
+        for arch in list(per_arch.data):
+            if arch not in ARCHES:
+                raise per_arch.error(arch, f"GPU architecture must be one of {', '.join(ARCHES)}")
+            items = per_arch.str_list(arch)
+            for item in items:
+                parts = shlex.split(item) if item.strip() else []
+                if not parts or not parts[0].startswith("-"):
+                    raise per_arch.error(arch, f"each item is one flag with its value, like '--flag value'; "
+                                               f"got {item!r}")
+            arch_args.append((arch, tuple(items)))
+        per_arch.done()
     fix = FixSpec(set_env=tuple(set_env.items()), unset_env=tuple(unset_env), add_args=tuple(add_args),
-                  remove_args=tuple(f.str_list("remove_args")), roles=roles)
+                  remove_args=tuple(f.str_list("remove_args")), roles=roles, arch_add_args=tuple(arch_args))
     f.done()
     return fix
 
@@ -180,7 +195,7 @@ def parse_entry(data: Any, source: str | Path, prefix: str) -> Entry:
     fix_f = f.sub("fix")
     fix = _parse_fix(fix_f) if fix_f is not None else None
     if fix is not None and fix.empty:
-        raise f.error("fix", "a fix needs set_env, unset_env, add_args or remove_args")
+        raise f.error("fix", "a fix needs set_env, unset_env, add_args, arch_add_args or remove_args")
     not_fixable = f.get("not_fixable", str, None)
     auto = f.get("auto", bool, False)
     references = tuple(f.str_list("references"))

@@ -140,11 +140,12 @@ class Matcher:
 
     def _diagnosis(self, entry: Entry, lineno: int | None, text: str, captures: dict[str, str], *,
                    rule: str = "line", detail: str = "") -> Diagnosis:
-        pf = entry.plan_fix(captures)
+        arch = self.context.gpu_arch
+        pf = entry.plan_fix(captures, arch)
         return Diagnosis(
             server=self.server, entry_id=entry.id, title=entry.title, severity=entry.severity,
             priority=entry.priority, line_no=lineno, line=clean_line(text), explanation=entry.explain,
-            fix=entry.fix_text(captures), changes=tuple(pf.describe()) if pf else (), fixable=pf is not None,
+            fix=entry.fix_text(captures, arch), changes=tuple(pf.describe()) if pf else (), fixable=pf is not None,
             auto=entry.auto, rule=rule, detail=detail, generic=entry.generic, captures=captures,
         )
 

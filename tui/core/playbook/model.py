@@ -20,6 +20,7 @@ TOPOLOGY_KINDS = ("tp", "dp", "pd")
 FAMILIES = ("dense", "moe")
 ATTENTIONS = ("full", "hybrid")
 ROLES = ("single", "prefill", "decode")
+ARCHES = ("blackwell", "hopper", "ampere-or-older")  # GPU architectures a fix can single out
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -65,10 +66,11 @@ class MatchContext:
     attention: str | None = None  # full | hybrid
     topology: str | None = None  # tp | dp | pd
     vllm_version: str | None = None
+    gpu_arch: str | None = None  # blackwell | hopper | ... (the plan's GPUs): picks a fix's arch_add_args
 
     @classmethod
-    def for_launch(cls, profile: Any = None, topology: Any = None, vllm_version: str | None = None
-                   ) -> MatchContext:
+    def for_launch(cls, profile: Any = None, topology: Any = None, vllm_version: str | None = None,
+                   gpu_arch: str | None = None) -> MatchContext:
         """From a model profile (``family``, ``attention``) and a topology (its ``kind``) or topology name."""
         kind = None
         if topology is not None:
@@ -78,7 +80,7 @@ class MatchContext:
 
                 kind = parse_topology(str(topology)).kind
         return cls(family=getattr(profile, "family", None), attention=getattr(profile, "attention", None),
-                   topology=kind, vllm_version=vllm_version)
+                   topology=kind, vllm_version=vllm_version, gpu_arch=gpu_arch)
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -152,24 +154,34 @@ class FixSpec:
     add_args: tuple[str, ...] = ()
     remove_args: tuple[str, ...] = ()
     roles: tuple[str, ...] = ()
+    #: flags added only on GPUs of one architecture, e.g. Triton attention where FlashInfer attention would be
+    #: chosen (Blackwell): on Hopper vLLM picks FlashAttention 3, and forcing Triton would skew a comparison
+    arch_add_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.set_env or self.unset_env or self.add_args or self.remove_args)
+        return not (self.set_env or self.unset_env or self.add_args or self.remove_args or self.arch_add_args)
 
     def placeholders(self) -> set[str]:
         texts = [v for _, v in self.set_env] + list(self.unset_env) + list(self.add_args) + list(self.remove_args)
+        texts += [v for _, items in self.arch_add_args for v in items]
         return {m.group(1) for t in texts for m in PLACEHOLDER.finditer(t)}
 
-    def render(self, captures: Mapping[str, str | None] | None = None) -> PlanFix:
+    def render(self, captures: Mapping[str, str | None] | None = None, arch: str | None = None) -> PlanFix:
+        """The PlanFix; ``arch`` (the plan's GPU architecture) decides which ``arch_add_args`` apply."""
         c = captures or {}
+        extra = [v for a, items in self.arch_add_args if a == arch for v in items]
         return PlanFix(
             set_env=tuple((k, fill(v, c)) for k, v in self.set_env),
             unset_env=tuple(fill(v, c) for v in self.unset_env),
-            add_args=tuple(fill(v, c) for v in self.add_args),
+            add_args=tuple(fill(v, c) for v in (*self.add_args, *extra)),
             remove_args=tuple(fill(v, c) for v in self.remove_args),
             roles=self.roles,
         )
+
+    def arch_notes(self, arch: str | None) -> list[str]:
+        """What the fix adds on other architectures than ``arch`` (for a description when arch is unknown)."""
+        return [f"add {v} (on {a} only)" for a, items in self.arch_add_args if a != arch for v in items]
 
     def to_data(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -183,6 +195,8 @@ class FixSpec:
             out["remove_args"] = list(self.remove_args)
         if self.roles:
             out["roles"] = list(self.roles)
+        if self.arch_add_args:
+            out["arch_add_args"] = {a: list(items) for a, items in self.arch_add_args}
         return out
 
 
@@ -209,18 +223,20 @@ class Entry:
     def fixable(self) -> bool:
         return self.fix is not None and not self.fix.empty
 
-    def plan_fix(self, captures: Mapping[str, str | None] | None = None) -> PlanFix | None:
-        """The change this entry's fix makes to a launch plan, or None when it has none."""
+    def plan_fix(self, captures: Mapping[str, str | None] | None = None, arch: str | None = None
+                 ) -> PlanFix | None:
+        """The change this entry's fix makes to a launch plan on GPUs of ``arch``, or None when it has none."""
         if self.fix is None or self.fix.empty:
             return None
-        return self.fix.render(captures)
+        return self.fix.render(captures, arch)
 
-    def fix_text(self, captures: Mapping[str, str | None] | None = None) -> str:
+    def fix_text(self, captures: Mapping[str, str | None] | None = None, arch: str | None = None) -> str:
         """One line: the changes (``set X=1; add --flag v``) and/or what to do instead."""
         parts: list[str] = []
-        pf = self.plan_fix(captures)
+        pf = self.plan_fix(captures, arch)
         if pf is not None:
-            changes = "; ".join(pf.describe())
+            described = pf.describe() + (self.fix.arch_notes(arch) if self.fix is not None else [])
+            changes = "; ".join(described)
             if pf.roles:
                 changes += f" (on {', '.join(pf.roles)} servers)"
             parts.append(changes + ("" if self.auto else " (not applied automatically)"))
