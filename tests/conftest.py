@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.simserver import SimServers
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = FIXTURES / "vllm-0.24.0-h200"
@@ -22,3 +25,13 @@ def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DISAGG_TUI_DATA_DIR", str(root / "data"))
     monkeypatch.delenv("DISAGG_TUI_RUNS_DIR", raising=False)
     return root
+
+
+@pytest.fixture
+def sims(tmp_path: Path) -> Iterator[SimServers]:
+    """Simulated vLLM servers started by a test, killed (process groups) at teardown."""
+    servers = SimServers(tmp_path)
+    try:
+        yield servers
+    finally:
+        servers.close()

@@ -9,11 +9,8 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.simserver import SimServer, SimServers, free_port
 from tui.core.profiles import Catalog
@@ -21,15 +18,6 @@ from tui.sim.gpustate import SimGpuState
 
 INIT_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): "
 NIXL_PRODUCER = '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'
-
-
-@pytest.fixture
-def sims(tmp_path: Path) -> Iterator[SimServers]:
-    servers = SimServers(tmp_path)
-    try:
-        yield servers
-    finally:
-        servers.close()
 
 
 def profile(pid: str) -> dict[str, object]:

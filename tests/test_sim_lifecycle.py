@@ -8,24 +8,13 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.simserver import SimServers, group_alive
 from tui.core.logparse import PHASE_INDEX, PhaseTracker
 from tui.sim.gpustate import SimGpuState
-
-
-@pytest.fixture
-def sims(tmp_path: Path) -> Iterator[SimServers]:
-    servers = SimServers(tmp_path)
-    try:
-        yield servers
-    finally:
-        servers.close()
 
 
 def _refused(port: int) -> bool:

@@ -6,11 +6,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.simserver import SimServer, SimServers, free_port
 
@@ -20,15 +17,6 @@ ASK_REMOTE_DECODE = {"do_remote_decode": True, "do_remote_prefill": False, "remo
                      "remote_block_ids": None, "remote_host": None, "remote_port": None}
 KV_PARAM_KEYS = ["do_remote_prefill", "do_remote_decode", "remote_block_ids", "remote_engine_id",
                  "remote_request_id", "remote_host", "remote_port", "tp_size", "remote_num_tokens"]
-
-
-@pytest.fixture
-def sims(tmp_path: Path) -> Iterator[SimServers]:
-    servers = SimServers(tmp_path)
-    try:
-        yield servers
-    finally:
-        servers.close()
 
 
 def metric(s: SimServer, name: str, **labels: str) -> float:

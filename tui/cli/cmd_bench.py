@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import shlex
 import signal
 from pathlib import Path
 from typing import Any
 
+from tui.cli.argtypes import nonneg_int, positive_float, positive_int
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
 from tui.core.bench import report
@@ -22,36 +22,6 @@ from tui.core.profiles import Workload, parse_rate
 from tui.core.state import LayoutRecord, StateStore
 
 DEFAULT_WORKLOAD = "decode-heavy"
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {v}")
-    return v
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {v}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v > 0 or math.isnan(v):
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return v
 
 
 def _ratio(text: str) -> float:
@@ -75,25 +45,25 @@ def add_traffic_options(p: argparse.ArgumentParser, *, single: bool) -> None:
     """Options shared by ``bench`` and ``run`` (``single``: one workload and one rate)."""
     if single:
         p.add_argument("--workload", "-w", metavar="NAME|FILE", help=f"workload (default {DEFAULT_WORKLOAD})")
-        p.add_argument("--input-len", type=_positive_int, metavar="N", help="prompt tokens per request")
-        p.add_argument("--output-len", type=_positive_int, metavar="N", help="tokens generated per request")
+        p.add_argument("--input-len", type=positive_int, metavar="N", help="prompt tokens per request")
+        p.add_argument("--output-len", type=positive_int, metavar="N", help="tokens generated per request")
         p.add_argument("--rate", type=_rate, metavar="R|inf", help="requests/s (Poisson), or inf: all at once")
         p.add_argument("--prompts", metavar="FILE.jsonl",
                        help='prompts from a JSONL file ({"prompt": text | [ids], "output_len": N})')
-    p.add_argument("--num-prompts", type=_positive_int, metavar="N", help="requests per run")
-    p.add_argument("--burstiness", type=_positive_float, metavar="B",
+    p.add_argument("--num-prompts", type=positive_int, metavar="N", help="requests per run")
+    p.add_argument("--burstiness", type=positive_float, metavar="B",
                    help="gamma burstiness of arrivals (1 = Poisson; <1 burstier)")
-    p.add_argument("--max-concurrency", type=_positive_int, metavar="C", help="at most C requests in flight")
+    p.add_argument("--max-concurrency", type=positive_int, metavar="C", help="at most C requests in flight")
     p.add_argument("--range-ratio", type=_ratio, metavar="R", help="spread lengths over [L(1-R), L(1+R)]")
-    p.add_argument("--prefix-len", type=_nonneg_int, metavar="N", help="a shared prefix of N tokens")
-    p.add_argument("--seed", type=_nonneg_int, metavar="S", help="random seed of prompts and arrivals")
+    p.add_argument("--prefix-len", type=nonneg_int, metavar="N", help="a shared prefix of N tokens")
+    p.add_argument("--seed", type=nonneg_int, metavar="S", help="random seed of prompts and arrivals")
     p.add_argument("--goodput", nargs="+", metavar="KEY:MS", help="SLOs for goodput: ttft:MS tpot:MS e2el:MS")
-    p.add_argument("--warmup", type=_nonneg_int, metavar="N",
+    p.add_argument("--warmup", type=nonneg_int, metavar="N",
                    help="warm-up burst size, excluded from results (default: the run's concurrency; 0 = none)")
-    p.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
+    p.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                    help="run each cell N times; report mean and 95%% confidence interval")
     p.add_argument("--served-model", metavar="NAME", help="model name in requests (default: from /v1/models)")
-    p.add_argument("--vocab-size", type=_positive_int, metavar="N",
+    p.add_argument("--vocab-size", type=positive_int, metavar="N",
                    help="draw prompt token ids below N (default: the model profile's vocabulary)")
     p.add_argument("--extra-body", metavar="JSON", help="extra JSON fields for every request (e.g. temperature)")
     p.add_argument("--runner", choices=("ours", "vllm"), default="ours",

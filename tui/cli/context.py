@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from tui.cli.argtypes import nonneg_float, positive_float, positive_int
 from tui.core.errors import InputError
 from tui.core.host import Host, HostOptions, select_host
 from tui.core.profiles import Catalog
@@ -24,46 +25,16 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = Fal
                    help="use the simulated host (automatic when no NVIDIA driver answers)")
     g.add_argument("--sim-gpu", choices=("b200", "h200"), default=default,
                    help="simulated GPU model (default b200)")
-    g.add_argument("--sim-gpus", type=_positive_int, default=default, metavar="N",
+    g.add_argument("--sim-gpus", type=positive_int, default=default, metavar="N",
                    help="number of simulated GPUs (default 2)")
     g.add_argument("--sim-fault", action="append", choices=SIM_FAULTS, default=default, metavar="NAME",
                    help=f"inject a known failure into simulated servers (repeatable): {', '.join(SIM_FAULTS)}")
-    g.add_argument("--sim-startup", type=_nonneg_float, default=default, metavar="SECONDS",
+    g.add_argument("--sim-startup", type=nonneg_float, default=default, metavar="SECONDS",
                    help="how long a simulated cold start takes (default compressed to ~4 s; 0 = real-time ~2-15 min)")
-    g.add_argument("--sim-clock", type=_positive_float, default=default, metavar="X",
+    g.add_argument("--sim-clock", type=positive_float, default=default, metavar="X",
                    help="simulated token pacing speed-up (default 1 = real time)")
     g.add_argument("--vllm", default=default, metavar="PATH",
                    help="the vllm executable (default: found on PATH; it often lives in its own venv)")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
-    return value
 
 
 def parse_gpu_list(text: str | None) -> tuple[int, ...] | None:

@@ -49,6 +49,18 @@ def create_time(pid: int) -> float:
         return 0.0
 
 
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` runs (a zombie counts as gone)."""
+    if pid <= 0:
+        return False
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
 def process_alive(pid: int, started: float) -> bool:
     """True when ``pid`` runs and is the process we started (same start time), not a zombie."""
     try:

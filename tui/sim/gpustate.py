@@ -22,25 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from tui.core.gpuspecs import PRESETS, GpuSpec
+from tui.core.supervisor import pid_alive
 
 
 def simgpu_dir(state_dir: Path) -> Path:
     return state_dir / "simgpu"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie still answers kill(0); treat it as gone
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -125,7 +111,7 @@ class SimGpuState:
                 claim = Claim.from_json(json.loads(path.read_text(encoding="utf-8")))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if not _pid_alive(claim.pid):
+            if not pid_alive(claim.pid):
                 with contextlib.suppress(OSError):
                     path.unlink()
                 continue

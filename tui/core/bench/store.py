@@ -42,6 +42,7 @@ from tui.core.bench.metrics import (
     summarize,
 )
 from tui.core.errors import InputError
+from tui.core.supervisor import pid_alive
 
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
@@ -257,18 +258,6 @@ class Run:
         return read_records(self.path)
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_records(directory: Path) -> list[RequestRecord]:
     """Every finished request of a run: ``requests.parquet``, else the parts and the journal (a killed run)."""
     import polars as pl
@@ -300,7 +289,7 @@ def load_run(directory: Path) -> Run:
         raise InputError("not a run directory (no run.json)", file=directory) from None
     except (ValueError, TypeError) as exc:
         raise InputError(f"damaged run.json: {exc}", file=run_file) from None
-    if meta.status == "running" and not _alive(meta.pid):
+    if meta.status == "running" and not pid_alive(meta.pid):
         meta.status = "incomplete"
         if "incomplete" not in meta.flags:
             meta.flags.append("incomplete")
