@@ -18,6 +18,7 @@ from typing import NoReturn
 from tui import __version__
 from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_BAD_INPUT, AppError
+from tui.core.supervisor import reset_ignored_sigint
 
 # (module, command) in help order; a module may register several commands
 COMMAND_MODULES: tuple[str, ...] = (
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    reset_ignored_sigint()
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
     ctx = CliContext.from_args(args)

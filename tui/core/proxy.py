@@ -23,6 +23,7 @@ import uvicorn
 from tui.core.errors import EXIT_OK, AppError, InputError
 from tui.core.proxy_app import ACCESS_LOGGER, ProxyApp, ProxySettings
 from tui.core.proxy_upstream import BALANCE_CHOICES
+from tui.core.supervisor import reset_ignored_sigint
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -180,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description="The disaggregated prefill/decode proxy in front of vLLM servers.")
     add_proxy_arguments(parser)
     args = parser.parse_args(argv)
+    reset_ignored_sigint()  # a stop sends SIGINT first
     try:
         return serve(settings_from_args(args))
     except AppError as err:

@@ -30,6 +30,17 @@ from tui.core.host import Command
 LAYOUT_ENV = "DISAGG_TUI_LAYOUT"
 
 
+def reset_ignored_sigint() -> None:
+    """Undo an inherited 'ignore SIGINT' (a shell starts background jobs so), in the main thread.
+
+    An ignored signal stays ignored across exec, so servers started from such a process would ignore the SIGINT a
+    stop sends first (and a uvicorn server would re-raise it into nothing on shutdown). Our servers run in their
+    own session, so a terminal's Ctrl-C never reaches them either way.
+    """
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def spawn(cmd: Command, log_path: Path, layout_id: str) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in its own session; output appended to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 
+from tui.core.supervisor import reset_ignored_sigint
 from tui.sim import cli, faults
 from tui.sim.claims import ClaimWriter
 from tui.sim.config import ConfigError, build, load_profile
@@ -40,6 +41,7 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
+    reset_ignored_sigint()  # like a real vLLM started by us: SIGINT stops it
     args = sys.argv[1:] if argv is None else argv
     parser, ns, order, extras = cli.parse(args)
     if extras:
