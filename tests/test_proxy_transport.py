@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from tui.core import proxy_transport
-from tui.core.proxy_transport import LeanTransport
+from tui.core import http_transport as proxy_transport
+from tui.core.http_transport import LeanTransport
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from tui.core.http_transport import LeanTransport
 from tui.core.proxy_http import (
     CLIENT_CLOSED,
     EVENT_STREAM,
@@ -47,7 +48,6 @@ from tui.core.proxy_http import (
 )
 from tui.core.proxy_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tui.core.proxy_metrics import ProxyMetrics
-from tui.core.proxy_transport import LeanTransport
 from tui.core.proxy_upstream import (
     Balance,
     HealthCache,

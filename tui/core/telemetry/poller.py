@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import httpx
 
 from tui.core.events import EventBus
+from tui.core.http_transport import LeanTransport
 from tui.core.telemetry import prom
 from tui.core.telemetry.derive import KEEP_PREFIXES, MetricsWindow
 from tui.core.telemetry.events import (
@@ -137,13 +138,16 @@ class ServerPoller:
         return list(self._status.values())
 
     def _make_client(self) -> httpx.AsyncBaseTransport:
-        # httpx's transport, without the client layer: a poll needs no cookies, auth, redirects or proxies, and
-        # skipping them halves the CPU of a /health poll (benchmarks/telemetry_cost.py)
+        # an httpx transport, without the client layer: a poll needs no cookies, auth, redirects or proxies, and
+        # skipping them halves the CPU of a /health poll; the lean asyncio transport (the proxy's) takes off about
+        # a third more (benchmarks/telemetry_cost.py)
         if self._transport is not None:
             return self._transport
         n = max(len(self._status), 1)
-        return httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=4 * n, max_keepalive_connections=2 * n),
-                                        retries=0)
+        limits = httpx.Limits(max_connections=4 * n, max_keepalive_connections=2 * n)
+        if all(key.startswith("http://") for key in self._status):
+            return LeanTransport(limits)
+        return httpx.AsyncHTTPTransport(limits=limits, retries=0)  # https endpoints: httpx's own
 
     async def __aenter__(self) -> ServerPoller:
         if self._client is None:

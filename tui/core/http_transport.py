@@ -1,4 +1,4 @@
-"""A lean transport for the proxy's ``httpx.AsyncClient``: httpcore's connection pool over plain asyncio.
+"""A lean httpx transport (the proxy's client, the telemetry poller): httpcore's connection pool over asyncio.
 
 httpx's default transport reaches the network through anyio, which on every read of a response enters a cancel
 scope and pauses then resumes the socket's reader (two ``epoll_ctl`` calls). For a proxy relaying one small
