@@ -111,15 +111,21 @@ def engine_traceback(frames: list[tuple[str, int, str, str]], exc: str) -> str:
     return "\n".join(lines)
 
 
+#: how every traceback raised in ``vllm serve``'s main process begins (python -m vllm.entrypoints.cli.main)
+_CLI_TRACEBACK_HEAD = (
+    "Traceback (most recent call last):",
+    '  File "<frozen runpy>", line 198, in _run_module_as_main',
+    '  File "<frozen runpy>", line 88, in _run_code',
+    f'  File "{SITE}/vllm/entrypoints/cli/main.py", line 101, in <module>',
+    "    main()",
+)
+
+
 def api_init_failed(failed: str) -> str:
     """The front end's traceback when the engines did not come up (printed raw on stderr)."""
     where = "v1/engine/utils.py"
     return "\n".join([
-        "Traceback (most recent call last):",
-        '  File "<frozen runpy>", line 198, in _run_module_as_main',
-        '  File "<frozen runpy>", line 88, in _run_code',
-        f'  File "{SITE}/vllm/entrypoints/cli/main.py", line 101, in <module>',
-        "    main()",
+        *_CLI_TRACEBACK_HEAD,
         f'  File "{SITE}/vllm/entrypoints/cli/serve.py", line 148, in cmd',
         "    uvloop.run(run_server(args))",
         f'  File "{SITE}/vllm/v1/engine/core_client.py", line 573, in __init__',
@@ -223,11 +229,7 @@ def ready_timeout(seconds: float) -> str:
 
 def port_in_use() -> str:
     return "\n".join([
-        "Traceback (most recent call last):",
-        '  File "<frozen runpy>", line 198, in _run_module_as_main',
-        '  File "<frozen runpy>", line 88, in _run_code',
-        f'  File "{SITE}/vllm/entrypoints/cli/main.py", line 101, in <module>',
-        "    main()",
+        *_CLI_TRACEBACK_HEAD,
         f'  File "{SITE}/vllm/entrypoints/openai/api_server.py", line 662, in run_server',
         "    listen_address, sock = setup_server(args)",
         f'  File "{SITE}/vllm/entrypoints/openai/api_server.py", line 541, in setup_server',

@@ -154,8 +154,20 @@ def check_options(opts: BenchOptions) -> None:
         raise InputError(f"must be > 0 (or inf), got {w.request_rate}", field="request_rate")
 
 
-async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | None = None,
-                    on_tick: Callable[[BenchTick], None] | None = None) -> Run:
+@dataclass(frozen=True, slots=True)
+class RunSetup:
+    """What every runner settles before a run: the served model, the rate, the run's name and directory."""
+
+    model: str
+    info: dict[str, Any]
+    rate: float | None  # None: saturation
+    name: str
+    root: Path
+    directory: Path
+
+
+async def prepare_run(opts: BenchOptions, target: BenchTarget) -> RunSetup:
+    """Check the options, ask the endpoint for its model, and name the run's directory (ours and vllm's runner)."""
     w = opts.workload
     check_options(opts)
     model, info = await resolve_model(target.endpoint, opts.model)
@@ -163,7 +175,14 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     name = target.name or (run_name(target.topology, w.name, rate, target.repeat)
                            + time.strftime("-%Y%m%d-%H%M%S"))
     root = target.runs_root or paths.runs_dir()
-    directory = root / safe_name(target.campaign) / name
+    return RunSetup(model, info, rate, name, root, root / safe_name(target.campaign) / name)
+
+
+async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | None = None,
+                    on_tick: Callable[[BenchTick], None] | None = None) -> Run:
+    w = opts.workload
+    setup = await prepare_run(opts, target)
+    model, info, rate, name, directory = setup.model, setup.info, setup.rate, setup.name, setup.directory
     meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
                    request_rate=rate, repeat=target.repeat, endpoint=target.endpoint, model=model,
                    goodput_slo=dict(opts.goodput), layout_id=target.layout.id if target.layout else "")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tui.core import paths
 from tui.core.bench.events import BenchDone, BenchTick
-from tui.core.bench.runner import BenchOptions, BenchTarget, check_options, resolve_model
-from tui.core.bench.store import Run, RunMeta, import_vllm_result, rate_label, run_name, safe_name
+from tui.core.bench.runner import BenchOptions, BenchTarget, prepare_run
+from tui.core.bench.store import Run, RunMeta, import_vllm_result, rate_label, safe_name
 from tui.core.errors import InputError, RunFailed
 from tui.core.events import EventBus
 
@@ -64,13 +64,8 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                          bus: EventBus | None = None, on_tick: Callable[[BenchTick], None] | None = None,
                          on_line: Callable[[str], None] | None = None) -> Run:
     w = opts.workload
-    check_options(opts)
-    model, _info = await resolve_model(target.endpoint, opts.model)
-    rate = None if math.isinf(w.request_rate) else w.request_rate
-    name = target.name or (run_name(target.topology, w.name, rate, target.repeat)
-                           + time.strftime("-%Y%m%d-%H%M%S"))
-    root = target.runs_root or paths.runs_dir()
-    directory = root / safe_name(target.campaign) / name
+    setup = await prepare_run(opts, target)
+    model, rate, name, root, directory = setup.model, setup.rate, setup.name, setup.root, setup.directory
     out_dir = directory / "vllm"
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = bench_argv(command, opts, target.endpoint, model, tokenizer, out_dir, target.topology)
