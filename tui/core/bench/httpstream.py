@@ -18,7 +18,7 @@ import asyncio
 import json
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -320,13 +320,7 @@ class _Conn(asyncio.BufferedProtocol):
 
     def _check_format(self, complete: bytes) -> None:
         """Parse the first data event: if it has choices but not our byte pattern, parse every event instead."""
-        for raw in complete.split(b"\n\n"):
-            ev = raw.strip()
-            if not ev or ev.startswith(b":"):
-                continue
-            body = ev[5:].strip() if ev.startswith(b"data:") else ev
-            if body == b"[DONE]":
-                continue
+        for ev, body in _data_events(complete):
             self.checked = True
             try:
                 obj = json.loads(body)
@@ -340,13 +334,7 @@ class _Conn(asyncio.BufferedProtocol):
 
     def _parse_all(self, complete: bytes) -> int:
         n = 0
-        for raw in complete.split(b"\n\n"):
-            ev = raw.strip()
-            if not ev or ev.startswith(b":"):
-                continue
-            body = ev[5:].strip() if ev.startswith(b"data:") else ev
-            if body == b"[DONE]":
-                continue
+        for _ev, body in _data_events(complete):
             try:
                 obj = json.loads(body)
             except ValueError:
@@ -452,6 +440,17 @@ class _Conn(asyncio.BufferedProtocol):
                 self.transport.close()
         if fut is not None and not fut.done():
             fut.set_result(None)
+
+
+def _data_events(complete: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(event, payload) of each SSE data event in complete events, comments and ``[DONE]`` left out."""
+    for raw in complete.split(b"\n\n"):
+        ev = raw.strip()
+        if not ev or ev.startswith(b":"):
+            continue
+        body = ev[5:].strip() if ev.startswith(b"data:") else ev
+        if body != b"[DONE]":
+            yield ev, body
 
 
 def _error_text(status: int, reason: str, body: bytes) -> str:
