@@ -50,6 +50,7 @@ def free_port() -> int:
 
 async def main_async(a: argparse.Namespace) -> int:
     from tui.core import lifecycle
+    from tui.core.bench.dataset import run_seed
     from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
     from tui.core.bench.vllmbench import run_vllm_bench
     from tui.core.events import EventBus
@@ -79,9 +80,12 @@ async def main_async(a: argparse.Namespace) -> int:
             in_len, out_len = (int(x) for x in spec.lower().split("x"))
             wl = Workload(name=f"random-{in_len}x{out_len}", input_len=in_len, output_len=out_len,
                           num_prompts=a.num_prompts)
-            opts = BenchOptions(workload=wl, model=served, vocab_size=profile.shape.vocab_size)
             results: dict[str, list[dict[str, float]]] = {"vllm": [], "ours": []}
             for rep in range(a.repeat):
+                # prompts of their own for every run (both tools): vLLM's prefix cache would otherwise serve a
+                # repeat's prompts from the run before and cut its TTFT by ~4x (seen on the H200)
+                wl = wl.with_overrides(seed=run_seed(0, repeat=rep + 1 + 1000 * i))
+                opts = BenchOptions(workload=wl, model=served, vocab_size=profile.shape.vocab_size)
                 order = ("vllm", "ours") if (i + rep) % 2 == 0 else ("ours", "vllm")
                 for who in order:
                     target = BenchTarget(endpoint=endpoint, topology=a.topology, layout=record,
@@ -94,6 +98,10 @@ async def main_async(a: argparse.Namespace) -> int:
                     else:
                         run = await run_bench(opts, target)
                     results[who].append(run.summary)
+                    got = run.summary
+                    flags = "  flags: " + ",".join(run.meta.flags) if run.meta.flags else ""
+                    print("    " + "  ".join(f"{title} {got[key]:{fmt}}" for key, title, fmt in KEYS
+                                             if got.get(key) is not None) + flags, flush=True)
             rows.append((wl.name, results))
     finally:
         if record is not None:

@@ -55,7 +55,8 @@ def start_stub(*args: str) -> tuple[subprocess.Popen[str], str]:
 
 async def ours(url: str, streams: int, out_len: int, in_len: int, runs_root: Path) -> dict[str, float]:
     wl = Workload(name="capacity", input_len=in_len, output_len=out_len, num_prompts=streams)
-    run = await run_bench(BenchOptions(workload=wl, warmup=0, worker_cpu=CLIENT_CPU, vocab_size=8192),
+    run = await run_bench(BenchOptions(workload=wl, warmup=0, worker_cpu=CLIENT_CPU, vocab_size=8192,
+                                       prompt_format="ids"),  # the stub has no tokenizer
                           BenchTarget(endpoint=url, campaign="capacity", runs_root=runs_root))
     s = run.summary
     return {"tok_s": s["output_throughput"], "cpu": run.meta.client.get("cpu", 0.0), "ok": s["completed"],

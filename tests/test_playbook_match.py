@@ -142,6 +142,13 @@ TEMPLATES = [
      "by 2 remote worker(s) before lease expired."),
     ("nixl-invalid-kv-params", "Got invalid KVTransferParams: {'do_remote_prefill': True}. This request will not "
      "utilize KVTransfer"),
+    # the real H200 line (1P1D on one GPU) and a slow one with other figures
+    ("nixl-slow-transfer", "[metrics.py:103] KV Transfer metrics: Num successful transfers=4, Avg xfer time "
+     "(ms)=4047.558, P90 xfer time (ms)=4371.605, Avg post time (ms)=4.3, P90 post time (ms)=6.157, Avg MB per "
+     "transfer=281.25, Throughput (MB/s)=69.486, Avg number of descriptors=9000.0"),
+    ("nixl-slow-transfer", "KV Transfer metrics: Num successful transfers=120, Avg xfer time (ms)=12.5, P90 xfer "
+     "time (ms)=20.1, Avg post time (ms)=0.2, P90 post time (ms)=0.3, Avg MB per transfer=9.1, Throughput "
+     "(MB/s)=728, Avg number of descriptors=300.0"),
     # memory
     ("no-kv-cache-memory", "ValueError: No available memory for the cache blocks. Try increasing "
      "`gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory reservation on the "
@@ -248,6 +255,15 @@ def test_the_healthy_lines_of_every_real_log_match_nothing_above_info(book: Play
         m = book.matcher()
         for line in path.read_text(encoding="utf-8").split("\n"):
             assert all(d.severity == "info" for d in m.feed(line)), line
+
+
+def test_fast_kv_transfers_are_not_reported(book: Playbook) -> None:
+    m = book.matcher()
+    line = ("(APIServer pid=9) INFO 11-29 11:09:34 [metrics.py:103] KV Transfer metrics: Num successful transfers=64, "
+            "Avg xfer time (ms)=0.853, P90 xfer time (ms)=1.2, Avg post time (ms)=0.1, P90 post time (ms)=0.2, Avg MB "
+            "per transfer=35.1, Throughput (MB/s)=41152.3, Avg number of descriptors=342.5")
+    assert m.feed(line) == []
+    assert m.feed(line.replace("=41152.3", "=1000.0")) == []
 
 
 def test_nixl_port_clash_needs_the_listener_traceback(book: Playbook) -> None:

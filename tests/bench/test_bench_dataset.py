@@ -11,6 +11,7 @@ import pytest
 
 from tui.core.bench.arrivals import send_offsets
 from tui.core.bench.dataset import (
+    Prompt,
     RandomSpec,
     length_bounds,
     load_prompts_file,
@@ -88,6 +89,18 @@ def test_warmup_covers_shapes_and_batch() -> None:
     run_starts = {tuple(p.ids[:4]) for p in ps if p.ids is not None}
     assert not any(tuple(p.ids[:4]) in run_starts for p in w if p.ids is not None)  # no shared prefix to cache
     assert warmup_prompts(ps, burst=0) == []
+
+
+def test_warmup_of_text_prompts() -> None:
+    # text of a known count (made with the server's tokenizer): fresh ids of the same lengths, never the run's text
+    ps = [Prompt(output_len=4, text=f"run prompt {i} " * 50, tokens=300 + i) for i in range(5)]
+    w = warmup_prompts(ps, burst=2, vocab_size=500)
+    assert {p.input_len for p in w if p.output_len == 4} == {300, 304}
+    assert all(p.ids is not None for p in w)
+    # text of unknown length (a prompts file): the text reversed
+    fs = [Prompt(output_len=4, text="abc def"), Prompt(output_len=4, text="a longer prompt")]
+    w = warmup_prompts(fs, burst=1, vocab_size=500)
+    assert {p.text for p in w if p.text} == {"fed cba", "tpmorp regnol a"}
 
 
 def test_saturation_sends_everything_at_once() -> None:

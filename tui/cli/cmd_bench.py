@@ -7,6 +7,7 @@ import asyncio
 import json
 import shlex
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from tui.cli.argtypes import nonneg_int, positive_float, positive_int
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
 from tui.core.bench import report
+from tui.core.bench.dataset import run_seed
 from tui.core.bench.metrics import parse_goodput
 from tui.core.bench.runner import DEFAULT_VOCAB, BenchOptions, BenchTarget, run_bench
 from tui.core.bench.store import Run
@@ -63,6 +65,9 @@ def add_traffic_options(p: argparse.ArgumentParser, *, single: bool) -> None:
     p.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                    help="run each cell N times; report mean and 95%% confidence interval")
     p.add_argument("--served-model", metavar="NAME", help="model name in requests (default: from /v1/models)")
+    p.add_argument("--prompt-format", choices=("text", "ids"), default="text",
+                   help="random prompts as text made with the server's tokenizer, as vllm bench sends them "
+                        "(default), or as token ids (vLLM 0.24 serves those measurably slower)")
     p.add_argument("--vocab-size", type=positive_int, metavar="N",
                    help="draw prompt token ids below N (default: the model profile's vocabulary)")
     p.add_argument("--extra-body", metavar="JSON", help="extra JSON fields for every request (e.g. temperature)")
@@ -125,7 +130,7 @@ def options_from_args(args: argparse.Namespace, workload: Workload, vocab: int |
         workload=workload, prompts_file=prompts, model=args.served_model,
         vocab_size=args.vocab_size or vocab or DEFAULT_VOCAB,
         warmup=-1 if args.warmup is None else args.warmup, goodput=parse_goodput(args.goodput or []),
-        extra_body=extra,
+        extra_body=extra, prompt_format=args.prompt_format,
     )
 
 
@@ -234,7 +239,10 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         for i in range(args.repeat):
             target.repeat = i + 1
             target.name = None
-            runs.append(await bench_once(args, ctx, opts, target, progress))
+            # each repeat sends prompts of its own, so the server's prefix cache cannot serve it from the last one
+            seeded = replace(opts, workload=opts.workload.with_overrides(
+                seed=run_seed(opts.workload.seed, repeat=i + 1)))
+            runs.append(await bench_once(args, ctx, seeded, target, progress))
             progress.end()
 
     try:
@@ -272,6 +280,9 @@ def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> i
             print(line, file=ctx.err)
         for flag in r.meta.flags:
             ctx.warn(f"{r.id}: {_flag_text(flag, r)}")
+        note = prompts_note(r)
+        if note:
+            ctx.warn(f"{r.id}: {note}")
     return code
 
 
@@ -283,6 +294,10 @@ def _flag_text(flag: str, r: Run) -> str:
         return "a server JIT-compiled a Triton kernel during the run (latency spike): " + (m.triton_jit or [""])[0]
     if flag == "kv-recompute":
         return "decode re-did the prefill: KV transfer did not happen for most requests"
+    if flag == "prefix-cache-hits":
+        share = (m.prefix_cache or {}).get("share", 0.0)
+        return (f"{share:.0%} of the prompt tokens came from the servers' prefix cache (prompts sent before): "
+                "TTFT is understated; run again with another --seed, or serve with --no-enable-prefix-caching")
     if flag == "kv-no-transfer":
         return "no prompt token arrived over the KV connector during the run"
     if flag == "failed-requests":
@@ -292,6 +307,18 @@ def _flag_text(flag: str, r: Run) -> str:
     if flag == "server-busy-at-start":
         return "the servers still had requests after the warm-up: the run started on a busy server"
     return flag
+
+
+def prompts_note(r: Run) -> str:
+    """What the operator should know about how the prompts went out (ids instead of text; inexact lengths)."""
+    p = r.meta.prompts
+    if p.get("note"):
+        return str(p["note"])
+    n = r.summary.get("num_prompts") or 0
+    if p.get("format") == "text" and n and int(p.get("exact", n)) < int(n):
+        return (f"{int(n) - int(p['exact'])} of {n} text prompts do not count exactly the intended tokens on the "
+                "server's tokenizer (the run uses the server's counts)")
+    return ""
 
 
 def client_line(r: Run) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tui.core import paths
+from tui.core.bench.dataset import run_seed
 from tui.core.bench.events import BenchTick
 from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
 from tui.core.bench.serverside import EnergyReader
@@ -268,7 +269,9 @@ class CampaignRunner:
             wl = wl.with_overrides(seed=self.spec.seed)
         if cell.rate is not None:
             wl = wl.with_overrides(request_rate=cell.rate)
-        return wl
+        # prompts of its own for every repeat and rate: vLLM's prefix cache must not serve a run from the last one
+        rate = None if cell.rate is None else float(cell.rate)
+        return wl.with_overrides(seed=run_seed(wl.seed, repeat=cell.repeat, rate=rate))
 
     async def run(self) -> CampaignResult:
         store = CampaignStore(self.spec, self.root)

@@ -18,6 +18,7 @@ import array
 import json
 import math
 import random
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,16 +29,17 @@ from tui.core.errors import InputError
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
-    """One request's prompt: ``ids`` (token ids, a compact int array) or ``text``; ``input_len`` is known for ids
-    only (0 for text: the server's ``usage`` tells)."""
+    """One request's prompt: ``ids`` (token ids, a compact int array) or ``text``. ``input_len`` is the ids' count,
+    or for text the count the server's tokenizer gave (``tokens``; 0 when unknown: the server's ``usage`` tells)."""
 
     output_len: int
     ids: array.array[int] | None = None
     text: str | None = None
+    tokens: int = 0
 
     @property
     def input_len(self) -> int:
-        return len(self.ids) if self.ids is not None else 0
+        return len(self.ids) if self.ids is not None else self.tokens
 
     def prompt_json(self) -> str:
         """The ``"prompt"`` value as JSON text."""
@@ -146,6 +148,18 @@ def load_prompts_file(path: str | Path, default_output_len: int, num_prompts: in
     return prompts
 
 
+def run_seed(seed: int, *, repeat: int = 1, rate: float | None = None) -> int:
+    """The dataset seed of one run in a series (repeats, a rate sweep): each run gets prompts of its own.
+
+    vLLM caches prefixes by default. Sent again to the same server, the same prompts find their blocks still
+    cached: the prefill is skipped and TTFT understated (the real H200: mean TTFT ~1.0 s cold, ~0.25 s warm, 128
+    prompts of 512 tokens). The first run at the workload's own rate keeps the workload's seed; every other
+    (repeat, rate) gets a seed derived from it, stable across resumes."""
+    if repeat <= 1 and rate is None:
+        return seed
+    return zlib.crc32(f"{seed}/{rate!r}/{repeat}".encode())
+
+
 def warmup_prompts(prompts: Sequence[Prompt], burst: int, *, seed: int = 0, vocab_size: int = 32000,
                    short_output: int = 8) -> list[Prompt]:
     """Warm-up requests that cover the run's shapes and batch sizes, so no first-time compile lands in the run.
@@ -155,7 +169,8 @@ def warmup_prompts(prompts: Sequence[Prompt], burst: int, *, seed: int = 0, voca
     - a burst of ``burst`` short requests sent at once, so the server meets the run's batch sizes (the real
       H200 capture JIT-compiled a Triton top-k/top-p kernel at its first large batch, inside the measured run).
 
-    Their prompts share nothing with the run's (fresh token ids; a text prompt reversed), so vLLM's prefix cache
+    Their prompts share nothing with the run's (fresh token ids of the same lengths; a text prompt of unknown
+    length reversed), so vLLM's prefix cache
     gives the run no head start. They carry the run's sampling parameters (the body is built the same way).
     ``burst`` 0 disables both.
     """
@@ -170,11 +185,11 @@ def warmup_prompts(prompts: Sequence[Prompt], burst: int, *, seed: int = 0, voca
     for base in (by_len[0], by_len[-1]):
         for out_len in (outs[0], outs[-1]):
             capped = max(2, min(out_len, cap)) if out_len > 1 else 1
-            key = (base.input_len if base.ids is not None else len(base.text or ""), capped)
+            key = (base.input_len if base.input_len else len(base.text or ""), capped)
             if key in seen:
                 continue
             seen.add(key)
-            if base.ids is not None:
+            if base.input_len:  # token ids, or text of a known count: fresh ids of that length
                 chosen.append(Prompt(output_len=capped, ids=_fresh_ids(rng, base.input_len, vocab_size)))
             else:
                 chosen.append(Prompt(output_len=capped, text=(base.text or "")[::-1]))

@@ -42,6 +42,7 @@ class BenchOptions:
     prompts_file: str | None = None
     model: str | None = None  # served model name; None: the first of GET /v1/models
     vocab_size: int = DEFAULT_VOCAB  # token ids are drawn below this (the model profile's vocabulary)
+    prompt_format: str = "text"  # random prompts as text made with the server's tokenizer (as vllm bench) | "ids"
     warmup: int = -1  # -1: automatic (the run's shapes and batch size); 0: none; N: a burst of N
     goodput: dict[str, float] = field(default_factory=dict)
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
@@ -98,7 +99,7 @@ def worker_config(opts: BenchOptions, endpoint: str, model: str) -> dict[str, An
     else:
         dataset = {"kind": "random", "input_len": w.input_len, "output_len": w.output_len,
                    "num_prompts": w.num_prompts, "range_ratio": w.range_ratio, "prefix_len": w.prefix_len,
-                   "seed": w.seed, "vocab_size": opts.vocab_size}
+                   "seed": w.seed, "vocab_size": opts.vocab_size, "format": opts.prompt_format}
     return {
         "settings": {
             "base_url": endpoint, "model": model, "request_rate": rate_label(w.request_rate),
@@ -154,6 +155,14 @@ def check_options(opts: BenchOptions) -> None:
         raise InputError(f"must be > 0 (or inf), got {w.request_rate}", field="request_rate")
 
 
+def shared_prefix_share(opts: BenchOptions) -> float:
+    """The share of prompt tokens the workload repeats on purpose (its common prefix), which the cache may serve."""
+    w = opts.workload
+    if opts.prompts_file or w.prefix_len <= 0:
+        return 0.0
+    return w.prefix_len / (w.prefix_len + max(w.input_len, 1))
+
+
 @dataclass(frozen=True, slots=True)
 class RunSetup:
     """What every runner settles before a run: the served model, the rate, the run's name and directory."""
@@ -193,14 +202,17 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
                                                   "prompts_file": opts.prompts_file},
                        plan=target.plan if target.plan is not None else (target.layout.plan if target.layout else None))
     decode_urls = target.decode_urls()
-    before: dict[str, Any] = {"kv": {}, "offsets": {}, "energy": None}
+    server_urls = target.server_urls()
+    before: dict[str, Any] = {"kv": {}, "prefix": {}, "offsets": {}, "energy": None}
 
     async def at_start() -> None:
         """Between warm-up and run: wait for the servers to be idle, then read what they have counted so far, so
         warm-up traffic stays out of both the timing and the counters."""
         if opts.warmup != 0 and not await serverside.wait_idle(target.server_urls()):
             meta.flags.append("server-busy-at-start")
-        before["kv"] = await serverside.scrape_sources(decode_urls) if decode_urls else {}
+        texts = await serverside.scrape_metrics(server_urls)
+        before["kv"] = serverside.sources_of(texts, decode_urls) if decode_urls else {}
+        before["prefix"] = serverside.prefix_counts_of(texts)
         before["offsets"] = serverside.log_offsets(target.log_files())
         before["energy"] = serverside.read_energy(target.energy)
 
@@ -215,6 +227,7 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     config = worker_config(opts, target.endpoint, model)
     result = await _drive_worker(config, writer, live, publish, at_start)
     final, error, aborted = result.final, result.error, result.aborted
+    meta.prompts = result.prompts
     records = writer.records
     summary: dict[str, Any] | None = None
     status = "complete"
@@ -242,9 +255,14 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     meta.triton_jit = serverside.jit_lines(before["offsets"])
     if meta.triton_jit:
         flags.append("triton-jit")
+    texts = await serverside.scrape_metrics(server_urls)
+    prefix = serverside.prefix_check(before["prefix"], serverside.prefix_counts_of(texts), shared_prefix_share(opts))
+    if prefix is not None:
+        meta.prefix_cache = prefix.to_dict()
+        if prefix.unexpected:
+            flags.append("prefix-cache-hits")
     if decode_urls:
-        kv_after = await serverside.scrape_sources(decode_urls)
-        check = serverside.kv_check(before["kv"], kv_after)
+        check = serverside.kv_check(before["kv"], serverside.sources_of(texts, decode_urls))
         meta.kv_transfer = check.to_dict() if check else {"unknown": "the decode servers export no "
                                                                      "vllm:prompt_tokens_by_source_total"}
         if check is not None and check.recomputed:
@@ -269,6 +287,7 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
 @dataclass
 class _WorkerResult:
     final: dict[str, Any] | None = None
+    prompts: dict[str, Any] = field(default_factory=dict)  # how the worker made and sends the prompts
     error: str = ""
     aborted: bool = False
     cancelled: bool = False
@@ -314,6 +333,8 @@ async def _drive_worker(config: dict[str, Any], writer: RunWriter, live: LiveWin
                 assert proc.stdin is not None
                 proc.stdin.write(b"go\n")
                 await proc.stdin.drain()
+            elif t == "ready":
+                res.prompts = dict(msg.get("prompts") or {})
             elif t == "phase" and msg.get("phase") == "warmup":
                 live.warmup_total = int(msg.get("n") or 0)
             elif t == "done":

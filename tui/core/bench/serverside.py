@@ -6,6 +6,8 @@
   the prefill twice (the transfer failed or was never asked for) and is flagged.
 - Triton JIT: vLLM 0.24 logs ``Triton kernel JIT compilation during inference: <kernel>`` when a kernel compiles
   on first use after warm-up; a run during which a server logged it carries a latency spike and is flagged.
+- Prefix cache: every server's ``vllm:prefix_cache_queries_total`` / ``…_hits_total`` before and after the run. A
+  run whose prompts the servers had cached (the same seed run again) skipped its prefill and is flagged.
 - Energy: a hook giving each GPU's total energy in mJ (NVML ``nvmlDeviceGetTotalEnergyConsumption``); read
   before and after the run, it gives joules per output token.
 """
@@ -32,6 +34,8 @@ JIT_MARKER = "Triton kernel JIT compilation during inference"
 SOURCES = ("external_kv_transfer", "local_compute", "local_cache_hit")
 #: decode computing more than this share of the prompt tokens it saw means it did the prefill itself
 RECOMPUTE_SHARE = 0.5
+#: prompt tokens served from the prefix cache beyond what the workload shares on purpose before a run is flagged
+PREFIX_HIT_MARGIN = 0.05
 EnergyReader = Callable[[], Mapping[int, float]]  # GPU index -> total energy since driver load, mJ
 
 _SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
@@ -117,16 +121,85 @@ def kv_check(before: Mapping[str, Mapping[str, float] | None], after: Mapping[st
     return KvTransferCheck(ext, loc, hit, tuple(servers))
 
 
-async def scrape_sources(urls: Iterable[str], timeout_s: float = 5.0) -> dict[str, dict[str, float] | None]:
-    out: dict[str, dict[str, float] | None] = {}
+def prefix_cache_counts(text: str) -> tuple[float, float] | None:
+    """``(queries, hits)`` of vLLM's local prefix cache in tokens, summed over engines; None when not exported."""
+    queries = hits = 0.0
+    seen = False
+    for name, _labels, value in parse_prometheus(text):
+        if name == "vllm:prefix_cache_queries_total":
+            queries += value
+            seen = True
+        elif name == "vllm:prefix_cache_hits_total":
+            hits += value
+    return (queries, hits) if seen else None
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheCheck:
+    """Prompt tokens the servers took from their prefix cache during a run instead of computing them.
+
+    vLLM caches prefixes by default, and the random dataset with a fixed seed sends the same prompts every time: a
+    run repeated on a server that still holds the last run's blocks skips most of its prefill, and its TTFT is
+    understated (on the H200, 128 prompts of 512 tokens: mean TTFT ~1.0 s cold, ~0.25 s when cached).
+    ``expected`` is the share the workload itself shares on purpose (a common prefix)."""
+
+    queries: float
+    hits: float
+    expected: float = 0.0
+
+    @property
+    def share(self) -> float:
+        return self.hits / self.queries if self.queries > 0 else 0.0
+
+    @property
+    def unexpected(self) -> bool:
+        return self.share > self.expected + PREFIX_HIT_MARGIN
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(share=self.share, unexpected=self.unexpected)
+        return d
+
+
+def prefix_check(before: Mapping[str, tuple[float, float] | None], after: Mapping[str, tuple[float, float] | None],
+                 expected: float = 0.0) -> PrefixCacheCheck | None:
+    """Deltas over the run, summed over the servers that export the counters (None if none does)."""
+    queries = hits = 0.0
+    found = False
+    for url, a in after.items():
+        b = before.get(url)
+        if a is None or b is None:
+            continue
+        found = True
+        queries += a[0] - b[0]
+        hits += a[1] - b[1]
+    return PrefixCacheCheck(queries, hits, expected) if found else None
+
+
+async def scrape_metrics(urls: Iterable[str], timeout_s: float = 5.0) -> dict[str, str | None]:
+    """Each server's ``/metrics`` text (None where it did not answer 200)."""
+    out: dict[str, str | None] = {}
     async with httpx.AsyncClient(timeout=timeout_s) as client:
         for url in urls:
             try:
                 r = await client.get(url.rstrip("/") + "/metrics")
-                out[url] = prompt_tokens_by_source(r.text) if r.status_code == 200 else None
+                out[url] = r.text if r.status_code == 200 else None
             except httpx.HTTPError:
                 out[url] = None
     return out
+
+
+def sources_of(texts: Mapping[str, str | None], urls: Iterable[str]) -> dict[str, dict[str, float] | None]:
+    return {u: (prompt_tokens_by_source(t) if (t := texts.get(u)) is not None else None) for u in urls}
+
+
+def prefix_counts_of(texts: Mapping[str, str | None]) -> dict[str, tuple[float, float] | None]:
+    return {u: (prefix_cache_counts(t) if t is not None else None) for u, t in texts.items()}
+
+
+async def scrape_sources(urls: Iterable[str], timeout_s: float = 5.0) -> dict[str, dict[str, float] | None]:
+    urls = list(urls)
+    return sources_of(await scrape_metrics(urls, timeout_s), urls)
 
 
 async def wait_idle(urls: Iterable[str], timeout_s: float = 30.0, poll_s: float = 0.05) -> bool:

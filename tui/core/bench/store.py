@@ -90,6 +90,8 @@ class RunMeta:
     flags: list[str] = field(default_factory=list)
     client: dict[str, Any] = field(default_factory=dict)
     kv_transfer: dict[str, Any] | None = None
+    prefix_cache: dict[str, Any] | None = None
+    prompts: dict[str, Any] = field(default_factory=dict)  # format (text | ids | file) and how they were made
     triton_jit: list[str] = field(default_factory=list)
     energy: dict[str, Any] | None = None
     fingerprint: dict[str, Any] = field(default_factory=dict)

@@ -24,6 +24,7 @@ from typing import Any
 
 from tui.core.bench.dataset import Prompt, RandomSpec, load_prompts_file, random_prompts, warmup_prompts
 from tui.core.bench.loadgen import LoadGenerator, LoadSettings
+from tui.core.bench.textprompts import TokenizerUnavailable, as_text, server_vocab
 
 _F_SETPIPE_SZ = 1031  # Linux fcntl: a bigger pipe absorbs bursts of records
 
@@ -52,6 +53,27 @@ def build_prompts(d: dict[str, Any]) -> list[Prompt]:
         exclude_ids=tuple(d.get("exclude_ids") or ()),
     )
     return random_prompts(spec)
+
+
+async def prepare_prompts(d: dict[str, Any], settings: LoadSettings) -> tuple[list[Prompt], dict[str, Any]]:
+    """The run's prompts, and how they are sent: random ones as text made with the server's tokenizer (what
+    ``vllm bench serve`` sends) unless the dataset asks for token ids or the server cannot tokenize."""
+    if d.get("kind", "random") == "file":
+        prompts = build_prompts(d)
+        return prompts, {"format": "file", "text": sum(1 for p in prompts if p.text is not None)}
+    if d.get("format", "text") != "text":
+        return build_prompts(d), {"format": "ids"}
+    vocab = int(d.get("vocab_size", 32000))
+    try:
+        known = await server_vocab(settings.base_url, settings.model, vocab, headers=settings.headers)
+        prompts = build_prompts({**d, "vocab_size": min(vocab, known)})
+        made = await as_text(prompts, base_url=settings.base_url, model=settings.model, vocab=min(vocab, known),
+                             seed=int(d.get("seed", 0)), headers=settings.headers)
+    except TokenizerUnavailable as exc:
+        return build_prompts(d), {"format": "ids", "note": f"the server cannot tokenize ({exc}): prompts sent "
+                                                            "as token ids, which vLLM serves slower than text"}
+    return made.prompts, {"format": "text", "tokenizer_vocab": known, "exact": made.exact,
+                          "rounds": made.rounds}
 
 
 class _PipeProtocol(asyncio.Protocol):
@@ -93,7 +115,7 @@ async def _main() -> int:
         if config.get("cpu") is not None and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, {int(config["cpu"])})
         t = time.perf_counter()
-        prompts = build_prompts(config["dataset"])
+        prompts, prompt_info = await prepare_prompts(config["dataset"], settings)
         warm_n = int(config.get("warmup", -1))
         if warm_n < 0:
             warm_n = min(len(prompts), settings.max_concurrency or len(prompts))
@@ -104,7 +126,8 @@ async def _main() -> int:
         out({"t": "error", "message": f"{type(exc).__name__}: {exc}"})
         await _drain(w_transport, w_protocol)
         return 2
-    out({"t": "ready", "n": len(prompts), "warmup": len(warm), "build_s": time.perf_counter() - t})
+    out({"t": "ready", "n": len(prompts), "warmup": len(warm), "build_s": time.perf_counter() - t,
+         "prompts": prompt_info})
 
     gen.hold = bool(config.get("hold"))
 
