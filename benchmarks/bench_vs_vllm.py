@@ -6,17 +6,25 @@ through our ``vllm bench serve`` runner (``tui.core.bench.vllmbench``), ours thr
 output throughput, mean/median TPOT and mean TTFT side by side with the ratio ours/vllm (target: within 3 %).
 Two runs of the same real server differ by ~2 % (fixtures ``bench/`` vs ``rerun/bench/``), which bounds what
 any ratio here can say. Mean TTFT with every request sent at once is the touchiest figure: whether the first few
-requests get a prefill step of their own is a race at the server, and a client that opens its connections inside
-the burst (vllm bench without warm-ups) adds their setup to every TTFT; so vllm bench warms up with as many
-requests as the run sends, and each tool runs several times in alternating order.
+requests get a prefill step of their own is a race at the server, and each tool runs several times in alternating
+order. Both tools warm up (ours automatically, vllm bench with as many requests as the run sends: a client that
+opens its connections inside the burst adds their setup to every TTFT, ~8 % for vllm bench's client at 512-token
+prompts on the simulator). vllm bench's warm-up sends its first prompt N times, which leaves that prompt in the
+prefix cache and takes a whole prefill off its run (~3 % of the mean TTFT at 7,500-token prompts), so the
+simulated server runs with ``--no-enable-prefix-caching``; against a real server, start it so. Every run sends
+prompts of its own (a seed per repeat): with prefix caching on, the cache would otherwise serve a repeat from the
+run before (seen on the H200: mean TTFT 1.0 s, then 0.25 s). Both tools send text prompts, aligned to the server's
+tokenizer; vLLM 0.24 serves token-id prompts measurably slower (2.6 % in TTFT at 7,500 tokens on the H200).
 
     python benchmarks/bench_vs_vllm.py [--num-prompts 64] [--workloads 512x2048,7500x200] [--vllm PATH]
 
 Against a server that is already up (a real vLLM on a GPU host, as ``../shared/tools/device-vllm/`` starts one on
 127.0.0.1:8100 serving ``dummy-qwen3-8b``), skip the simulated layout and name the vLLM command:
 
-    python benchmarks/bench_vs_vllm.py --endpoint http://127.0.0.1:8100 --num-prompts 128 --repeat 1 \
+    python benchmarks/bench_vs_vllm.py --endpoint http://127.0.0.1:8100 --num-prompts 128 --repeat 3 \
         --vllm-cmd "python3 -m vllm.entrypoints.cli.main" --tokenizer /tmp/model
+
+(start that server with ``--no-enable-prefix-caching``, e.g. ``disagg-tui up ... --arg=--no-enable-prefix-caching``)
 
 Needs vLLM 0.24 in its own venv (``/tmp/vllmenv``: ``python3 -m venv /tmp/vllmenv && /tmp/vllmenv/bin/pip install
 vllm==0.24.0``); its tokenizer is the fixtures' model folder. This machine's cores are shared: the load average is
@@ -31,6 +39,7 @@ import os
 import socket
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,19 +77,28 @@ async def main_async(a: argparse.Namespace) -> int:
     else:
         host = SimHost(HostOptions(sim=True, sim_gpu=a.gpu, sim_gpus=a.gpus, sim_startup_s=1.0, sim_clock=1.0))
         launch = plan(profile, a.topology, host.facts,
-                      PlanOptions(port=free_port(), server_base_port=free_port(), side_channel_base=free_port()))
+                      PlanOptions(port=free_port(), server_base_port=free_port(), side_channel_base=free_port(),
+                                  extra_args=() if a.prefix_caching else ("--no-enable-prefix-caching",)))
         print(f"bringing up {a.topology} of {profile.id} on simulated {a.gpus}× {a.gpu} ...", flush=True)
         record = await lifecycle.bring_up(profile, launch, host, bus)
         endpoint, served = record.endpoint, launch.served_name
         where = f"{a.topology} of {profile.id} on simulated {a.gpu}"
     vllm_cmd = a.vllm_cmd.split() if a.vllm_cmd else [str(a.vllm)]
     rows = []
+    cache_warned = False
     try:
         for i, spec in enumerate(a.workloads.split(",")):
             in_len, out_len = (int(x) for x in spec.lower().split("x"))
             wl = Workload(name=f"random-{in_len}x{out_len}", input_len=in_len, output_len=out_len,
                           num_prompts=a.num_prompts)
             results: dict[str, list[dict[str, float]]] = {"vllm": [], "ours": []}
+            if a.warmups == 0:
+                # both tools start cold (no warm-up of their own): one discarded run warms the server first
+                print(f"  {wl.name}: warming the server (discarded run) ...", flush=True)
+                prime = wl.with_overrides(seed=run_seed(0, repeat=999 + 1000 * i))
+                await run_bench(BenchOptions(workload=prime, model=served, vocab_size=profile.shape.vocab_size),
+                                BenchTarget(endpoint=endpoint, topology=a.topology, layout=record,
+                                            campaign="bench-vs-vllm-prime", runs_root=Path(a.runs)))
             for rep in range(a.repeat):
                 # prompts of their own for every run (both tools): vLLM's prefix cache would otherwise serve a
                 # repeat's prompts from the run before and cut its TTFT by ~4x (seen on the H200)
@@ -92,11 +110,17 @@ async def main_async(a: argparse.Namespace) -> int:
                                          campaign="bench-vs-vllm", runs_root=Path(a.runs), repeat=rep + 1)
                     print(f"  {wl.name}: {who} (run {rep + 1}/{a.repeat}) ...", flush=True)
                     if who == "vllm":
-                        warm = a.num_prompts if a.vllm_warmups is None else a.vllm_warmups
+                        warm = a.vllm_warmups if a.vllm_warmups is not None else (
+                            a.num_prompts if a.warmups is None else a.warmups)
                         vopts = BenchOptions(workload=wl, model=served, warmup=warm)
                         run = await run_vllm_bench(vllm_cmd, vopts, target, str(a.tokenizer))
                     else:
-                        run = await run_bench(opts, target)
+                        run = await run_bench(replace(opts, warmup=-1 if a.warmups is None else a.warmups), target)
+                        if (run.meta.prefix_cache or {}).get("queries") and a.endpoint and not cache_warned:
+                            cache_warned = True
+                            print("    note: this server caches prefixes, and vllm bench's warm-up (its first prompt, "
+                                  "N times) leaves that prompt cached for its run: serve with "
+                                  "--no-enable-prefix-caching for a like-for-like comparison", flush=True)
                     results[who].append(run.summary)
                     got = run.summary
                     flags = "  flags: " + ",".join(run.meta.flags) if run.meta.flags else ""
@@ -141,8 +165,16 @@ def main() -> int:
                                        "'python3 -m vllm.entrypoints.cli.main'")
     ap.add_argument("--tokenizer", type=Path, default=TOKENIZER, help="tokenizer folder for vllm bench")
     ap.add_argument("--endpoint", help="compare against this running server instead of a simulated layout")
+    ap.add_argument("--warmups", type=int, default=None,
+                    help="warm-up requests of both tools (default: ours automatic, vllm bench as many as the run "
+                         "sends, so both start with warm connections; 0: both start cold, after one discarded run "
+                         "has warmed the server)")
+    ap.add_argument("--prefix-caching", action="store_true",
+                    help="leave the simulated server's prefix caching on (by default it is off: vllm bench's warm-up "
+                         "sends its first prompt N times, which leaves it cached and takes a whole prefill off its "
+                         "run, ~3 %% of the mean TTFT at 7,500-token prompts)")
     ap.add_argument("--vllm-warmups", type=int, default=None,
-                    help="vllm bench's --num-warmups (default: the prompt count, so that both clients start the "
+                    help="vllm bench's --num-warmups alone (e.g. the prompt count, so that both clients start the "
                          "run with a warm pool of that many connections, as ours does after its warm-up burst)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each tool per workload (alternating order)")
     ap.add_argument("--keep", type=Path, help="keep both tools' runs (records included) in this directory")

@@ -88,3 +88,15 @@ def test_bench_repeat_sends_new_prompts(sims: SimServers, capsys: pytest.Capture
                  "--json", "--quiet"]) == 0
     err = capsys.readouterr().err
     assert "of the prompt tokens came from the servers' prefix cache" in err and "--seed" in err
+
+
+async def test_server_without_prefix_caching_counts_nothing(sims: SimServers) -> None:
+    server = sims.start("--no-enable-prefix-caching", startup_s=0.2, clock=50.0)
+    server.wait_ready()
+    wl = Workload(name="w", input_len=256, output_len=4, num_prompts=8, seed=11)
+    for _ in range(2):
+        run = await run_bench(BenchOptions(workload=wl, model="dummy-qwen3-8b", warmup=0),
+                              BenchTarget(endpoint=server.url, campaign="pc"))
+        assert "prefix-cache-hits" not in run.meta.flags
+        assert run.meta.prefix_cache == {"queries": 0.0, "hits": 0.0, "expected": 0.0, "share": 0.0,
+                                         "unexpected": False}

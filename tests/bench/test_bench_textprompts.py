@@ -115,3 +115,13 @@ async def test_stub_without_tokenizer_falls_back_to_ids(stub) -> None:
                                        warmup=0), BenchTarget(endpoint=url))
     assert run.meta.status == "complete"
     assert run.meta.prompts["format"] == "ids" and "cannot tokenize" in run.meta.prompts["note"]
+
+
+async def test_same_seed_same_text() -> None:
+    prompts = random_prompts(RandomSpec(input_len=120, output_len=4, num_prompts=12, seed=5, vocab_size=KNOWN))
+    texts = []
+    for _ in range(2):
+        made = await as_text(prompts, base_url="http://x", model="m", vocab=KNOWN, seed=5,
+                             transport=httpx.MockTransport(FakeTokenizerServer().handler))
+        texts.append([p.text for p in made.prompts])
+    assert texts[0] == texts[1]

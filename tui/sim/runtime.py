@@ -233,8 +233,9 @@ class EngineRuntime:
         m.by_source["local_compute"] += req.computed_prompt
         m.by_source["local_cache_hit"] += req.cached_tokens
         m.by_source["external_kv_transfer"] += external
-        m.counters["prefix_cache_queries"] += req.prompt_len
-        m.counters["prefix_cache_hits"] += req.cached_tokens
+        if self.cache is not None:  # vLLM counts prefix-cache queries only while caching is on
+            m.counters["prefix_cache_queries"] += req.prompt_len
+            m.counters["prefix_cache_hits"] += req.cached_tokens
         m.cached += req.cached_tokens + external
         if external:
             m.counters["external_prefix_cache_queries"] += req.prompt_len

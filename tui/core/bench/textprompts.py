@@ -128,8 +128,9 @@ async def as_text(prompts: Sequence[Prompt], *, base_url: str, model: str, vocab
     """The token-id prompts as text (see the module's text). Raises TokenizerUnavailable when the server cannot."""
     async with httpx.AsyncClient(timeout=timeout_s, transport=transport) as client:
         tok = ServerTokenizer(client, base_url, model, headers)
-        rng = random.Random(seed + 104729)
-        done = await asyncio.gather(*(tok.text_of(p, rng, vocab) for p in prompts))
+        # one generator per prompt: the answers arrive in any order, the prompts stay the same for a seed
+        done = await asyncio.gather(*(tok.text_of(p, random.Random(seed * 1_000_003 + 104_729 + i), vocab)
+                                      for i, p in enumerate(prompts)))
     out = [p for p, _ in done]
     exact = sum(1 for p, src in zip(out, prompts, strict=True) if p.tokens == src.input_len)
     return TextPrompts(out, vocab, exact, max((r for _, r in done), default=0))
