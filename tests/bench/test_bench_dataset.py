@@ -129,3 +129,13 @@ def test_constant_arrivals_with_infinite_burstiness() -> None:
     assert send_offsets(4, 2.0, math.inf) == [0.5, 1.0, 1.5, 2.0]
     with pytest.raises(ValueError):
         send_offsets(3, 1.0, 0.0)
+
+
+def test_workloads_with_one_seed_share_no_prompt_start() -> None:
+    # decode-heavy then prefill-heavy on one layout: the second must not find the first's prompts in the cache
+    short = random_prompts(RandomSpec(input_len=512, output_len=2048, num_prompts=16, vocab_size=151936))
+    long = random_prompts(RandomSpec(input_len=7500, output_len=200, num_prompts=16, vocab_size=151936))
+    starts = {tuple(p.ids[:16]) for p in short if p.ids is not None}
+    assert not any(tuple(p.ids[:16]) in starts for p in long if p.ids is not None)
+    again = random_prompts(RandomSpec(input_len=512, output_len=2048, num_prompts=16, vocab_size=151936))
+    assert [list(p.ids or []) for p in again] == [list(p.ids or []) for p in short]  # same seed and shape: same
