@@ -8,7 +8,7 @@ Two runs of the same real server differ by ~2 % (fixtures ``bench/`` vs ``rerun/
 any ratio here can say. Mean TTFT with every request sent at once is the touchiest figure: whether the first few
 requests get a prefill step of their own is a race at the server, and each tool runs several times in alternating
 order. Both tools warm up (ours automatically, vllm bench with as many requests as the run sends: a client that
-opens its connections inside the burst adds their setup to every TTFT, ~8 % for vllm bench's client at 512-token
+opens its connections inside the burst adds their setup to every TTFT, ~5 % for vllm bench's client at 512-token
 prompts on the simulator). vllm bench's warm-up sends its first prompt N times, which leaves that prompt in the
 prefix cache and takes a whole prefill off its run (~3 % of the mean TTFT at 7,500-token prompts), so the
 simulated server runs with ``--no-enable-prefix-caching``; against a real server, start it so. Every run sends
