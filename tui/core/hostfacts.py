@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tui.core.gpuspecs import PRESETS, GpuSpec, spec_for_name
@@ -204,7 +204,3 @@ def detect_vllm(executable: str | None = None, timeout: float = 20.0) -> VllmInf
     return VllmInfo(executable=exe, resolved=resolved, version=versions.get("vllm"), python=python, nixl=nixl,
                     flashinfer_cubin=versions.get("flashinfer-cubin"),
                     flashinfer=versions.get("flashinfer-python"), error=error)
-
-
-def with_gpus(facts: HostFacts, gpus: tuple[GpuInfo, ...]) -> HostFacts:
-    return replace(facts, gpus=gpus)

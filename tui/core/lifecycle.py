@@ -18,7 +18,6 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -40,7 +39,7 @@ from tui.core.planner import LaunchPlan
 from tui.core.preflight import Check, failed, preflight
 from tui.core.profiles import ModelProfile
 from tui.core.state import LayoutRecord, ProcessRecord, StateStore, new_layout_id, redact_argv, redact_env
-from tui.core.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes, tail_file
+from tui.core.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
 
 #: a real cold start: ~2 min for an 8B model on H200, ~15 min for the seed's 27B (torch.compile + CUDA graphs)
 REAL_READY_TIMEOUT_S = 2400.0
@@ -346,7 +345,3 @@ async def tear_down(record: LayoutRecord, bus: EventBus, *, store: StateStore | 
 def process_states(record: LayoutRecord) -> dict[str, bool]:
     return {p.name: process_alive(p.pid, p.create_time) for p in record.processes}
 
-
-def last_log_lines(record: LayoutRecord, name: str, n: int = 25) -> list[str]:
-    proc = record.process(name)
-    return tail_file(Path(proc.log), n) if proc else []

@@ -167,11 +167,20 @@ class StateStore:
         os.replace(tmp, self.file)
 
     def read(self) -> dict[str, LayoutRecord]:
-        """A snapshot without holding the lock (for status displays)."""
+        """A snapshot under a shared lock (a writer's change is seen whole); never writes the file."""
         if not self.file.exists():
             return {}
-        with self.locked() as layouts:
-            return dict(layouts)
+        with open(self.lock_file, "a+", encoding="utf-8") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_SH)
+            try:
+                return self._read()
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def peek(self) -> dict[str, LayoutRecord]:
+        """A snapshot without any lock, for readers polling many times a second: the file is only ever replaced
+        whole (atomic rename), so a plain read always sees a complete one."""
+        return self._read()
 
     def update(self, layout_id: str, **changes: Any) -> None:
         """Change fields of one layout record (if it is still recorded)."""

@@ -199,13 +199,9 @@ class LogFollower(threading.Thread):
         self.last_output: dict[str, float] = {}
         self._keep = keep_last
 
-    def follow(self, name: str, path: Path, *, from_start: bool = True) -> None:
-        offset = 0
-        if not from_start:
-            with contextlib.suppress(OSError):
-                offset = path.stat().st_size
+    def follow(self, name: str, path: Path) -> None:
         with self._lock:
-            self._files[name] = (path, offset, 0, b"")
+            self._files[name] = (path, 0, 0, b"")
             self.last_lines.setdefault(name, deque(maxlen=self._keep))
             self.last_output[name] = time.monotonic()
 
@@ -252,25 +248,3 @@ class LogFollower(threading.Thread):
 
     def silent_for(self, name: str) -> float:
         return time.monotonic() - self.last_output.get(name, time.monotonic())
-
-
-def tail_file(path: Path, n: int = 30) -> list[str]:
-    """The last ``n`` lines of a log file (for reports after the fact)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            data = fh.read()
-    except OSError:
-        return []
-    lines = []
-    for raw in data.split(b"\n"):
-        text = raw.decode("utf-8", errors="replace")
-        if "\r" in text:
-            segs = [s for s in text.split("\r") if s.strip()]
-            text = segs[-1] if segs else ""
-        lines.append(text)
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return lines[-n:]

@@ -100,12 +100,6 @@ class GpuSample:
                 return why
         return None
 
-    @property
-    def mem_used_fraction(self) -> float | None:
-        if self.mem_used is None or not self.mem_total:
-            return None
-        return self.mem_used / self.mem_total
-
 
 @dataclass(frozen=True, slots=True)
 class GpuAffinity:

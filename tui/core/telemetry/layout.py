@@ -45,11 +45,10 @@ ACTIVE_STATUSES = ("starting", "ready", "stopping")
 
 
 def _read_active(store: StateStore) -> LayoutRecord | None:
-    """The active layout, read without the lock: ``StateStore.read()`` takes the lock and writes the file back
-    (a new mtime at every read), and the state file is only ever replaced whole (atomic rename), so a plain read
-    always sees a complete file. A damaged file reads as no layout."""
+    """The active layout, read without the lock (``StateStore.peek``), as often as the poller asks. A damaged file
+    reads as no layout."""
     try:
-        layouts = store._read()
+        layouts = store.peek()
     except InputError:
         return None
     return next((rec for rec in layouts.values() if rec.status in ACTIVE_STATUSES), None)

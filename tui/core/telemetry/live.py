@@ -71,7 +71,7 @@ async def collect_snapshot(host: Host, store: StateStore | None = None, *,
     sampled: GpuSampled | None = None
     facts: GpuHostFacts | None = None
     try:
-        nvml = host.nvml()
+        nvml = await asyncio.to_thread(host.nvml)
     except Exception as exc:  # noqa: BLE001 - a host without readable GPUs still has servers to show
         nvml = None
         errors.append(f"NVML unavailable: {exc}")

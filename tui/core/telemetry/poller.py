@@ -149,14 +149,6 @@ class ServerPoller:
             return LeanTransport(limits)
         return httpx.AsyncHTTPTransport(limits=limits, retries=0)  # https endpoints: httpx's own
 
-    async def __aenter__(self) -> ServerPoller:
-        if self._client is None:
-            self._client = self._make_client()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
     async def start(self) -> None:
         """Start the per-server polling tasks (returns at once)."""
         if self._client is None:
@@ -187,17 +179,6 @@ class ServerPoller:
             if self._client is not self._transport:  # an injected transport belongs to the caller
                 await self._client.aclose()
             self._client = None
-
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Poll until ``stop`` is set (or the task is cancelled)."""
-        await self.start()
-        try:
-            if stop is None:
-                await asyncio.Event().wait()
-            else:
-                await stop.wait()
-        finally:
-            await self.stop()
 
     async def poll_once(self, *, metrics: bool = True) -> list[ServerStatus]:
         """One health poll (and one scrape of the servers that are up) of every server, concurrently."""

@@ -222,17 +222,6 @@ class ProcessOwners:
                 out[slot] = proc
         return tuple(p for p in out if p is not None)
 
-    def server_tree(self, ref: ServerRef) -> list[tuple[int, str]]:
-        """(pid, title) of the server's process and every descendant, when the recorded pid is still ours."""
-        try:
-            root = psutil.Process(ref.pid)
-            if abs(root.create_time() - ref.create_time) > self._tolerance:
-                return []
-            procs = [root, *root.children(recursive=True)]
-        except (psutil.Error, OSError):
-            return []
-        return [(p.pid, process_title(p)) for p in procs]
-
     # --- exact ------------------------------------------------------------------------------------------------
     def _lookup(self, pid: int, refs: tuple[ServerRef, ...]) -> _Resolved:
         now = self._clock()

@@ -20,7 +20,7 @@ from typing import Any
 
 from tui.core.errors import AppError
 from tui.core.events import EventBus
-from tui.core.nvml import cpu_affinity, driver_versions, link_matrix, numa_node
+from tui.core.nvml import _text, cpu_affinity, driver_versions, link_matrix, numa_node
 from tui.core.telemetry.events import GpuSampled
 from tui.core.telemetry.gpu import GpuAffinity, GpuHostFacts, GpuProcess, GpuSample, cpu_list, decode_throttle
 from tui.core.telemetry.procmap import ProcessOwners
@@ -42,10 +42,6 @@ _PCIE_TX, _PCIE_RX = 0, 1
 
 class TelemetryUnavailable(AppError):
     """NVML cannot be read at all (no driver, no library): one clear message instead of a traceback."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass
@@ -341,8 +337,7 @@ class SamplerThread:
     """Samples at a fixed rate in a daemon thread and publishes :class:`GpuSampled` (thread-safely) on a bus."""
 
     def __init__(self, sampler: GpuSampler, bus: EventBus | None, *, rate_hz: float = DEFAULT_RATE_HZ,
-                 host_label: str = "", simulated: bool = False,
-                 on_sample: Callable[[GpuSampled], None] | None = None) -> None:
+                 host_label: str = "", simulated: bool = False) -> None:
         if not 0 < rate_hz <= MAX_RATE_HZ:
             raise ValueError(f"sampling rate must be within (0, {MAX_RATE_HZ:g}] Hz, got {rate_hz:g}")
         self.sampler = sampler
@@ -350,8 +345,6 @@ class SamplerThread:
         self.period = 1.0 / rate_hz
         self.host_label = host_label
         self.simulated = simulated
-        self.on_sample = on_sample
-        self.latest: GpuSampled | None = None
         self.samples = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -377,12 +370,9 @@ class SamplerThread:
         except Exception as exc:  # noqa: BLE001 - the thread must live on; the error is shown, not raised
             event = GpuSampled(host=self.host_label, simulated=self.simulated, gpus=(),
                                error=f"GPU sampling failed: {type(exc).__name__}: {exc}")
-        self.latest = event
         self.samples += 1
         if self.bus is not None:
             self.bus.publish_threadsafe(event)
-        if self.on_sample is not None:
-            self.on_sample(event)
         return event
 
     def _run(self) -> None:
