@@ -415,3 +415,10 @@ def test_diagnosis_is_an_event_that_round_trips(book: Playbook) -> None:
     bus.subscribe(got.append)
     bus.publish(d)
     assert got == [d] and d.is_failure and "unknown-flag" in d.headline()
+
+
+def test_what_the_log_tells_keeps_the_gpu_architecture(book: Playbook) -> None:
+    m = book.matcher(context=MatchContext(gpu_arch="blackwell"))
+    m.feed("(APIServer pid=1) INFO 01-02 03:04:05 [api_server.py:1] vLLM server version 0.24.0")
+    m.feed("(APIServer pid=1) INFO 01-02 03:04:05 [utils.py:1] non-default args: {'data_parallel_size': 2}")
+    assert (m.context.vllm_version, m.context.topology, m.context.gpu_arch) == ("0.24.0", "dp", "blackwell")

@@ -117,6 +117,13 @@ def _parse_end(f: Fields) -> EndRule:
     return rule
 
 
+def _split(f: Fields, key: str, item: str) -> list[str]:
+    try:
+        return shlex.split(item)
+    except ValueError as exc:
+        raise f.error(key, f"cannot split {item!r}: {exc}") from None
+
+
 def _parse_fix(f: Fields) -> FixSpec:
     set_env = f.str_map("set_env")
     unset_env = f.str_list("unset_env")
@@ -127,12 +134,10 @@ def _parse_fix(f: Fields) -> FixSpec:
             raise f.error("set_env", "VLLM_ATTENTION_BACKEND is not read by vLLM 0.24 (it only warns); add "
                                      "'--attention-backend NAME' to add_args instead")
     add_args = f.str_list("add_args")
-    for key, items in (("add_args", add_args), ("remove_args", f.str_list("remove_args"))):
+    remove_args = f.str_list("remove_args")
+    for key, items in (("add_args", add_args), ("remove_args", remove_args)):
         for item in items:
-            try:
-                parts = shlex.split(item)
-            except ValueError as exc:
-                raise f.error(key, f"cannot split {item!r}: {exc}") from None
+            parts = _split(f, key, item)
             if not parts or not parts[0].startswith(("-", "{")):
                 raise f.error(key, f"each item is one flag (with its value for add_args), like '--flag value'; "
                                    f"got {item!r}")
@@ -147,14 +152,14 @@ def _parse_fix(f: Fields) -> FixSpec:
                 raise per_arch.error(arch, f"GPU architecture must be one of {', '.join(ARCHES)}")
             items = per_arch.str_list(arch)
             for item in items:
-                parts = shlex.split(item) if item.strip() else []
+                parts = _split(per_arch, arch, item)
                 if not parts or not parts[0].startswith("-"):
                     raise per_arch.error(arch, f"each item is one flag with its value, like '--flag value'; "
                                                f"got {item!r}")
             arch_args.append((arch, tuple(items)))
         per_arch.done()
     fix = FixSpec(set_env=tuple(set_env.items()), unset_env=tuple(unset_env), add_args=tuple(add_args),
-                  remove_args=tuple(f.str_list("remove_args")), roles=roles, arch_add_args=tuple(arch_args))
+                  remove_args=tuple(remove_args), roles=roles, arch_add_args=tuple(arch_args))
     f.done()
     return fix
 

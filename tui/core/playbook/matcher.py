@@ -11,6 +11,7 @@ entry explained the failure, and releases held generic diagnoses unless a higher
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tui.core.logparse import PHASES, PhaseTracker
@@ -67,7 +68,7 @@ class Matcher:
         if ctx.vllm_version is None and ("version" in text or "V1 LLM engine" in text):
             m = _VERSION.search(text)
             if m:
-                ctx = MatchContext(ctx.family, ctx.attention, ctx.topology, m.group(1))
+                ctx = replace(ctx, vllm_version=m.group(1))
                 changed = True
         if ctx.topology is None and "non-default args:" in text:
             m = _ARGS.search(text)
@@ -80,7 +81,7 @@ class Matcher:
                     kind = "dp"
                 else:
                     kind = "tp"
-                ctx = MatchContext(ctx.family, ctx.attention, kind, ctx.vllm_version)
+                ctx = replace(ctx, topology=kind)
                 changed = True
         if changed:
             self.context = ctx

@@ -3,6 +3,7 @@ rewriting what the operator wrote (comments and order stay), written atomically.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Sequence
@@ -134,8 +135,13 @@ def append_entry(data: dict[str, Any], path: Path | None = None) -> tuple[Entry,
         flow = yaml.safe_dump(data, default_flow_style=True, width=2**31, sort_keys=False).strip()
         raise InputError("cannot append safely to this file (its 'entries:' list is not the last block of the "
                          f"file); add this item to entries by hand: - {flow}", file=target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(new, encoding="utf-8")
-    os.replace(tmp, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(new, encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise InputError(f"cannot write: {exc.strerror or exc}", file=target) from None
     return entries[-1], target
