@@ -181,7 +181,10 @@ def _real_host_extras(ctx: CliContext, target: BenchTarget, layout: LayoutRecord
 
 def vllm_bench_command(args: argparse.Namespace) -> list[str]:
     if args.vllm_bench:
-        return shlex.split(args.vllm_bench)
+        try:
+            return shlex.split(args.vllm_bench)
+        except ValueError as exc:
+            raise InputError(f"cannot split {args.vllm_bench!r}: {exc}", field="--vllm-bench") from None
     return [getattr(args, "vllm", None) or "vllm"]
 
 

@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace, ctx: CliContext) -> int:
     _profile, launch = make_plan(args, ctx)
-    checks = [] if args.no_preflight else preflight(launch, ctx.host.facts, _safe_nvml(ctx))
+    checks = [] if args.no_preflight else preflight(launch, ctx.host.facts, ctx.nvml_or_none())
     if args.json:
         ctx.print_json({"plan": launch.to_dict(), "preflight": [c.to_dict() for c in checks]})
     else:
@@ -36,10 +36,3 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         for c in checks:
             print("  " + c.line(), file=ctx.err)
     return EXIT_OK
-
-
-def _safe_nvml(ctx: CliContext) -> Any:
-    try:
-        return ctx.host.nvml()
-    except Exception:  # noqa: BLE001 - preflight reports what it can
-        return None

@@ -7,12 +7,13 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from tui.cli.context import CliContext, add_global_options, parse_gpu_list
+from tui.cli.context import CliContext, add_global_options, parse_gpu_list, parse_pairs
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError, PlanRefused
 from tui.core.planner import PlanOptions, plan
 from tui.core.playbook import MatchContext, load_playbook
 from tui.core.playbook.events import Diagnosis
-from tui.core.playbook.loader import SEVERITIES, parse_playbook_file, shipped_playbook_path
+from tui.core.playbook.loader import parse_playbook_file, shipped_playbook_path
+from tui.core.playbook.model import SEVERITIES
 from tui.core.playbook.offline import LogDiagnosis, diagnose_lines, read_log_line, read_log_lines
 from tui.core.playbook.store import append_entry, entry_from_line
 from tui.core.preflight import FAIL, WARN
@@ -158,7 +159,7 @@ def _origin(entry_source: str, entry_id: str, shipped_ids: set[str]) -> str:
 def run_list(args: argparse.Namespace, ctx: CliContext) -> int:
     book = load_playbook(extra=args.playbook)
     shipped_ids = {e.id for e in parse_playbook_file(shipped_playbook_path())}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for e in sorted(book.entries, key=lambda e: e.id):
         fix = "auto" if e.auto else "yes" if e.fixable else "advice" if e.not_fixable else "-"
         rows.append({"id": e.id, "severity": e.severity, "priority": e.priority, "fix": fix,
@@ -187,16 +188,6 @@ def run_show(args: argparse.Namespace, ctx: CliContext) -> int:
     return EXIT_OK
 
 
-def _pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
-    out = []
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise InputError(f"expected K=V, got {item!r}", field=flag)
-        out.append((k, v))
-    return out
-
-
 def run_add(args: argparse.Namespace, ctx: CliContext) -> int:
     if args.from_ref:
         path_text, sep, num = args.from_ref.rpartition(":")
@@ -211,7 +202,7 @@ def run_add(args: argparse.Namespace, ctx: CliContext) -> int:
     claimer = book.claim(line)
     data = entry_from_line(
         line, title=args.title, entry_id=args.entry_id, explain=args.explain, severity=args.severity,
-        set_env=_pairs(args.set_env, "--set-env"), unset_env=args.unset_env, add_args=args.add_arg,
+        set_env=parse_pairs(args.set_env, "--set-env"), unset_env=args.unset_env, add_args=args.add_arg,
         remove_args=args.remove_arg, not_fixable=args.not_fixable, auto=args.auto, origin=origin)
     priority = args.priority
     if priority is None and claimer is not None and claimer.id != data["id"]:
@@ -254,13 +245,6 @@ def _register_doctor(sub: Any) -> None:
     p.set_defaults(handler=run_doctor)
 
 
-def _safe_nvml(ctx: CliContext) -> Any:
-    try:
-        return ctx.host.nvml()
-    except Exception:  # noqa: BLE001 - the doctor reports NVML as unavailable
-        return None
-
-
 def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
     from tui.core.playbook.doctor import doctor
 
@@ -277,7 +261,7 @@ def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
                                                             vllm_executable=getattr(args, "vllm", None) or "vllm"))
         except PlanRefused as exc:
             refused = exc.one_line()
-    checks = doctor(facts, _safe_nvml(ctx), profile=profile, topology=topo, plan=launch, plan_refused=refused,
+    checks = doctor(facts, ctx.nvml_or_none(), profile=profile, topology=topo, plan=launch, plan_refused=refused,
                     simulated_reason=reason)
     failed = [c for c in checks if c.status == FAIL]
     warned = [c for c in checks if c.status == WARN]
@@ -292,4 +276,3 @@ def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
         ctx.print(f"{len(checks)} checks: {len(checks) - len(failed) - len(warned)} ok, {len(warned)} warnings, "
                   f"{len(failed)} failed")
     return EXIT_FAILED if failed else EXIT_OK
-

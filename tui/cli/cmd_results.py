@@ -50,7 +50,10 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         df = table.comparison_frame(cells)
         text = {"table": table.render_text, "csv": table.render_csv, "md": table.render_markdown}[args.format](df)
     if args.output:
-        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        try:
+            Path(args.output).write_text(text + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot write: {exc.strerror or exc}", file=args.output, field="--output") from None
         print(f"wrote {args.output}", file=ctx.err)
     else:
         ctx.print(text)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import json
 import time
 from collections.abc import Sequence
@@ -18,13 +17,14 @@ from tui.cli.cmd_bench import add_traffic_options, options_from_args, profile_vo
 from tui.cli.common import add_plan_options, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
+from tui.core import lifecycle as core_lifecycle
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
 from tui.core.bench.campaign import CampaignResult, CampaignRunner, CampaignSpec, Lifecycle
 from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
 from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError, InputError
 from tui.core.profiles import Workload, parse_rate
-from tui.core.topology import parse_topology
+from tui.core.topology import parse_topologies
 
 
 def register(sub: Any) -> None:
@@ -41,18 +41,6 @@ def register(sub: Any) -> None:
     add_traffic_options(p, single=False)
     add_global_options(p)
     p.set_defaults(handler=run)
-
-
-def load_lifecycle() -> Lifecycle:
-    try:
-        module: Any = importlib.import_module("tui.core.lifecycle")
-    except ModuleNotFoundError as exc:
-        if exc.name != "tui.core.lifecycle":
-            raise
-        raise AppError("campaigns need the supervisor (tui.core.lifecycle), which this build does not have",
-                       hint="bring a layout up yourself and use 'disagg-tui bench'") from None
-    lifecycle: Lifecycle = module
-    return lifecycle
 
 
 def parse_rates(text: str | None) -> list[float] | str | None:
@@ -72,10 +60,7 @@ def default_name(spec: CampaignSpec) -> str:
 
 
 def run(args: argparse.Namespace, ctx: CliContext) -> int:
-    topologies = [t.strip() for t in args.topology.split(",") if t.strip()]
-    if not topologies:
-        raise InputError("no topology given", field="--topology")
-    topologies = [parse_topology(t).name for t in topologies]
+    topologies = [t.name for t in parse_topologies(args.topology)]
     wl_refs = [w.strip() for w in args.workload.split(",") if w.strip()]
     workloads: dict[str, Workload] = {}
     for ref in wl_refs:
@@ -100,7 +85,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     if args.fresh and not args.campaign:
         spec.name = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     vocab = profile_vocab(ctx, profile.id)
-    lifecycle = load_lifecycle()
+    lifecycle: Lifecycle = core_lifecycle
     progress = ProgressLine(ctx.err, enabled=not args.quiet)
 
     def options(wl: Workload) -> Any:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from tui.cli.context import CliContext, parse_gpu_list
+from tui.cli.argtypes import positive_int
+from tui.cli.context import CliContext, parse_gpu_list, parse_pairs
 from tui.core.errors import InputError
 from tui.core.planner import LaunchPlan, PlanOptions, plan
 from tui.core.profiles import ModelProfile
@@ -28,7 +29,7 @@ def add_plan_options(p: argparse.ArgumentParser, *, topology_required: bool = Tr
                    help="extra vllm serve argument(s), repeatable")
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="extra environment, repeatable")
     p.add_argument("--gpu-memory-utilization", type=float, metavar="F")
-    p.add_argument("--max-model-len", type=int, metavar="N")
+    p.add_argument("--max-model-len", type=positive_int, metavar="N")
     p.add_argument("--allow-shared-gpus", action="store_true",
                    help="let servers of a disaggregated layout share a GPU (--gpus 0,0): a functional check only")
 
@@ -40,12 +41,7 @@ def plan_options(args: argparse.Namespace, ctx: CliContext) -> PlanOptions:
             extra_args += shlex.split(item)
         except ValueError as exc:
             raise InputError(f"cannot split {item!r}: {exc}", field="--arg") from None
-    env: list[tuple[str, str]] = []
-    for item in args.env:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise InputError(f"expected K=V, got {item!r}", field="--env")
-        env.append((k, v))
+    env = parse_pairs(args.env, "--env")
     for name, value in (("--port", args.port), ("--server-port", args.server_port),
                         ("--side-channel-port", args.side_channel_port)):
         if not 1 <= value <= 65535:

@@ -37,6 +37,17 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = Fal
                    help="the vllm executable (default: found on PATH; it often lives in its own venv)")
 
 
+def parse_pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
+    """``K=V`` items of a repeatable flag, as pairs; one clear error naming the flag otherwise."""
+    out = []
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise InputError(f"expected K=V, got {item!r}", field=flag)
+        out.append((k, v))
+    return out
+
+
 def parse_gpu_list(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
@@ -88,6 +99,13 @@ class CliContext:
             for note in self._host.notes:
                 self.warn(note)
         return self._host
+
+    def nvml_or_none(self) -> Any:
+        """The host's NVML, or None where it cannot be read (preflight and doctor report that themselves)."""
+        try:
+            return self.host.nvml()
+        except Exception:  # noqa: BLE001 - any failure to open NVML means "not available" here
+            return None
 
     def print(self, text: str = "") -> None:
         print(text, file=self.out, flush=True)

@@ -1,6 +1,6 @@
 """The headless CLI: ``disagg-tui <command>``. Every command drives the same core as the console.
 
-Each command lives in its own module ``tui.cli.cmd_<name>`` with ``register(subparsers, common)`` adding its
+Each command lives in its own module ``tui.cli.cmd_<name>`` with ``register(subparsers)`` adding its
 parser (``set_defaults(handler=run)``) and ``run(args, ctx) -> int``. Errors are values: an ``AppError`` becomes
 one line on stderr and its exit code (2 for bad input or a refused plan, 1 for a failure); argparse mistakes are
 one line and exit 2, never a traceback.
@@ -29,7 +29,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tui.cli.cmd_bench",
     "tui.cli.cmd_results",
     "tui.cli.cmd_playbook",
-    "tui.cli.cmd_profiles",
 )
 
 
@@ -50,13 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_global_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue  # a command whose module is not part of this build yet
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 
