@@ -29,7 +29,7 @@ from tui.core.bench.dataset import run_seed
 from tui.core.bench.events import BenchTick
 from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
 from tui.core.bench.serverside import EnergyReader
-from tui.core.bench.store import RUN_FILE, Run, RunMeta, load_run, rate_label, run_name, safe_name
+from tui.core.bench.store import RUN_FILE, Run, RunMeta, load_run, rate_label, run_name, safe_name, write_json
 from tui.core.errors import AppError, InputError, RunFailed
 from tui.core.events import EventBus
 from tui.core.host import Host
@@ -207,7 +207,7 @@ class CampaignStore:
         meta = RunMeta(campaign=safe_name(self.spec.name), name=d.name, topology=cell.topology,
                        workload=cell.workload, request_rate=None if math.isinf(rate) else rate, repeat=cell.repeat,
                        status="failed", message=message, ended=time.time())
-        (d / RUN_FILE).write_text(json.dumps(meta.to_dict(), indent=1), encoding="utf-8")
+        write_json(d / RUN_FILE, meta.to_dict())
         return load_run(d)
 
 

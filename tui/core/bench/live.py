@@ -28,7 +28,6 @@ class LiveWindow:
     window_s: float = DEFAULT_WINDOW_S
     _ticks: deque[_Tick] = field(default_factory=deque)
     _ttfts: deque[tuple[float, float]] = field(default_factory=deque)  # (elapsed, ttft) kept longer
-    last: BenchTick | None = None
 
     warmup_total: int = 0
 
@@ -71,5 +70,4 @@ class LiveWindow:
             itl_p50_ms=p(gaps, 50), itl_p99_ms=p(gaps, 99), window_s=span,
             loop_lag_ms=float(msg.get("lag_max") or 0.0) * 1000,
         )
-        self.last = tick
         return tick

@@ -252,7 +252,8 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
         flags.append("failed-requests")
     if status == "incomplete":
         flags.append("incomplete")
-    meta.triton_jit = serverside.jit_lines(before["offsets"])
+    # the logs, the records and the run's files are read and written off the event loop (a console runs on it)
+    meta.triton_jit = await asyncio.to_thread(serverside.jit_lines, before["offsets"])
     if meta.triton_jit:
         flags.append("triton-jit")
     texts = await serverside.scrape_metrics(server_urls)
@@ -272,9 +273,9 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     meta.energy = serverside.energy_delta(before["energy"], serverside.read_energy(target.energy),
                                           int(summary["total_output_tokens"]) if summary else 0)
     if target.log_files():
-        serverside.copy_logs(target.log_files(), directory / "logs")
-    writer.finish(status, summary, message=message)
-    run = load_run(directory)
+        await asyncio.to_thread(serverside.copy_logs, target.log_files(), directory / "logs")
+    await asyncio.to_thread(writer.finish, status, summary, message=message)
+    run = await asyncio.to_thread(load_run, directory)
     done = BenchDone(run_id=meta.id, status=status, run_dir=str(directory), summary=summary or {},
                      flags=tuple(flags), message=message)
     if bus is not None:

@@ -29,11 +29,20 @@ from typing import Any
 import httpx
 
 from tui import __version__
+from tui.core.telemetry import prom
+from tui.core.telemetry.derive import (
+    DEFAULT_MIN_EXTERNAL_SHARE,
+    PREFIX_HITS,
+    PREFIX_QUERIES,
+    PROMPT_BY_SOURCE,
+    RUNNING,
+    WAITING,
+)
 
 JIT_MARKER = "Triton kernel JIT compilation during inference"
-SOURCES = ("external_kv_transfer", "local_compute", "local_cache_hit")
-#: decode computing more than this share of the prompt tokens it saw means it did the prefill itself
-RECOMPUTE_SHARE = 0.5
+#: decode computing more than this share of the prompt tokens it saw means it did the prefill itself (the live
+#: view's verdict uses the same cut)
+RECOMPUTE_SHARE = 1.0 - DEFAULT_MIN_EXTERNAL_SHARE
 #: prompt tokens served from the prefix cache beyond what the workload shares on purpose before a run is flagged
 PREFIX_HIT_MARGIN = 0.05
 EnergyReader = Callable[[], Mapping[int, float]]  # GPU index -> total energy since driver load, mJ
@@ -42,30 +51,12 @@ _SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            continue
-        labels = dict(_LABEL.findall(m.group("labels") or ""))
-        out.append((m.group("name"), labels, value))
-    return out
-
-
 def prompt_tokens_by_source(text: str) -> dict[str, float] | None:
     """Sum over engines of ``vllm:prompt_tokens_by_source_total`` per source; None when the server lacks it."""
     found: dict[str, float] = {}
-    for name, labels, value in parse_prometheus(text):
-        if name == "vllm:prompt_tokens_by_source_total":
-            src = labels.get("source", "")
-            found[src] = found.get(src, 0.0) + value
+    for sample in prom.parse(text, keep=(PROMPT_BY_SOURCE,)).samples(PROMPT_BY_SOURCE):
+        src = sample.label("source") or ""
+        found[src] = found.get(src, 0.0) + sample.value
     return found or None
 
 
@@ -123,15 +114,9 @@ def kv_check(before: Mapping[str, Mapping[str, float] | None], after: Mapping[st
 
 def prefix_cache_counts(text: str) -> tuple[float, float] | None:
     """``(queries, hits)`` of vLLM's local prefix cache in tokens, summed over engines; None when not exported."""
-    queries = hits = 0.0
-    seen = False
-    for name, _labels, value in parse_prometheus(text):
-        if name == "vllm:prefix_cache_queries_total":
-            queries += value
-            seen = True
-        elif name == "vllm:prefix_cache_hits_total":
-            hits += value
-    return (queries, hits) if seen else None
+    exp = prom.parse(text, keep=("vllm:prefix_cache_",))
+    queries = exp.total(PREFIX_QUERIES)
+    return None if queries is None else (queries, exp.total(PREFIX_HITS) or 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,11 +182,6 @@ def prefix_counts_of(texts: Mapping[str, str | None]) -> dict[str, tuple[float, 
     return {u: (prefix_cache_counts(t) if t is not None else None) for u, t in texts.items()}
 
 
-async def scrape_sources(urls: Iterable[str], timeout_s: float = 5.0) -> dict[str, dict[str, float] | None]:
-    urls = list(urls)
-    return sources_of(await scrape_metrics(urls, timeout_s), urls)
-
-
 async def wait_idle(urls: Iterable[str], timeout_s: float = 30.0, poll_s: float = 0.05) -> bool:
     """Wait until no server has a request running or waiting (``vllm:num_requests_running`` and ``_waiting``
     summed over engines), so a run starts on an idle server and not on the tail of its warm-up. Servers that
@@ -221,9 +201,8 @@ async def wait_idle(urls: Iterable[str], timeout_s: float = 30.0, poll_s: float 
                     continue
                 if r.status_code != 200:
                     continue
-                for name, _labels, value in parse_prometheus(r.text):
-                    if name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
-                        busy += value
+                exp = prom.parse(r.text, keep=(RUNNING, WAITING))
+                busy += (exp.total(RUNNING) or 0.0) + (exp.total(WAITING) or 0.0)
             if busy == 0:
                 return True
             if loop.time() >= deadline:

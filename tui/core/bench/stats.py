@@ -142,11 +142,6 @@ class Interval:
     def high(self) -> float:
         return self.mean + self.half
 
-    @property
-    def relative(self) -> float:
-        """Half-width relative to the mean (0 when the mean is 0)."""
-        return self.half / abs(self.mean) if self.mean else 0.0
-
     def text(self, fmt: str = ".2f") -> str:
         if self.n < 2:
             return format(self.mean, fmt)

@@ -116,7 +116,7 @@ class RunMeta:
         return cls(**data)
 
 
-def _write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
     os.replace(tmp, path)
@@ -177,9 +177,9 @@ class RunWriter:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / PARTS_DIR).mkdir(exist_ok=True)
         if workload is not None:
-            _write_json(directory / "workload.json", workload)
+            write_json(directory / "workload.json", workload)
         if plan is not None:
-            _write_json(directory / "plan.json", plan)
+            write_json(directory / "plan.json", plan)
         self.save_meta()
         self._journal = open(directory / JOURNAL_FILE, "ab")  # noqa: SIM115 - closed in finish
         self._raw: list[bytes] = []  # every record line, as received
@@ -189,7 +189,7 @@ class RunWriter:
         self._last_flush = time.monotonic()
 
     def save_meta(self) -> None:
-        _write_json(self.dir / RUN_FILE, self.meta.to_dict())
+        write_json(self.dir / RUN_FILE, self.meta.to_dict())
 
     def add_wire(self, line: bytes) -> None:
         """Keep a finished request as the worker sent it: journaled at once, decoded later. While a run goes the
@@ -235,7 +235,7 @@ class RunWriter:
         with contextlib.suppress(FileNotFoundError):
             (self.dir / JOURNAL_FILE).unlink()
         if summary is not None:
-            _write_json(self.dir / SUMMARY_FILE, summary)
+            write_json(self.dir / SUMMARY_FILE, summary)
         self.meta.status = status
         self.meta.ended = time.time()
         if message:
@@ -309,15 +309,21 @@ def load_run(directory: Path) -> Run:
             ends = [r.end for r in records if r.success] or [r.start for r in records]
             duration = max(max(ends) - min(r.start for r in records), 1e-9)
             summary = summarize(records, duration, goodput=meta.goodput_slo or None,
-                                header=_header_from_meta(meta, len(records)))
+                                header=_header_from_meta(meta, len(records), directory))
     return Run(directory, meta, summary)
 
 
-def _header_from_meta(meta: RunMeta, num_prompts: int) -> dict[str, Any]:
+def _header_from_meta(meta: RunMeta, num_prompts: int, directory: Path) -> dict[str, Any]:
+    """The summary's header for a run whose summary was never written, from its meta and its workload file."""
+    workload: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads((directory / "workload.json").read_text(encoding="utf-8"))
+        workload = loaded if isinstance(loaded, dict) else {}
     return {"date": time.strftime("%Y%m%d-%H%M%S", time.localtime(meta.started)), "endpoint_type": "openai",
             "backend": "openai", "label": "disagg-tui", "model_id": meta.model, "tokenizer_id": meta.model,
             "num_prompts": num_prompts, "topology": meta.topology, "workload": meta.workload,
-            "request_rate": rate_label(meta.request_rate), "burstiness": 1.0, "max_concurrency": None}
+            "request_rate": rate_label(meta.request_rate), "burstiness": workload.get("burstiness", 1.0),
+            "max_concurrency": workload.get("max_concurrency")}
 
 
 def find_runs(refs: Iterable[str] = (), root: Path | None = None) -> list[Path]:
@@ -385,13 +391,13 @@ def import_vllm_result(file: Path, *, campaign: str = "imported", topology: str 
     summary = strip_detailed(data)
     summary.setdefault("topology", topo)
     summary.setdefault("workload", wl)
-    _write_json(directory / SUMMARY_FILE, summary)
+    write_json(directory / SUMMARY_FILE, summary)
     if records:
         records_frame(records).write_parquet(directory / REQUESTS_FILE)
         if not all(data.get("itls") or [[]]):
             meta.flags.append("itls-trimmed")
     shutil.copyfile(file, directory / "vllm-result.json")
-    _write_json(directory / RUN_FILE, meta.to_dict())
+    write_json(directory / RUN_FILE, meta.to_dict())
     return load_run(directory)
 
 

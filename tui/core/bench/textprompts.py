@@ -41,7 +41,6 @@ class TokenizerUnavailable(Exception):
 @dataclass(frozen=True, slots=True)
 class TextPrompts:
     prompts: list[Prompt]
-    vocab: int  # token ids drawn from [0, vocab)
     exact: int  # prompts whose server count equals the intended length
     rounds: int  # the most tokenize rounds a prompt needed
 
@@ -133,7 +132,7 @@ async def as_text(prompts: Sequence[Prompt], *, base_url: str, model: str, vocab
                                       for i, p in enumerate(prompts)))
     out = [p for p, _ in done]
     exact = sum(1 for p, src in zip(out, prompts, strict=True) if p.tokens == src.input_len)
-    return TextPrompts(out, vocab, exact, max((r for _, r in done), default=0))
+    return TextPrompts(out, exact, max((r for _, r in done), default=0))
 
 
 async def server_vocab(base_url: str, model: str, upper: int, *, headers: Mapping[str, str] | None = None,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import re
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from tui.core import paths
 from tui.core.bench.events import BenchDone, BenchTick
 from tui.core.bench.runner import BenchOptions, BenchTarget, prepare_run
-from tui.core.bench.store import Run, RunMeta, import_vllm_result, rate_label, safe_name
+from tui.core.bench.store import RUN_FILE, Run, RunMeta, import_vllm_result, rate_label, safe_name, write_json
 from tui.core.errors import InputError, RunFailed
 from tui.core.events import EventBus
 
@@ -130,7 +129,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
                        request_rate=rate, status="failed", runner="vllm-bench", endpoint=target.endpoint,
                        model=model, message=f"vllm bench serve exited with code {code}: " + " | ".join(tail[-3:]))
-        (directory / "run.json").write_text(json.dumps(meta.to_dict(), indent=1), encoding="utf-8")
+        write_json(directory / RUN_FILE, meta.to_dict())
         if bus is not None:
             bus.publish(BenchDone(run_id=run_id, status="failed", run_dir=str(directory), message=meta.message))
         raise RunFailed(meta.message[:400], hint=f"command in {directory / 'command.txt'}")
