@@ -12,9 +12,9 @@ from tui.cli.argtypes import nonneg_float, positive_float, positive_int
 from tui.core.errors import InputError
 from tui.core.host import Host, HostOptions, select_host
 from tui.core.profiles import Catalog
+from tui.sim.faults import INJECTABLE
 
-SIM_FAULTS = ("flashinfer-no-nvcc", "flashinfer-jit-stall", "dp-ready-timeout", "moe-dp-crash", "kv-too-small",
-              "gpu-memory-taken", "port-taken", "nixl-missing", "ssm-layout", "triton-jit")
+SIM_FAULTS = INJECTABLE  # the failures the simulated server can inject
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:

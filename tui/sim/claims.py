@@ -14,7 +14,6 @@ from pathlib import Path
 from tui.sim.gpustate import Claim, SimGpuState
 from tui.sim.perfmodel import GIB
 
-MIB = 2**20
 REFRESH_S = 5.0  # an unchanged claim is still rewritten this often (its "updated" time stays fresh)
 
 
@@ -47,10 +46,6 @@ class ClaimWriter:
         self._claims.pop(pid, None)
         if self.state is not None:
             self.state.drop_claim(pid)
-
-    def drop_all(self) -> None:
-        for pid in list(self._claims):
-            self.drop(pid)
 
     def others_on(self, gpu: int, mine: set[int]) -> float:
         """GiB that processes other than ours hold on ``gpu``."""

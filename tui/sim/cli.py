@@ -16,8 +16,6 @@ from typing import Any
 from tui.sim.serve_flags import SERVE_FLAGS
 
 SUBCOMMANDS = ("chat", "complete", "serve", "launch", "bench", "collect-env", "run-batch")
-JSON_FLAGS = ("kv_transfer_config", "compilation_config", "attention_config", "speculative_config",
-              "kv_events_config", "ec_transfer_config")
 
 
 def _dest(names: list[str]) -> str:

@@ -8,7 +8,6 @@ default. The GPU type from ``DISAGG_SIM_GPU`` (else the simulated host's ``host.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from tui.core.gpuspecs import PRESETS, GpuSpec
 from tui.core.profiles import ModelProfile, parse_model_profile
+from tui.sim.gpustate import simgpu_dir
 from tui.sim.perfmodel import Hardware, MemoryPlan, batch_defaults, memory_plan
 
 VLLM_VERSION = "0.24.0"
@@ -240,7 +240,7 @@ def _gpu(env: dict[str, str], state_dir: Path | None) -> tuple[GpuSpec, int]:
     count = env.get("DISAGG_SIM_GPUS")
     if (not key or not count) and state_dir is not None:
         try:
-            host = json.loads((state_dir / "simgpu" / "host.json").read_text(encoding="utf-8"))
+            host = json.loads((simgpu_dir(state_dir) / "host.json").read_text(encoding="utf-8"))
             key = key or str(host.get("gpu"))
             count = count or str(host.get("count"))
         except (OSError, ValueError):
@@ -321,7 +321,3 @@ def build(ns: Any, order: list[str], env: dict[str, str]) -> ServeConfig:
         state_dir=state_dir, server_name=env.get("DISAGG_SIM_SERVER_NAME", "server"),
         vllm_env={k: v for k, v in env.items() if k.startswith("VLLM_")},
     )
-
-
-def from_environment(ns: Any, order: list[str]) -> ServeConfig:
-    return build(ns, order, dict(os.environ))

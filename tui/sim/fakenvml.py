@@ -76,6 +76,7 @@ from pynvml import (
 
 from tui.core.gpuspecs import GpuSpec
 from tui.sim.gpustate import Claim, SimGpuState, simgpu_dir
+from tui.sim.perfmodel import TORCH_RESERVED_MIB
 
 __all__ = [
     "NVML_AFFINITY_SCOPE_NODE", "NVML_CLOCK_GRAPHICS", "NVML_CLOCK_MEM", "NVML_CLOCK_SM", "NVML_CLOCK_VIDEO",
@@ -85,7 +86,7 @@ __all__ = [
 ]
 
 MIB = 2**20
-RESERVED_BYTES = 616 * MIB  # H200: "Reserved 616 MiB" (nvidia-smi -q), with or without processes
+RESERVED_BYTES = TORCH_RESERVED_MIB * MIB  # H200: "Reserved 616 MiB" (nvidia-smi -q), with or without processes
 CONTEXT_OVERHEAD_BYTES = 9 * MIB  # H200 under vLLM: used 124047 MiB (v2) for one 124038 MiB process
 LOADED_IDLE_FACTOR = 121.0 / 76.0  # H200: 121 W idle with vLLM loaded (smi/nvidia-smi_server_idle.txt) vs 76 W bare
 POWER_FULL_SHARE = 0.99  # 695 W of 700 at 100 % (rerun/nvml)

@@ -121,9 +121,6 @@ class EngineScheduler:
             return min(r.ready_at for r in self.transferring)
         return None
 
-    def fits_ever(self, prompt_len: int, max_tokens: int) -> bool:
-        return self._blocks_for(prompt_len + max_tokens) + self.state_blocks <= self.total_blocks
-
     # --- changes --------------------------------------------------------------------------------------------
     def add(self, req: SimRequest) -> None:
         req.num_computed = 0
@@ -287,18 +284,23 @@ class EngineScheduler:
         return ends, finished
 
     # --- internals ------------------------------------------------------------------------------------------
+    def _take(self, req: SimRequest, need: int) -> bool:
+        """Move the first waiting request out of the queue with ``need`` KV blocks, if that many are free."""
+        if need > self.free_blocks:
+            return False
+        self.waiting.popleft()
+        self.free_blocks -= need
+        req.blocks = need
+        return True
+
     def _admit(self, now: float, budget: int, scheduled: list[tuple[SimRequest, int]]) -> None:
         """Admit waiting requests in arrival order while budget, max_num_seqs and free blocks allow (all of them
         start with a prefill chunk, appended to ``scheduled``)."""
         while self.waiting and budget > 0 and len(self.running) + len(self.transferring) < self.max_num_seqs:
             req = self.waiting[0]
             if req.external_tokens > 0 and req.state == WAITING:
-                need = self._blocks_for(req.prompt_len) + self.state_blocks
-                if need > self.free_blocks:
+                if not self._take(req, self._blocks_for(req.prompt_len) + self.state_blocks):
                     break
-                self.waiting.popleft()
-                self.free_blocks -= need
-                req.blocks = need
                 req.state = REMOTE_KV
                 req.scheduled_at = now
                 req.ready_at = now + req.transfer_time
@@ -306,12 +308,8 @@ class EngineScheduler:
                 continue
             start = min(req.cached_tokens, max(0, req.prompt_len - 1))
             n = min(req.total_tokens - start, budget)
-            need = self._blocks_for(start + n) + self.state_blocks
-            if need > self.free_blocks:
+            if not self._take(req, self._blocks_for(start + n) + self.state_blocks):
                 break
-            self.waiting.popleft()
-            self.free_blocks -= need
-            req.blocks = need
             req.num_computed = start
             req.state = RUNNING
             if req.scheduled_at is None:

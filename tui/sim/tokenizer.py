@@ -71,6 +71,3 @@ class SimTokenizer:
             out.append(_CORPUS[:min(rest, size)])
             rest -= size
         return "".join(out)
-
-    def output_ids(self, seed: int, start: int, n: int) -> list[int]:
-        return self.encode(self.output_text(seed, start, n))
