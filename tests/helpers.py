@@ -18,6 +18,13 @@ from tui.core.supervisor import LAYOUT_ENV
 PROC = Path(__file__).parent / "procs" / "proc.py"
 
 
+def expectation(path: Path) -> tuple[int, str, str]:
+    """A broken-file corpus item's first line, ``# expect: LINE|FIELD|TEXT``: where the error must point."""
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    line, field, text = first.removeprefix("# expect: ").split("|")
+    return int(line), field, text
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

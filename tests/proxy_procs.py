@@ -7,13 +7,13 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from tests.helpers import free_port
 from tui.core.paths import child_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +85,4 @@ def proxy_process(*args: str, via_cli: bool = False) -> Child:
 
 def refused_url() -> str:
     """A loopback URL nobody listens on: a port the kernel just handed out, closed again."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.helpers import free_port
+
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = FIXTURES / "vllm-0.24.0-h200"
 CPU = FIXTURES / "vllm-0.24.0-cpu"
@@ -132,13 +134,7 @@ class LocalServer:
 
 def free_port_closed() -> int:
     """A port nothing listens on (bound then released)."""
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port: int = s.getsockname()[1]
-    s.close()
-    return port
+    return free_port()
 
 
 # --- process trees ---------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import free_port
 from tui.cli.main import main
 from tui.core.hostfacts import GpuInfo, HostFacts, Toolchain, VllmInfo, sim_facts
 from tui.core.planner import PlanOptions, plan
@@ -56,12 +57,6 @@ def listener() -> Iterator[int]:
         yield s.getsockname()[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def by_name(checks: list[Check]) -> dict[str, Check]:
     out: dict[str, Check] = {}
     for c in checks:
@@ -70,7 +65,7 @@ def by_name(checks: list[Check]) -> dict[str, Check]:
 
 
 def run(facts: HostFacts, env: dict[str, str], nvml: Any = None, **kw: Any) -> dict[str, Check]:
-    kw.setdefault("ports", [("endpoint", _free_port())])
+    kw.setdefault("ports", [("endpoint", free_port())])
     kw.setdefault("min_cache_free_gib", 0.0)
     return by_name(doctor(facts, nvml, env=env, **kw))
 
@@ -90,7 +85,7 @@ def test_simulated_host_report(env: dict[str, str]) -> None:
 
 def test_no_driver_fails_and_says_the_report_is_simulated(env: dict[str, str]) -> None:
     reason = "SIMULATED host: NVML did not initialise: NVML Shared Library Not Found"
-    checks = doctor(sim_facts(), None, env=env, simulated_reason=reason, ports=[("x", _free_port())],
+    checks = doctor(sim_facts(), None, env=env, simulated_reason=reason, ports=[("x", free_port())],
                     min_cache_free_gib=0.0)
     assert checks[0] == Check("driver", "fail", reason + "; real launches are impossible, this report is for the "
                                                          "SIMULATED host")
@@ -164,7 +159,7 @@ def test_gpu_memory_taken(env: dict[str, str]) -> None:
     c = run(facts, env, FakeNvml({0: 100 * GIB, 1: 0}))["gpu memory"]
     assert c.status == "warn" and c.reason.startswith("GPU 0 has 100.0 GiB in use")
     profile = Catalog.load().model("dummy-qwen3-8b")
-    layout = plan(profile, "tp1", facts, PlanOptions(port=_free_port()))
+    layout = plan(profile, "tp1", facts, PlanOptions(port=free_port()))
     c = by_name(doctor(facts, FakeNvml({0: 100 * GIB, 1: 0}), env=env, plan=layout, min_cache_free_gib=0.0))
     assert c["gpu memory"].status == "fail" and c["plan"].reason == "dummy-qwen3-8b as tp1 on GPU 0"
 
@@ -240,7 +235,7 @@ def test_model_specific_known_issues(env: dict[str, str]) -> None:
     dp = by_name(doctor(b200, None, env=env, profile=gemma, topology=parse_topology("dp2"), ports=[],
                         min_cache_free_gib=0.0))["known issues: gemma-4-26b-a4b-fp8"]
     assert dp.status == "warn" and "serve it as tp2" in dp.reason and "--moe-backend triton" in dp.reason
-    layout = plan(qwen, "1p1d", b200, PlanOptions(port=_free_port(), server_base_port=_free_port()))
+    layout = plan(qwen, "1p1d", b200, PlanOptions(port=free_port(), server_base_port=free_port()))
     hybrid = by_name(doctor(b200, None, env=env, profile=qwen, plan=layout, min_cache_free_gib=0.0))
     assert hybrid["known issues: qwen3.6-27b-nvfp4"] == Check(
         "known issues: qwen3.6-27b-nvfp4", "pass",

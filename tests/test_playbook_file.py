@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
+from tests.helpers import expectation
 from tui.core.errors import InputError
 from tui.core.hostfacts import sim_facts
 from tui.core.planner import apply_fix, plan
@@ -55,15 +56,9 @@ def test_format_is_documented_at_the_top_of_the_shipped_file() -> None:
         assert word in head, word
 
 
-def _expectation(path: Path) -> tuple[int, str, str]:
-    first = path.read_text(encoding="utf-8").splitlines()[0]
-    line, field, text = first.removeprefix("# expect: ").split("|")
-    return int(line), field, text
-
-
 @pytest.mark.parametrize("path", sorted(BAD.glob("*.yaml")), ids=lambda p: p.stem)
 def test_broken_playbooks_name_file_line_and_field(path: Path) -> None:
-    line, field, text = _expectation(path)
+    line, field, text = expectation(path)
     with pytest.raises(InputError) as info:
         parse_playbook_file(path)
     err = info.value
@@ -76,7 +71,7 @@ def test_broken_playbooks_name_file_line_and_field(path: Path) -> None:
 
 
 def test_corpus_covers_the_kinds_of_mistake() -> None:
-    texts = " ".join(_expectation(p)[2] for p in BAD.glob("*.yaml"))
+    texts = " ".join(expectation(p)[2] for p in BAD.glob("*.yaml"))
     for kind in ("unknown field", "bad regular expression", "expected an integer", "must be one of",
                  "required field is missing", "YAML syntax", "is used twice"):
         assert kind in texts

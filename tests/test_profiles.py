@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import expectation
 from tui.core.errors import InputError
 from tui.core.profiles import Catalog, parse_model_profile, parse_workloads_file
 from tui.core.yamlio import load_file, load_text
@@ -54,15 +55,9 @@ def test_model_by_path() -> None:
     assert Catalog.load().model(shipped).id == "gemma-4-26b-a4b-fp8"
 
 
-def _expectation(path: Path) -> tuple[int, str, str]:
-    first = path.read_text().splitlines()[0]
-    line, field, text = first.removeprefix("# expect: ").split("|")
-    return int(line), field, text
-
-
 @pytest.mark.parametrize("path", sorted(BAD.glob("*.yaml")), ids=lambda p: p.stem)
 def test_broken_profiles_name_file_line_and_field(path: Path) -> None:
-    line, field, text = _expectation(path)
+    line, field, text = expectation(path)
     with pytest.raises(InputError) as info:
         parse_model_profile(load_file(path), path)
     err = info.value

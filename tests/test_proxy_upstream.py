@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 
 import httpx
 import pytest
@@ -28,7 +29,7 @@ def test_prefill_body_of_a_streamed_completion() -> None:
     client = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 128, "min_tokens": 16, "stream": True,
               "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "ignore_eos": True,
               "temperature": 0.7}
-    before = {**client}
+    before = copy.deepcopy(client)
     assert prefill_body(client) == {"model": "m", "prompt": [1, 2, 3], "max_tokens": 1, "stream": False,
                                     "ignore_eos": True, "temperature": 0.7, "kv_transfer_params": P_KV}
     assert client == before  # the client's body is left as it was, for D

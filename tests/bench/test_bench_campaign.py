@@ -236,6 +236,7 @@ class _Host:
 async def test_wait_gpus_free_polls_until_released() -> None:
     host = _Host(_FakeNvml([[70000, 70000], [70000, 70000], [300, 300]]))
     await wait_gpus_free(host, [0, 1], timeout_s=5, poll_s=0.01)  # type: ignore[arg-type]
+    assert host._n.used == [[300, 300]]  # it polled through both busy readings before returning
     stuck = _Host(_FakeNvml([[300, 90000]]))
     with pytest.raises(RunFailed, match="GPU 1: 90,000 MiB"):
         await wait_gpus_free(stuck, [0, 1], timeout_s=0.05, poll_s=0.01)  # type: ignore[arg-type]
