@@ -57,10 +57,6 @@ def shipped_profiles_dir() -> Path:
     return _shipped("profiles")
 
 
-def shipped_recordings_dir() -> Path:
-    return _shipped("recordings")
-
-
 def user_profiles_dir() -> Path:
     return config_dir() / "profiles"
 

@@ -107,7 +107,7 @@ class ModelProfile:
         return 2.0 * s.full_attention_layers * s.num_kv_heads * s.head_dim * elem
 
     def to_dict(self) -> dict[str, Any]:
-        """The profile as YAML-ready data (what ``export`` writes and the console shows)."""
+        """The profile as plain data (what the simulated server is told about the model it serves)."""
         out: dict[str, Any] = {
             "id": self.id,
             "title": self.title,

@@ -103,7 +103,7 @@ def load_file(path: Path) -> Any:
 
 
 def dump(data: Any) -> str:
-    """Plain YAML for files we write (profiles exported, playbook entries added)."""
+    """Plain YAML for what we write or show (playbook entries added and shown)."""
     return yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True, width=120)
 
 
