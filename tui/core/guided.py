@@ -6,6 +6,7 @@ and with ``apply_fix="auto"`` the fixes marked safe are applied to the plan and 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -120,7 +121,8 @@ class GuidedLaunch:
                                             stalled_phase=exc.phase if exc.stalled else None):
                         self.bus.publish(d)
                     self.diagnoses = matcher.diagnoses
-                launch.store.update(launch.layout_id, diagnoses=[d.to_dict() for d in self.diagnoses])
+                await asyncio.to_thread(launch.store.update, launch.layout_id,
+                                        diagnoses=[d.to_dict() for d in self.diagnoses])
                 failures = [d for d in self.diagnoses if d.is_failure]
                 fixes = [(e, f) for e, f in self.book.fixes(failures, "auto", self.arch) if e not in applied] \
                     if self.apply == "auto" else []

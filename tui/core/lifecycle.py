@@ -16,7 +16,7 @@ import contextlib
 import getpass
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,25 +137,27 @@ class Launch:
         with self.store.locked() as layouts:
             layouts[self.record.id] = self.record
 
-    def _status(self, status: str, note: str = "") -> None:
+    async def _status(self, status: str, note: str = "") -> None:
         assert self.record is not None
         self.record.status = status
         self.record.note = note
-        self._save()
+        await asyncio.to_thread(self._save)
         self.bus.publish(LayoutChanged(layout_id=self.layout_id, status=status, topology=self.plan.topology,
                                        profile_id=self.plan.profile_id, endpoint=self.plan.endpoint,
                                        simulated=self.plan.simulated, note=note))
 
     # --- run ---------------------------------------------------------------------------------------------------
     async def run(self) -> LayoutRecord:
+        """Launch and wait until ready. The state file, the spawning and the stops run in threads: the event loop
+        (the console's) never waits on a file lock, a fork or a process exit."""
         loop = asyncio.get_running_loop()
         self.bus.attach_loop(loop)
         if self.options.replace:
-            active = self.store.active()
+            active = await asyncio.to_thread(self.store.active)
             if active is not None:
                 self.bus.publish(Notice(level="info", message=f"replacing layout {active.id}", source="up"))
                 await tear_down(active, self.bus, store=self.store)
-        busy = self.store.active()
+        busy = await asyncio.to_thread(self.store.active)
         if busy is not None and not self.options.replace and \
                 any(process_alive(p.pid, p.create_time) for p in busy.processes):
             raise _busy(busy)
@@ -167,26 +169,38 @@ class Launch:
             bad = failed(self.preflight)
             if bad:
                 raise PlanRefused("preflight failed: " + "; ".join(f"{c.name}: {c.reason}" for c in bad))
-        self._claim_slot()
-        self._status("starting")
+        await asyncio.to_thread(self._claim_slot)
+        await self._status("starting")
         follower = LogFollower(self._on_line)
         try:
-            self._spawn_all(follower)
+            await self._spawn(follower)
             follower.start()
             await self._wait_ready(follower)
         except BaseException as exc:
             follower.stop()
             note = exc.title if isinstance(exc, AppError) else type(exc).__name__
             await asyncio.to_thread(self._stop_all)
-            self._status("failed" if not isinstance(exc, asyncio.CancelledError | KeyboardInterrupt) else "stopped",
-                         note)
+            await self._status("failed" if not isinstance(exc, asyncio.CancelledError | KeyboardInterrupt)
+                               else "stopped", note)
             raise
         follower.stop()
-        self._status("ready")
+        await self._status("ready")
         assert self.record is not None
         return self.record
 
+    async def _spawn(self, follower: LogFollower) -> None:
+        """``_spawn_all`` in a thread; a cancellation waits for it to finish, so the stop that follows sees every
+        process it started."""
+        job = asyncio.ensure_future(asyncio.to_thread(self._spawn_all, follower))
+        try:
+            await asyncio.shield(job)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await job
+            raise
+
     def _spawn_all(self, follower: LogFollower) -> None:
+        """In a worker thread: start every process, record it, follow its log."""
         assert self.record is not None
         logs = self.store.logs_dir(self.layout_id)
         profile_json = self.profile.to_dict()
@@ -207,8 +221,9 @@ class Launch:
             self._save()
             self.trackers[name] = PhaseTracker()
             follower.follow(name, log)
-            self.bus.publish(ServerLaunched(layout_id=self.layout_id, server=name, role=role, pid=popen.pid, url=url,
-                                            command=_shell(env, shown_argv), log=str(log)))
+            self.bus.publish_threadsafe(ServerLaunched(layout_id=self.layout_id, server=name, role=role,
+                                                       pid=popen.pid, url=url, command=_shell(env, shown_argv),
+                                                       log=str(log)))
 
     def _on_line(self, name: str, lineno: int, text: str) -> None:
         """In the follower thread: phases, log lines and hooks (the playbook matcher)."""
@@ -258,7 +273,7 @@ class Launch:
                             self.bus.publish(ServerPhase(server=name, phase="ready", label=upd.phase.label,
                                                          progress=1.0, elapsed_s=elapsed))
                         self.bus.publish(ServerReady(server=name, url=proc.url, startup_s=elapsed))
-                        self._save()
+                        await asyncio.to_thread(self._save)
                 now = time.monotonic()
                 for name in pending:
                     silent = follower.silent_for(name)
@@ -290,7 +305,7 @@ class Launch:
 
     def _stop_all(self) -> None:
         assert self.record is not None
-        targets = [StopTarget(p.name, p.pid, p.pgid, p.create_time) for p in self.record.processes]
+        targets = _targets(self.record.processes)
         stop_processes(targets, layout_id=self.layout_id, popens=self.popens,
                        int_wait=5.0 if self.host.simulated else 15.0)
 
@@ -313,11 +328,15 @@ async def bring_up(profile: ModelProfile, plan: LaunchPlan, host: Host, bus: Eve
     return await Launch(host, plan, profile, bus, options, store).run()
 
 
+def _targets(procs: Iterable[ProcessRecord]) -> list[StopTarget]:
+    return [StopTarget(p.name, p.pid, p.pgid, p.create_time) for p in procs]
+
+
 def stop_layout(record: LayoutRecord, *, int_wait: float = 15.0, on_step: Callable[[str], None] | None = None
                 ) -> list[str]:
     """Blocking: stop every process of a layout (proxy first, then the servers)."""
-    proxy = [StopTarget(p.name, p.pid, p.pgid, p.create_time) for p in record.processes if p.role == "proxy"]
-    servers = [StopTarget(p.name, p.pid, p.pgid, p.create_time) for p in record.processes if p.role != "proxy"]
+    proxy = _targets(p for p in record.processes if p.role == "proxy")
+    servers = _targets(p for p in record.processes if p.role != "proxy")
     out = stop_processes(proxy, int_wait=3.0, on_step=on_step) if proxy else []
     out += stop_processes(servers, layout_id=record.id, int_wait=int_wait, on_step=on_step)
     return out
@@ -329,15 +348,22 @@ async def tear_down(record: LayoutRecord, bus: EventBus, *, store: StateStore | 
     store = store or StateStore()
     bus.publish(LayoutChanged(layout_id=record.id, status="stopping", topology=record.topology,
                               profile_id=record.profile_id, endpoint=record.endpoint, simulated=record.simulated))
-    with store.locked() as layouts:
-        if record.id in layouts:
-            layouts[record.id].status = "stopping"
+
+    def mark_stopping() -> None:
+        with store.locked() as layouts:
+            if record.id in layouts:
+                layouts[record.id].status = "stopping"
+
+    def forget_or_mark_stopped() -> None:
+        with store.locked() as layouts:
+            if forget:
+                layouts.pop(record.id, None)
+            elif record.id in layouts:
+                layouts[record.id].status = "stopped"
+
+    await asyncio.to_thread(mark_stopping)
     await asyncio.to_thread(stop_layout, record, int_wait=5.0 if record.simulated else 15.0)
-    with store.locked() as layouts:
-        if forget:
-            layouts.pop(record.id, None)
-        elif record.id in layouts:
-            layouts[record.id].status = "stopped"
+    await asyncio.to_thread(forget_or_mark_stopped)
     bus.publish(LayoutChanged(layout_id=record.id, status="stopped", topology=record.topology,
                               profile_id=record.profile_id, endpoint=record.endpoint, simulated=record.simulated))
 
