@@ -40,9 +40,31 @@ print("============ Serving Benchmark Result ============")
 '''
 
 
-def _fake(tmp_path: Path) -> list[str]:
+# a vllm bench that sends real traffic: a warm-up pause, then streamed completions to the server, with progress
+TRAFFIC = '''
+import json, sys, time, urllib.request
+args = sys.argv[1:]
+opt = {args[i]: args[i + 1] for i in range(2, len(args) - 1) if args[i].startswith("--")}
+n = int(opt["--num-prompts"])
+print("Starting initial single prompt test run...", flush=True)
+time.sleep(0.4)
+print("Starting main benchmark run...", flush=True)
+sys.stderr.write(f"\\r  0%| | 0/{n} [00:00<?, ?it/s]"); sys.stderr.flush()
+for i in range(n):
+    body = json.dumps({"model": opt["--model"], "prompt": [1] * 8, "max_tokens": 40, "stream": True}).encode()
+    req = urllib.request.Request(opt["--base-url"] + "/v1/completions", data=body,
+                                 headers={"content-type": "application/json"})
+    urllib.request.urlopen(req).read()
+    sys.stderr.write(f"\\r{100 * (i + 1) // n:3d}%|##| {i + 1}/{n} [00:0{i}<00:00,  1.00it/s]"); sys.stderr.flush()
+data = json.load(open(SAMPLE))
+data["num_prompts"] = n
+json.dump(data, open(opt["--result-dir"] + "/" + opt["--result-filename"], "w"))
+'''
+
+
+def _fake(tmp_path: Path, body: str = FAKE) -> list[str]:
     f = tmp_path / "fake_vllm.py"
-    f.write_text(f"SAMPLE = {str(CPU_SAMPLE)!r}\n" + FAKE)
+    f.write_text(f"SAMPLE = {str(CPU_SAMPLE)!r}\n" + body)
     return [sys.executable, str(f)]
 
 
@@ -86,6 +108,78 @@ async def test_fake_vllm_bench_becomes_a_run(stub, tmp_path: Path) -> None:
     assert "Starting main benchmark run..." in lines
     assert (run.path / "command.txt").read_text().split()[2:4] == ["bench", "serve"]
     assert json.loads((run.path / "vllm-result.json").read_text())["label"] == "tui"
+
+
+async def test_live_figures_come_from_the_servers_metrics(stub, tmp_path: Path) -> None:
+    """While vllm bench runs, ticks carry its phase and count and the server's token rate, marked as the server's
+    view; its warm-up's length reaches run.json, and the run gets the server-side checks of our own runner."""
+    url, srv = await stub(mode="paced", ms_per_token=5.0)
+    ticks: list[BenchTick] = []
+    target = BenchTarget(endpoint=url, topology="tp1", campaign="vb", runs_root=tmp_path)
+    opts = _opts(12)
+    opts.warmup = 1
+    run = await run_vllm_bench(_fake(tmp_path, TRAFFIC), opts, target, "/tok", on_tick=ticks.append)
+    assert srv.stats.completions == 12
+    assert all(t.source == "server" for t in ticks)
+    warm = [t for t in ticks if t.phase == "warmup"]
+    main = [t for t in ticks if t.phase == "run"]
+    assert warm and main and ticks.index(warm[-1]) < ticks.index(main[0])
+    assert warm[0].total == 1 and "warm-up" in warm[0].line()
+    assert any(t.output_tps and t.output_tps > 0 for t in main)  # 40 tokens per 0.2 s from the stub's counter
+    assert main[-1].done == 12 and main[-1].sent == 12 and main[-1].inflight == 0
+    assert [t.done for t in main] == sorted(t.done for t in main)
+    assert "(server /metrics)" in main[-1].line()
+    client = run.meta.client
+    assert client["tool"] == "vllm bench serve" and client["warmups"] == 1 and client["warmup_s"] >= 0.35
+    assert client["initial_test"] == "started" and client["warmup_completed"] is False
+    assert run.meta.fingerprint["client"] == "vllm bench serve"
+    saved = json.loads((run.path / "run.json").read_text())
+    assert saved["client"]["warmup_s"] == client["warmup_s"]
+
+
+async def test_a_1p1d_vllm_bench_run_gets_our_server_side_checks(stub, tmp_path: Path) -> None:
+    """Around a vllm bench run, as around ours: the decode server's prompt-token sources (here it computed every
+    prompt itself: flagged), its log copied into the run."""
+    import time
+
+    from tui.core.state import LayoutRecord, ProcessRecord
+
+    url, _ = await stub(mode="fast", kv_source="local_compute")
+    log = tmp_path / "decode.log"
+    log.write_text("INFO ... decode server log\n")
+    layout = LayoutRecord(id="l", created=time.time(), simulated=True, plan={}, status="ready", endpoint=url,
+                          processes=[ProcessRecord(name="decode-0", role="decode", pid=0, pgid=0, create_time=0.0,
+                                                   log=str(log), url=url)])
+    target = BenchTarget(endpoint=url, topology="1p1d", campaign="vb", runs_root=tmp_path, layout=layout)
+    run = await run_vllm_bench(_fake(tmp_path, TRAFFIC), _opts(3), target, "/tok")
+    kv = run.meta.kv_transfer
+    assert kv is not None and kv["local_compute"] == 3 * 8 and kv["external"] == 0
+    assert "kv-recompute" in run.meta.flags and (run.path / "logs" / "decode.log").exists()
+    assert run.meta.layout_id == "l"
+
+
+async def test_a_stopped_vllm_bench_is_killed_and_marked_incomplete(stub, tmp_path: Path) -> None:
+    import asyncio
+    import os
+
+    url, _ = await stub(mode="fast")
+    pidfile = tmp_path / "pid"
+    slow = f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\n" \
+           "print('Starting main benchmark run...', flush=True)\ntime.sleep(60)\n"
+    target = BenchTarget(endpoint=url, topology="tp1", campaign="vb", runs_root=tmp_path)
+    task = asyncio.create_task(run_vllm_bench(_fake(tmp_path, slow), _opts(5), target, "/tok"))
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if pidfile.exists() and pidfile.read_text():
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    meta = json.loads(next((tmp_path / "vb").glob("*/run.json")).read_text())
+    assert meta["status"] == "incomplete" and "no request of it is kept" in meta["message"]
 
 
 async def test_failing_vllm_bench_is_a_failed_run(stub, tmp_path: Path) -> None:

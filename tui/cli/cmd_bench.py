@@ -252,7 +252,9 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         run_async(go())
     except (KeyboardInterrupt, asyncio.CancelledError):
         progress.end()
-        ctx.error("interrupted: finished requests are stored; the run is marked incomplete")
+        ctx.error("interrupted: vllm bench serve keeps no results when stopped; the run is marked incomplete"
+                  if args.runner == "vllm" else
+                  "interrupted: finished requests are stored; the run is marked incomplete")
         return 130
     return report_runs(args, ctx, runs)
 
@@ -328,7 +330,11 @@ def client_line(r: Run) -> str:
     """How the client fared and what the run cost in energy (one line for stderr)."""
     c = r.meta.client
     parts = []
-    if c:
+    if c.get("tool") == "vllm bench serve":
+        parts.append(f"client: vllm bench serve (set-up {c.get('setup_s') or 0:.1f} s, warm-up "
+                     f"{c.get('warmup_s') or 0:.1f} s: initial test {c.get('initial_test')}"
+                     + (f", {c['warmups']} warm-up request(s)" if c.get("warmups") else "") + ")")
+    elif c:
         parts.append(f"client CPU {c.get('cpu', 0.0):.0%} of a core, event-loop lag p99 "
                      f"{c.get('loop_lag_p99_ms', 0.0):.1f} ms")
         if c.get("requested_rate"):

@@ -18,7 +18,7 @@ class BenchTick(Event):
 
     kind: ClassVar[str] = "bench_tick"
     run_id: str
-    phase: str  # warmup | run
+    phase: str  # setup (vllm bench starting) | warmup | run
     elapsed_s: float
     total: int
     sent: int
@@ -35,6 +35,9 @@ class BenchTick(Event):
     itl_p99_ms: float | None = None
     window_s: float = 0.0
     loop_lag_ms: float = 0.0
+    #: "client": measured by our load generator per request; "server": read from the servers' /metrics while
+    #: another client (vllm bench serve) drives the run (histogram quantiles, TTFT from the engine's arrival)
+    source: str = "client"
 
     def line(self) -> str:
         """One progress line for the headless CLI."""
@@ -42,12 +45,16 @@ class BenchTick(Event):
             return "-" if v is None else f"{v:.1f}"
 
         tps = "-" if self.output_tps is None else f"{self.output_tps:,.0f}"
+        if self.phase == "setup":
+            return f"[{self.run_id}] {self.elapsed_s:6.1f}s  setting up (tokenizer, prompts) …"
         if self.phase == "warmup":
-            return f"[{self.run_id}] warm-up: {self.done}/{self.total} done"
+            counts = f"{self.done}/{self.total} done" if self.total else "…"
+            return f"[{self.run_id}] {self.elapsed_s:6.1f}s  warm-up: {counts}"
         return (f"[{self.run_id}] {self.elapsed_s:6.1f}s  done {self.done}/{self.total}  in flight {self.inflight}"
                 f"  failed {self.failed}  out {tps} tok/s  TTFT p50/p99 {ms(self.ttft_p50_ms)}/"
                 f"{ms(self.ttft_p99_ms)} ms  TPOT {ms(self.tpot_p50_ms)}/{ms(self.tpot_p99_ms)} ms  ITL "
-                f"{ms(self.itl_p50_ms)}/{ms(self.itl_p99_ms)} ms")
+                f"{ms(self.itl_p50_ms)}/{ms(self.itl_p99_ms)} ms"
+                + ("  (server /metrics)" if self.source == "server" else ""))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -187,6 +187,56 @@ async def prepare_run(opts: BenchOptions, target: BenchTarget) -> RunSetup:
     return RunSetup(model, info, rate, name, root, root / safe_name(target.campaign) / name)
 
 
+class ServerBracket:
+    """What the servers say around a run (either runner): their counters, log positions and the GPUs' energy read
+    at the start, and at the end the checks on them written into the run's meta and flags: Triton JIT compiles
+    logged during the run, prefix-cache hits, whether a 1P1D decode server got its KV over the transfer, joules
+    per output token; the servers' logs are copied into the run."""
+
+    def __init__(self, target: BenchTarget) -> None:
+        self.target = target
+        self.server_urls = target.server_urls()
+        self.decode_urls = target.decode_urls()
+        self._kv: dict[str, dict[str, float] | None] = {}
+        self._prefix: dict[str, tuple[float, float] | None] = {}
+        self._offsets: dict[str, int] = {}
+        self._energy: dict[int, float] | None = None
+
+    async def open(self, meta: RunMeta, *, wait_idle: bool) -> None:
+        if wait_idle and not await serverside.wait_idle(self.server_urls):
+            meta.flags.append("server-busy-at-start")
+        texts = await serverside.scrape_metrics(self.server_urls)
+        self._kv = serverside.sources_of(texts, self.decode_urls) if self.decode_urls else {}
+        self._prefix = serverside.prefix_counts_of(texts)
+        self._offsets = await asyncio.to_thread(serverside.log_offsets, self.target.log_files())
+        self._energy = await asyncio.to_thread(serverside.read_energy, self.target.energy)
+
+    async def close(self, meta: RunMeta, output_tokens: int, shared_prefix: float, directory: Path) -> None:
+        # the logs and the energy counters are read off the event loop (a console runs on it)
+        flags = meta.flags
+        meta.triton_jit = await asyncio.to_thread(serverside.jit_lines, self._offsets)
+        if meta.triton_jit:
+            flags.append("triton-jit")
+        texts = await serverside.scrape_metrics(self.server_urls)
+        prefix = serverside.prefix_check(self._prefix, serverside.prefix_counts_of(texts), shared_prefix)
+        if prefix is not None:
+            meta.prefix_cache = prefix.to_dict()
+            if prefix.unexpected:
+                flags.append("prefix-cache-hits")
+        if self.decode_urls:
+            check = serverside.kv_check(self._kv, serverside.sources_of(texts, self.decode_urls))
+            meta.kv_transfer = check.to_dict() if check else {"unknown": "the decode servers export no "
+                                                                         "vllm:prompt_tokens_by_source_total"}
+            if check is not None and check.recomputed:
+                flags.append("kv-recompute")
+            elif check is not None and not check.transferred:
+                flags.append("kv-no-transfer")
+        meta.energy = serverside.energy_delta(
+            self._energy, await asyncio.to_thread(serverside.read_energy, self.target.energy), output_tokens)
+        if self.target.log_files():
+            await asyncio.to_thread(serverside.copy_logs, self.target.log_files(), directory / "logs")
+
+
 async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | None = None,
                     on_tick: Callable[[BenchTick], None] | None = None) -> Run:
     w = opts.workload
@@ -201,20 +251,12 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     writer = RunWriter(directory, meta, workload={**asdict(w), "request_rate": rate_label(w.request_rate),
                                                   "prompts_file": opts.prompts_file},
                        plan=target.plan if target.plan is not None else (target.layout.plan if target.layout else None))
-    decode_urls = target.decode_urls()
-    server_urls = target.server_urls()
-    before: dict[str, Any] = {"kv": {}, "prefix": {}, "offsets": {}, "energy": None}
+    bracket = ServerBracket(target)
 
     async def at_start() -> None:
         """Between warm-up and run: wait for the servers to be idle, then read what they have counted so far, so
         warm-up traffic stays out of both the timing and the counters."""
-        if opts.warmup != 0 and not await serverside.wait_idle(target.server_urls()):
-            meta.flags.append("server-busy-at-start")
-        texts = await serverside.scrape_metrics(server_urls)
-        before["kv"] = serverside.sources_of(texts, decode_urls) if decode_urls else {}
-        before["prefix"] = serverside.prefix_counts_of(texts)
-        before["offsets"] = serverside.log_offsets(target.log_files())
-        before["energy"] = serverside.read_energy(target.energy)
+        await bracket.open(meta, wait_idle=opts.warmup != 0)
 
     live = LiveWindow(run_id=meta.id, total=w.num_prompts)
 
@@ -252,28 +294,8 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
         flags.append("failed-requests")
     if status == "incomplete":
         flags.append("incomplete")
-    # the logs, the records and the run's files are read and written off the event loop (a console runs on it)
-    meta.triton_jit = await asyncio.to_thread(serverside.jit_lines, before["offsets"])
-    if meta.triton_jit:
-        flags.append("triton-jit")
-    texts = await serverside.scrape_metrics(server_urls)
-    prefix = serverside.prefix_check(before["prefix"], serverside.prefix_counts_of(texts), shared_prefix_share(opts))
-    if prefix is not None:
-        meta.prefix_cache = prefix.to_dict()
-        if prefix.unexpected:
-            flags.append("prefix-cache-hits")
-    if decode_urls:
-        check = serverside.kv_check(before["kv"], serverside.sources_of(texts, decode_urls))
-        meta.kv_transfer = check.to_dict() if check else {"unknown": "the decode servers export no "
-                                                                     "vllm:prompt_tokens_by_source_total"}
-        if check is not None and check.recomputed:
-            flags.append("kv-recompute")
-        elif check is not None and not check.transferred:
-            flags.append("kv-no-transfer")
-    meta.energy = serverside.energy_delta(before["energy"], serverside.read_energy(target.energy),
-                                          int(summary["total_output_tokens"]) if summary else 0)
-    if target.log_files():
-        await asyncio.to_thread(serverside.copy_logs, target.log_files(), directory / "logs")
+    await bracket.close(meta, int(summary["total_output_tokens"]) if summary else 0, shared_prefix_share(opts),
+                        directory)
     await asyncio.to_thread(writer.finish, status, summary, message=message)
     run = await asyncio.to_thread(load_run, directory)
     done = BenchDone(run_id=meta.id, status=status, run_dir=str(directory), summary=summary or {},

@@ -1,8 +1,9 @@
 """The real ``vllm bench serve`` as an alternative runner: same workload, its own client, its result as a run.
 
 The command is configurable (``vllm``, a venv's ``bin/vllm``, or ``python -m vllm.entrypoints.cli.main``). Its
-progress (tqdm on stderr, ``\\r``-separated) becomes ``BenchTick`` events with the request counts; its other
-lines are passed on as text. It writes ``--save-result --save-detailed`` JSON into the run directory, which is
+progress (tqdm on stderr, ``\\r``-separated) gives the request count; the live figures come from the servers'
+``/metrics`` (:mod:`tui.core.bench.serverlive`); both become ``BenchTick`` events; its other lines are passed on
+as text. It writes ``--save-result --save-detailed`` JSON into the run directory, which is
 then loaded like an imported result (runner ``vllm-bench``).
 """
 
@@ -10,21 +11,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
+import os
 import re
+import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import httpx
+
 from tui.core import paths
+from tui.core.bench import serverside
 from tui.core.bench.events import BenchDone, BenchTick
-from tui.core.bench.runner import BenchOptions, BenchTarget, prepare_run
+from tui.core.bench.runner import BenchOptions, BenchTarget, ServerBracket, prepare_run, shared_prefix_share
+from tui.core.bench.serverlive import ServerLive
 from tui.core.bench.store import RUN_FILE, Run, RunMeta, import_vllm_result, rate_label, safe_name, write_json
 from tui.core.errors import InputError, RunFailed
 from tui.core.events import EventBus
+from tui.core.telemetry.derive import ITL, TPOT, TTFT
 
 _TQDM = re.compile(r"(\d+)/(\d+) \[(\d+):(\d+)(?::(\d+))?<")
 RESULT_NAME = "result.json"
+# vllm bench's lines between its phases (vllm/benchmarks/serve.py)
+TEST_RUN_MARK = "Starting initial single prompt test run"
+TEST_DONE_MARK = "Initial test run completed"
+TEST_SKIPPED_MARK = "Skipping endpoint ready check"
+WARMUP_DONE_MARK = "Warmup run completed"
+MAIN_RUN_MARK = "Starting main benchmark run"
+_SCRAPE_S = 0.5
 
 
 def bench_argv(command: Sequence[str], opts: BenchOptions, endpoint: str, model: str, tokenizer: str,
@@ -59,9 +75,64 @@ def parse_progress(segment: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+class _Progress:
+    """What vllm bench's output says so far: its phase (setting up: imports, tokenizer, dataset; warm-up: the initial
+    single-prompt test and ``--num-warmups``; run), how long each took, and the main run's count from its tqdm bar."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.phase = "setup"
+        self.done = 0
+        self.started = time.monotonic()
+        self.warmup_started: float | None = None
+        self.run_started: float | None = None
+        self.seen: set[str] = set()
+
+    def line(self, seg: str) -> bool:
+        """Take one segment of output; True when it was progress (not a line to pass on)."""
+        for mark in (TEST_RUN_MARK, TEST_DONE_MARK, TEST_SKIPPED_MARK, WARMUP_DONE_MARK):
+            if mark in seg:
+                self.seen.add(mark)
+        if TEST_RUN_MARK in seg and self.warmup_started is None:
+            self.warmup_started = time.monotonic()
+            self.phase = "warmup"
+        if MAIN_RUN_MARK in seg and self.run_started is None:
+            self.run_started = time.monotonic()
+            self.phase = "run"
+            return False
+        prog = parse_progress(seg)
+        if prog is None:
+            return False
+        self.done, self.total = prog
+        return True
+
+    def elapsed(self) -> float:
+        since = self.run_started or self.warmup_started or self.started
+        return time.monotonic() - since
+
+    def client(self, warmups: int) -> dict[str, object]:
+        """What run.json keeps of vllm bench's client: its phases' lengths and how its warm-up went."""
+        def span(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else round(b - a, 3)
+
+        return {"tool": "vllm bench serve", "setup_s": span(self.started, self.warmup_started or self.run_started),
+                "warmup_s": span(self.warmup_started, self.run_started), "warmups": warmups,
+                "initial_test": ("completed" if TEST_DONE_MARK in self.seen else
+                                 "skipped" if TEST_SKIPPED_MARK in self.seen else
+                                 "started" if TEST_RUN_MARK in self.seen else "not run"),
+                "warmup_completed": WARMUP_DONE_MARK in self.seen if warmups > 0 else None,
+                "counters_include_warmup": True}
+
+
 async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: BenchTarget, tokenizer: str, *,
                          bus: EventBus | None = None, on_tick: Callable[[BenchTick], None] | None = None,
                          on_line: Callable[[str], None] | None = None) -> Run:
+    """Run ``vllm bench serve`` as a child (its own process group) and load its result as a run.
+
+    While it runs, ``BenchTick`` events at ``opts.tick_s`` carry its request count and the servers' live figures
+    (``source="server"``: :mod:`tui.core.bench.serverlive`); around it the same server-side checks as our runner's
+    (:class:`ServerBracket`) go into the run's meta, with vllm bench's warm-up (its count and duration).
+    """
     w = opts.workload
     setup = await prepare_run(opts, target)
     model, rate, name, root, directory = setup.model, setup.rate, setup.name, setup.root, setup.directory
@@ -70,21 +141,42 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
     argv = bench_argv(command, opts, target.endpoint, model, tokenizer, out_dir, target.topology)
     (directory / "command.txt").write_text(" ".join(argv) + "\n", encoding="utf-8")
     run_id = f"{safe_name(target.campaign)}/{name}"
-    started = time.monotonic()
     tail: list[str] = []
+    progress = _Progress(w.num_prompts)
+    live = ServerLive(target.server_urls(), target.decode_urls())
+    # the server-side checks of our runner, around the whole of vllm bench (its warm-up cannot be told apart)
+    probe = RunMeta(campaign=safe_name(target.campaign), name=name)
+    bracket = ServerBracket(target)
+    await bracket.open(probe, wait_idle=True)
+
+    def publish(tick: BenchTick) -> None:
+        if bus is not None:
+            bus.publish(tick)
+        if on_tick is not None:
+            on_tick(tick)
+
+    def tick() -> BenchTick:
+        queued = live.queued()
+        left = max(progress.total - progress.done, 0)
+        inflight = min(queued, left) if queued is not None and progress.phase == "run" else 0
+        if progress.phase != "run":
+            return BenchTick(run_id=run_id, phase=progress.phase, elapsed_s=progress.elapsed(),
+                             total=max(opts.warmup, 0), sent=0, done=0, failed=0, inflight=queued or 0,
+                             source="server")
+        # vllm bench sends at its rate and the servers count what reached them: sent = finished + at the servers
+        ttft, tpot, itl = live.quantiles_ms(TTFT), live.quantiles_ms(TPOT), live.quantiles_ms(ITL)
+        return BenchTick(run_id=run_id, phase="run", elapsed_s=progress.elapsed(), total=progress.total,
+                         sent=progress.done + inflight, done=progress.done, failed=0, inflight=inflight,
+                         output_tps=live.output_tps(), ttft_p50_ms=ttft[0], ttft_p99_ms=ttft[1],
+                         tpot_p50_ms=tpot[0], tpot_p99_ms=tpot[1], itl_p50_ms=itl[0], itl_p99_ms=itl[1],
+                         window_s=live.windows[live.urls[0]].rate_window_s if live.urls else 0.0,
+                         source="server")
 
     def emit(segment: str) -> None:
         seg = segment.strip()
         if not seg:
             return
-        prog = parse_progress(seg)
-        if prog is not None:
-            tick = BenchTick(run_id=run_id, phase="run", elapsed_s=time.monotonic() - started, total=prog[1],
-                             sent=prog[1], done=prog[0], failed=0, inflight=prog[1] - prog[0])
-            if bus is not None:
-                bus.publish(tick)
-            if on_tick is not None:
-                on_tick(tick)
+        if progress.line(seg):
             return
         tail.append(seg)
         del tail[:-30]
@@ -112,32 +204,76 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                 emit(part)
         emit(buf)
 
+    async def ticker() -> None:
+        scrape_every = max(opts.tick_s, _SCRAPE_S)
+        last_scrape = 0.0
+        async with httpx.AsyncClient(timeout=min(2.0, scrape_every * 4)) as client:
+            while True:
+                if time.monotonic() - last_scrape >= scrape_every:
+                    last_scrape = time.monotonic()
+                    await live.poll(client)
+                publish(tick())
+                await asyncio.sleep(opts.tick_s)
+
     assert proc.stdout is not None
     assert proc.stderr is not None
     readers = asyncio.gather(pump(proc.stdout), pump(proc.stderr))
+    ticking = asyncio.create_task(ticker())
     try:
         await readers
         code = await proc.wait()
     except asyncio.CancelledError:
         with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
+            os.killpg(proc.pid, signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), 10)
+        # vllm bench writes its result only at its end: nothing of this run can be kept but the fact
+        meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
+                       request_rate=rate, status="incomplete", runner="vllm-bench", endpoint=target.endpoint,
+                       model=model, flags=["incomplete"],
+                       message=f"stopped after {progress.done}/{progress.total} requests; vllm bench serve saves "
+                               "its results only at its end, so no request of it is kept")
+        await asyncio.to_thread(write_json, directory / RUN_FILE, meta.to_dict())
         raise
+    finally:
+        ticking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticking
+    publish(tick())
     result = out_dir / RESULT_NAME
+    probe.client = progress.client(max(opts.warmup, 0))
     if code != 0 or not result.exists():
+        await bracket.close(probe, 0, shared_prefix_share(opts), directory)  # the servers' logs, JIT lines
         meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
                        request_rate=rate, status="failed", runner="vllm-bench", endpoint=target.endpoint,
-                       model=model, message=f"vllm bench serve exited with code {code}: " + " | ".join(tail[-3:]))
+                       model=model, client=probe.client, flags=probe.flags, triton_jit=probe.triton_jit,
+                       message=f"vllm bench serve exited with code {code}: " + " | ".join(tail[-3:]))
         write_json(directory / RUN_FILE, meta.to_dict())
         if bus is not None:
             bus.publish(BenchDone(run_id=run_id, status="failed", run_dir=str(directory), message=meta.message))
         raise RunFailed(meta.message[:400], hint=f"command in {directory / 'command.txt'}")
-    run = import_vllm_result(result, campaign=target.campaign, topology=target.topology, workload=w.name,
-                             root=root, name=name, runner="vllm-bench",
-                             meta_extra={"endpoint": target.endpoint, "request_rate": rate,
-                                         "repeat": target.repeat, "goodput_slo": dict(opts.goodput),
-                                         "message": "vllm bench serve: " + rate_label(w.request_rate) + " req/s"})
+    output_tokens = await asyncio.to_thread(_output_tokens, result)
+    await bracket.close(probe, output_tokens, shared_prefix_share(opts), directory)
+    run = await asyncio.to_thread(
+        import_vllm_result, result, campaign=target.campaign, topology=target.topology, workload=w.name,
+        root=root, name=name, runner="vllm-bench",
+        meta_extra={"endpoint": target.endpoint, "request_rate": rate, "repeat": target.repeat,
+                    "goodput_slo": dict(opts.goodput), "layout_id": target.layout.id if target.layout else "",
+                    "message": "vllm bench serve: " + rate_label(w.request_rate) + " req/s",
+                    "flags": probe.flags, "triton_jit": probe.triton_jit, "prefix_cache": probe.prefix_cache,
+                    "kv_transfer": probe.kv_transfer, "energy": probe.energy, "client": probe.client,
+                    "fingerprint": serverside.fingerprint({"server": setup.info, "client": "vllm bench serve",
+                                                           "layout": target.layout.id if target.layout else None,
+                                                           **target.fingerprint_extra})})
     if bus is not None:
-        bus.publish(BenchDone(run_id=run.id, status=run.meta.status, run_dir=str(run.path), summary=run.summary))
+        bus.publish(BenchDone(run_id=run.id, status=run.meta.status, run_dir=str(run.path), summary=run.summary,
+                              flags=tuple(run.meta.flags)))
     return run
+
+
+def _output_tokens(result: Path) -> int:
+    try:
+        data = json.loads(result.read_text(encoding="utf-8"))
+        return int(data.get("total_output_tokens") or 0)
+    except (OSError, ValueError, TypeError):
+        return 0  # import_vllm_result says what is wrong with the file

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
@@ -312,6 +312,28 @@ def histogram_delta(scrapes: list[_Scrape] | tuple[_Scrape, ...], name: str, **m
     return Histogram(buckets_t, acc_sum, max(acc_count, 0.0))
 
 
+def merge_histograms(hs: Iterable[Histogram | None]) -> Histogram | None:
+    """Several servers' histograms as one (equal ``le`` buckets summed; a bound one lacks counts as its next lower
+    bucket, as the cumulative counts say). None when none is given."""
+    present = [h for h in hs if h is not None]
+    if not present:
+        return None
+    if len(present) == 1:
+        return present[0]
+    bounds = sorted({b.le for h in present for b in h.buckets})
+
+    def at(h: Histogram, le: float) -> float:
+        count = 0.0
+        for b in h.buckets:
+            if b.le > le:
+                break
+            count = b.count
+        return count
+
+    return Histogram(tuple(Bucket(le, sum(at(h, le) for h in present)) for le in bounds),
+                     sum(h.sum for h in present), sum(h.count for h in present))
+
+
 def quantiles(h: Histogram | None) -> Quantiles | None:
     if h is None:
         return None
@@ -376,6 +398,22 @@ class MetricsWindow:
             if sc.ts <= newest - seconds:
                 start = i
         return items[start:]
+
+    def newest(self) -> Exposition | None:
+        return self._scrapes[-1].exp if self._scrapes else None
+
+    def histogram(self, name: str, **match: str) -> Histogram | None:
+        """The observations of ``name`` over the latency window (None before two scrapes)."""
+        return histogram_delta(self._since(self.window_s), name, **match)
+
+    def rate(self, name: str, **match: str) -> float | None:
+        """A counter's increase per second over the rate window (None before two scrapes)."""
+        sc = self._since(self.rate_window_s)
+        span = sc[-1].ts - sc[0].ts if len(sc) >= 2 else 0.0
+        if span <= 0:
+            return None
+        d = counter_delta(sc, name, **match)
+        return None if d is None else d / span
 
     def figures(self, role: str = "single") -> ServerFigures | None:
         if not self._scrapes:

@@ -1,0 +1,79 @@
+"""Live run figures from the servers' /metrics (what a vllm bench run shows): windows, merged histograms."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from tui.core.bench.serverlive import ServerLive
+from tui.core.telemetry.derive import ITL, TPOT, TTFT, merge_histograms
+from tui.core.telemetry.prom import Bucket, Histogram
+
+
+def _h(counts: list[tuple[float, float]], total_sum: float) -> Histogram:
+    return Histogram(tuple(Bucket(le, c) for le, c in counts), total_sum, counts[-1][1])
+
+
+def test_merged_histograms_add_bucket_by_bucket() -> None:
+    inf = float("inf")
+    a = _h([(0.1, 2), (0.5, 6), (inf, 8)], 2.0)
+    b = _h([(0.1, 0), (0.25, 4), (inf, 4)], 0.8)  # a bound a lacks: a counts its lower bucket there
+    m = merge_histograms([a, None, b])
+    assert m is not None
+    assert [(x.le, x.count) for x in m.buckets] == [(0.1, 2), (0.25, 6), (0.5, 10), (inf, 12)]
+    assert m.sum == 2.8 and m.count == 12
+    assert merge_histograms([None]) is None and merge_histograms([a]) is a
+    # the median of the merge sits in the bucket holding rank 6: (0.1, 0.25]
+    q = m.quantile(0.5)
+    assert q is not None and 0.1 < q <= 0.25
+
+
+async def test_live_figures_of_a_simulated_server_under_load(sims) -> None:
+    """Against the simulated vLLM (real histograms on /metrics): token rate, TTFT/TPOT/ITL quantiles, queue."""
+    s = sims.start(gpus=1)
+    await asyncio.to_thread(s.wait_ready)
+    live = ServerLive([s.url])
+
+    async def one(c: httpx.AsyncClient) -> None:
+        body = {"model": "dummy-qwen3-8b", "prompt": [7] * 64, "max_tokens": 120, "ignore_eos": True, "stream": True}
+        async with c.stream("POST", s.url + "/v1/completions", json=body) as r:
+            async for _ in r.aiter_lines():
+                pass
+
+    async with httpx.AsyncClient(timeout=30) as c:
+        await live.poll(c)
+        load = asyncio.gather(*(one(c) for _ in range(8)))
+        queued = []
+        for _ in range(30):
+            await asyncio.sleep(0.1)
+            await live.poll(c)
+            queued.append(live.queued())
+            if load.done():
+                break
+        await load
+        await live.poll(c)
+    assert live.answered[s.url]
+    assert max(q or 0 for q in queued) >= 1 and live.queued() == 0
+    tps = live.output_tps()
+    assert tps is not None and tps > 0
+    for name in (TTFT, TPOT, ITL):
+        p50, p99 = live.quantiles_ms(name)
+        assert p50 is not None and p99 is not None and 0 < p50 <= p99, name
+
+
+async def test_a_server_that_does_not_answer_leaves_the_figures_empty() -> None:
+    from tests.helpers import free_port
+
+    live = ServerLive([f"http://127.0.0.1:{free_port()}"], [])
+    async with httpx.AsyncClient(timeout=1) as c:
+        await live.poll(c)
+    assert live.output_tps() is None and live.queued() is None
+    assert live.quantiles_ms(TTFT) == (None, None)
+    assert not any(live.answered.values())
+
+
+def test_1p1d_takes_tokens_from_decode_and_no_ttft() -> None:
+    live = ServerLive(["http://p", "http://d"], ["http://d"])
+    assert live.token_urls == ["http://d"] and live.disaggregated
+    assert live.quantiles_ms(TTFT) == (None, None)
