@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import os
 import platform
-import re
 import socket
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -47,8 +46,6 @@ RECOMPUTE_SHARE = 1.0 - DEFAULT_MIN_EXTERNAL_SHARE
 PREFIX_HIT_MARGIN = 0.05
 EnergyReader = Callable[[], Mapping[int, float]]  # GPU index -> total energy since driver load, mJ
 
-_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def prompt_tokens_by_source(text: str) -> dict[str, float] | None:
