@@ -191,3 +191,29 @@ async def test_failing_vllm_bench_is_a_failed_run(stub, tmp_path: Path) -> None:
         await run_vllm_bench(_fake(tmp_path), opts, target, "/tok")
     meta = json.loads(next((tmp_path / "vb").glob("*/run.json")).read_text())
     assert meta["status"] == "failed"
+
+
+def test_a_campaign_can_run_vllm_bench_as_its_client(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``run --runner vllm``: every cell is a vllm bench run against the layout that is up; the campaign is another
+    campaign than ours with the same cells."""
+    import shlex
+
+    from tests.helpers import free_port
+    from tui.cli.main import main
+    from tui.core.bench.store import find_runs, load_run
+
+    fake = shlex.join(_fake(tmp_path, TRAFFIC))
+    (tmp_path / "wl.yaml").write_text("name: small\ninput_len: 64\noutput_len: 32\nnum_prompts: 4\n")
+    base = ["run", "--sim", "--sim-gpus", "1", "--sim-startup", "0.3", "--sim-clock", "20",
+            "--model", "qwen3.6-27b-nvfp4", "--topology", "tp1", "--workload", str(tmp_path / "wl.yaml"),
+            "--port", str(free_port()), "--server-port", str(free_port()), "--json", "--quiet"]
+    code = main([*base, "--runner", "vllm", "--vllm-bench", fake, "--tokenizer", "/tok"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data = json.loads(out)
+    assert [(r["topology"], r["workload"]) for r in data["rows"]] == [("tp1", "small")]
+    runs = [load_run(p) for p in find_runs([Path(data["campaign"]).name])]
+    assert [r.meta.runner for r in runs] == ["vllm-bench"]
+    assert runs[0].meta.client["tool"] == "vllm bench serve" and (runs[0].path / "command.txt").exists()
+    spec = json.loads((Path(data["campaign"]) / "campaign.json").read_text())
+    assert spec["client"] == "vllm"

@@ -10,19 +10,30 @@ import argparse
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tui.cli.cmd_bench import add_traffic_options, options_from_args, profile_vocab, run_async
+from tui.cli.cmd_bench import (
+    add_traffic_options,
+    options_from_args,
+    profile_vocab,
+    run_async,
+    tokenizer_for,
+    vllm_bench_command,
+)
 from tui.cli.common import add_plan_options, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
 from tui.core import lifecycle as core_lifecycle
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
-from tui.core.bench.campaign import CampaignResult, CampaignRunner, CampaignSpec, Lifecycle
+from tui.core.bench.campaign import BenchFn, CampaignResult, CampaignRunner, CampaignSpec, Lifecycle
+from tui.core.bench.events import BenchTick
+from tui.core.bench.runner import BenchOptions, BenchTarget
 from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
+from tui.core.bench.store import Run
 from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError, InputError
+from tui.core.events import EventBus
 from tui.core.profiles import Workload, parse_rate
 from tui.core.topology import parse_topologies
 
@@ -72,7 +83,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     spec = CampaignSpec(name="", model=profile.id, topologies=topologies, workloads=list(workloads),
                         rates=parse_rates(args.rates), repeat=args.repeat, seed=args.seed or 0,
                         num_prompts=args.num_prompts, goodput={}, warmup=-1 if args.warmup is None else args.warmup,
-                        simulated=bool(getattr(args, "sim", False)))
+                        simulated=bool(getattr(args, "sim", False)), client=args.runner)
     host = ctx.host
     if host.simulated:
         o = ctx.host_options()
@@ -100,9 +111,25 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         except Exception:  # noqa: BLE001 - energy is optional: no NVML (or no counter), no energy figure
             return None
 
+    bench: BenchFn | None = None
+    if args.runner == "vllm":
+        command = vllm_bench_command(args)
+        if args.tokenizer is None and not profile.model:
+            raise InputError("vllm bench serve needs a tokenizer", field="--tokenizer",
+                             hint="give --tokenizer DIR (a local tokenizer folder)")
+
+        async def vllm_bench(opts: BenchOptions, target: BenchTarget, bus: EventBus,
+                             on_tick: Callable[[BenchTick], None] | None) -> Run:
+            from tui.core.bench.vllmbench import run_vllm_bench
+
+            return await run_vllm_bench(command, opts, target, tokenizer_for(args, ctx, target.layout), bus=bus,
+                                        on_tick=on_tick, on_line=None)
+        bench = vllm_bench
+
     runner = CampaignRunner(spec=spec, lifecycle=lifecycle, host=host,
                             planner=lambda topo: make_plan(args, ctx, topo), workloads=workloads, options=options,
-                            notify=lambda s: progress.text(s), on_tick=progress.tick, energy_for=energy_for)
+                            notify=lambda s: progress.text(s), on_tick=progress.tick, energy_for=energy_for,
+                            bench=bench)
     try:
         result: CampaignResult = run_async(runner.run())
     except KeyboardInterrupt:

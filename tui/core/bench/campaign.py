@@ -70,12 +70,15 @@ class CampaignSpec:
     warmup: int = -1
     simulated: bool = False
     host: str = ""  # what was measured on: "sim:b200x2 clock 1" or the real host's name (part of the cells)
+    client: str = "ours"  # whose load generator: ours | vllm (the real vllm bench serve)
 
     def cells_key(self) -> dict[str, Any]:
         """What defines the cells (a resume must match it)."""
         return {"model": self.model, "topologies": self.topologies, "workloads": self.workloads,
                 "rates": [rate_label(r) for r in self.rates] if isinstance(self.rates, list) else self.rates,
-                "repeat": self.repeat, "seed": self.seed, "num_prompts": self.num_prompts, "host": self.host}
+                "repeat": self.repeat, "seed": self.seed, "num_prompts": self.num_prompts, "host": self.host,
+                # a campaign of vllm bench's client is another campaign (ours keeps the key it always had)
+                **({"client": self.client} if self.client != "ours" else {})}
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -260,6 +263,9 @@ class CampaignRunner:
     root: Path | None = None
     gpu_free_timeout_s: float = GPU_FREE_TIMEOUT_S
     wait_free: Callable[[Host, Sequence[int], float], Awaitable[None]] | None = None
+    #: runs one cell: our load generator by default (``run_bench``); the CLI passes vllm bench's runner for
+    #: ``--runner vllm``
+    bench: BenchFn | None = None
 
     def _wl(self, cell: Cell) -> Workload:
         wl = self.workloads[cell.workload]
@@ -366,7 +372,8 @@ class CampaignRunner:
             self.notify(f"{cell.topology} × {cell.workload} @ {rate_label(wl.request_rate)} req/s"
                         + (f" (repeat {cell.repeat})" if self.spec.repeat > 1 else ""))
             try:
-                run = await run_bench(self.options(wl), target, bus=self.bus, on_tick=self.on_tick)
+                bench = self.bench or _ours
+                run = await bench(self.options(wl), target, self.bus, self.on_tick)
             except AppError as exc:
                 run = store.record_failure(cell, wl, exc.one_line())
                 outcomes[cell] = CellOutcome(cell, "failed", run, exc.one_line())
@@ -375,6 +382,14 @@ class CampaignRunner:
             outcomes[cell] = CellOutcome(cell, run.meta.status, run, run.meta.message)
             if run.meta.status != "complete":
                 self.notify(f"{run.id}: {run.meta.status}: {run.meta.message}")
+
+
+BenchFn = Callable[[BenchOptions, BenchTarget, EventBus, Callable[[BenchTick], None] | None], Awaitable[Run]]
+
+
+async def _ours(opts: BenchOptions, target: BenchTarget, bus: EventBus,
+                on_tick: Callable[[BenchTick], None] | None) -> Run:
+    return await run_bench(opts, target, bus=bus, on_tick=on_tick)
 
 
 def campaign_runs(directory: Path) -> list[Run]:
