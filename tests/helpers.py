@@ -25,6 +25,18 @@ def expectation(path: Path) -> tuple[int, str, str]:
     return int(line), field, text
 
 
+def decode_layout(url: str, log: Path) -> Any:
+    """A ready simulated 1P1D layout record whose only process is a decode server at ``url`` logging to ``log``
+    (what the bench's server-side checks read)."""
+    import time
+
+    from tui.core.state import LayoutRecord, ProcessRecord
+
+    return LayoutRecord(id="l", created=time.time(), simulated=True, plan={}, status="ready", endpoint=url,
+                        processes=[ProcessRecord(name="decode-0", role="decode", pid=0, pgid=0, create_time=0.0,
+                                                 log=str(log), url=url)])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -122,16 +122,12 @@ async def test_unreachable_endpoint_is_one_line() -> None:
 
 async def test_server_counters_exclude_the_warmup(stub, tmp_path) -> None:
     """The decode server's counters are read between warm-up and run: warm-up prompts are not in the check."""
-    import time
-
-    from tui.core.state import LayoutRecord, ProcessRecord
+    from tests.helpers import decode_layout
 
     url, srv = await stub(mode="fast", kv_source="external_kv_transfer")
     log = tmp_path / "decode.log"
     log.write_text("INFO ... [jit_monitor.py:60] Kernel JIT monitor activated\n")
-    layout = LayoutRecord(id="l", created=time.time(), simulated=True, plan={}, status="ready", endpoint=url,
-                          processes=[ProcessRecord(name="decode-0", role="decode", pid=0, pgid=0, create_time=0.0,
-                                                   log=str(log), url=url)])
+    layout = decode_layout(url, log)
     run = await run_bench(BenchOptions(workload=_wl(num_prompts=10), warmup=4),
                           BenchTarget(endpoint=url, topology="1p1d", layout=layout))
     kv = run.meta.kv_transfer

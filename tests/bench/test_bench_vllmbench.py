@@ -140,16 +140,12 @@ async def test_live_figures_come_from_the_servers_metrics(stub, tmp_path: Path) 
 async def test_a_1p1d_vllm_bench_run_gets_our_server_side_checks(stub, tmp_path: Path) -> None:
     """Around a vllm bench run, as around ours: the decode server's prompt-token sources (here it computed every
     prompt itself: flagged), its log copied into the run."""
-    import time
-
-    from tui.core.state import LayoutRecord, ProcessRecord
+    from tests.helpers import decode_layout
 
     url, _ = await stub(mode="fast", kv_source="local_compute")
     log = tmp_path / "decode.log"
     log.write_text("INFO ... decode server log\n")
-    layout = LayoutRecord(id="l", created=time.time(), simulated=True, plan={}, status="ready", endpoint=url,
-                          processes=[ProcessRecord(name="decode-0", role="decode", pid=0, pgid=0, create_time=0.0,
-                                                   log=str(log), url=url)])
+    layout = decode_layout(url, log)
     target = BenchTarget(endpoint=url, topology="1p1d", campaign="vb", runs_root=tmp_path, layout=layout)
     run = await run_vllm_bench(_fake(tmp_path, TRAFFIC), _opts(3), target, "/tok")
     kv = run.meta.kv_transfer
