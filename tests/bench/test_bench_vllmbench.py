@@ -46,15 +46,20 @@ import json, sys, time, urllib.request
 args = sys.argv[1:]
 opt = {args[i]: args[i + 1] for i in range(2, len(args) - 1) if args[i].startswith("--")}
 n = int(opt["--num-prompts"])
-print("Starting initial single prompt test run...", flush=True)
-time.sleep(0.4)
-print("Starting main benchmark run...", flush=True)
-sys.stderr.write(f"\\r  0%| | 0/{n} [00:00<?, ?it/s]"); sys.stderr.flush()
-for i in range(n):
+def send(i):
     body = json.dumps({"model": opt["--model"], "prompt": [1] * 8, "max_tokens": 40, "stream": True}).encode()
     req = urllib.request.Request(opt["--base-url"] + "/v1/completions", data=body,
                                  headers={"content-type": "application/json"})
     urllib.request.urlopen(req).read()
+print("Starting initial single prompt test run...", flush=True)
+time.sleep(0.4)
+for i in range(int(opt.get("--num-warmups", 0))):
+    send(i)
+print("Starting main benchmark run...", flush=True)
+time.sleep(0.3)  # vllm bench prints its traffic settings before it sends
+sys.stderr.write(f"\\r  0%| | 0/{n} [00:00<?, ?it/s]"); sys.stderr.flush()
+for i in range(n):
+    send(i)
     sys.stderr.write(f"\\r{100 * (i + 1) // n:3d}%|##| {i + 1}/{n} [00:0{i}<00:00,  1.00it/s]"); sys.stderr.flush()
 data = json.load(open(SAMPLE))
 data["num_prompts"] = n
@@ -119,7 +124,7 @@ async def test_live_figures_come_from_the_servers_metrics(stub, tmp_path: Path) 
     opts = _opts(12)
     opts.warmup = 1
     run = await run_vllm_bench(_fake(tmp_path, TRAFFIC), opts, target, "/tok", on_tick=ticks.append)
-    assert srv.stats.completions == 12
+    assert srv.stats.completions == 13  # one warm-up request, then the run's
     assert all(t.source == "server" for t in ticks)
     warm = [t for t in ticks if t.phase == "warmup"]
     main = [t for t in ticks if t.phase == "run"]
@@ -132,6 +137,7 @@ async def test_live_figures_come_from_the_servers_metrics(stub, tmp_path: Path) 
     client = run.meta.client
     assert client["tool"] == "vllm bench serve" and client["warmups"] == 1 and client["warmup_s"] >= 0.35
     assert client["initial_test"] == "started" and client["warmup_completed"] is False
+    assert client["counters_include_warmup"] is False
     assert run.meta.fingerprint["client"] == "vllm bench serve"
     saved = json.loads((run.path / "run.json").read_text())
     assert saved["client"]["warmup_s"] == client["warmup_s"]
@@ -139,7 +145,8 @@ async def test_live_figures_come_from_the_servers_metrics(stub, tmp_path: Path) 
 
 async def test_a_1p1d_vllm_bench_run_gets_our_server_side_checks(stub, tmp_path: Path) -> None:
     """Around a vllm bench run, as around ours: the decode server's prompt-token sources (here it computed every
-    prompt itself: flagged), its log copied into the run."""
+    prompt itself: flagged), counted from the start of its main run (its warm-up left out), its log copied into
+    the run."""
     from tests.helpers import decode_layout
 
     url, _ = await stub(mode="fast", kv_source="local_compute")
@@ -147,7 +154,9 @@ async def test_a_1p1d_vllm_bench_run_gets_our_server_side_checks(stub, tmp_path:
     log.write_text("INFO ... decode server log\n")
     layout = decode_layout(url, log)
     target = BenchTarget(endpoint=url, topology="1p1d", campaign="vb", runs_root=tmp_path, layout=layout)
-    run = await run_vllm_bench(_fake(tmp_path, TRAFFIC), _opts(3), target, "/tok")
+    opts = _opts(3)
+    opts.warmup = 2
+    run = await run_vllm_bench(_fake(tmp_path, TRAFFIC), opts, target, "/tok")
     kv = run.meta.kv_transfer
     assert kv is not None and kv["local_compute"] == 3 * 8 and kv["external"] == 0
     assert "kv-recompute" in run.meta.flags and (run.path / "logs" / "decode.log").exists()

@@ -12,6 +12,7 @@ TTFT (prefill and KV transfer happen across two servers), so it is left out ther
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 
@@ -45,18 +46,21 @@ class ServerLive:
         self.answered: dict[str, bool] = dict.fromkeys(self.urls, False)
 
     async def poll(self, client: httpx.AsyncClient) -> None:
-        """One scrape of every server (a server that does not answer keeps its window as it was)."""
-        for url in self.urls:
-            try:
-                r = await client.get(url.rstrip("/") + "/metrics")
-            except httpx.HTTPError:
-                self.answered[url] = False
-                continue
-            if r.status_code != 200:
-                self.answered[url] = False
-                continue
-            self.answered[url] = True
-            self.windows[url].add(time.monotonic(), prom.parse(r.text, keep=_KEEP))
+        """One scrape of every server, all at once (a server that does not answer keeps its window as it was)."""
+        pages = await asyncio.gather(*(self._get(client, url) for url in self.urls))
+        now = time.monotonic()
+        for url, text in zip(self.urls, pages, strict=True):
+            self.answered[url] = text is not None
+            if text is not None:
+                self.windows[url].add(now, prom.parse(text, keep=_KEEP))
+
+    @staticmethod
+    async def _get(client: httpx.AsyncClient, url: str) -> str | None:
+        try:
+            r = await client.get(url.rstrip("/") + "/metrics")
+        except httpx.HTTPError:
+            return None
+        return r.text if r.status_code == 200 else None
 
     def queued(self) -> int | None:
         """Requests running or waiting at the servers now (the newest scrapes). Through the 1P1D proxy a request is

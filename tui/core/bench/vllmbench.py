@@ -120,8 +120,7 @@ class _Progress:
                 "initial_test": ("completed" if TEST_DONE_MARK in self.seen else
                                  "skipped" if TEST_SKIPPED_MARK in self.seen else
                                  "started" if TEST_RUN_MARK in self.seen else "not run"),
-                "warmup_completed": WARMUP_DONE_MARK in self.seen if warmups > 0 else None,
-                "counters_include_warmup": True}
+                "warmup_completed": WARMUP_DONE_MARK in self.seen if warmups > 0 else None}
 
 
 async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: BenchTarget, tokenizer: str, *,
@@ -144,10 +143,12 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
     tail: list[str] = []
     progress = _Progress(w.num_prompts)
     live = ServerLive(target.server_urls(), target.decode_urls())
-    # the server-side checks of our runner, around the whole of vllm bench (its warm-up cannot be told apart)
+    # the server-side checks of our runner: read before vllm bench starts, and again when it says its main run
+    # starts (after its warm-up has finished), so that its warm-up stays out of the counters, as with ours
     probe = RunMeta(campaign=safe_name(target.campaign), name=name)
     bracket = ServerBracket(target)
     await bracket.open(probe, wait_idle=True)
+    reopened: list[asyncio.Task[None]] = []
 
     def publish(tick: BenchTick) -> None:
         if bus is not None:
@@ -176,8 +177,11 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         seg = segment.strip()
         if not seg:
             return
+        phase = progress.phase
         if progress.line(seg):
             return
+        if phase != "run" and progress.phase == "run":
+            reopened.append(asyncio.create_task(bracket.open(probe, wait_idle=False)))
         tail.append(seg)
         del tail[:-30]
         if on_line is not None:
@@ -204,21 +208,22 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                 emit(part)
         emit(buf)
 
-    async def ticker() -> None:
-        scrape_every = max(opts.tick_s, _SCRAPE_S)
-        last_scrape = 0.0
-        async with httpx.AsyncClient(timeout=min(2.0, scrape_every * 4)) as client:
+    async def poller() -> None:
+        async with httpx.AsyncClient(timeout=2.0) as client:
             while True:
-                if time.monotonic() - last_scrape >= scrape_every:
-                    last_scrape = time.monotonic()
-                    await live.poll(client)
-                publish(tick())
-                await asyncio.sleep(opts.tick_s)
+                began = time.monotonic()
+                await live.poll(client)
+                await asyncio.sleep(max(0.0, _SCRAPE_S - (time.monotonic() - began)))
+
+    async def ticker() -> None:
+        while True:
+            publish(tick())
+            await asyncio.sleep(opts.tick_s)
 
     assert proc.stdout is not None
     assert proc.stderr is not None
     readers = asyncio.gather(pump(proc.stdout), pump(proc.stderr))
-    ticking = asyncio.create_task(ticker())
+    ticking = [asyncio.create_task(poller()), asyncio.create_task(ticker())]
     try:
         await readers
         code = await proc.wait()
@@ -236,12 +241,13 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         await asyncio.to_thread(write_json, directory / RUN_FILE, meta.to_dict())
         raise
     finally:
-        ticking.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticking
+        for t in ticking:
+            t.cancel()
+        await asyncio.gather(*ticking, *reopened, return_exceptions=True)
     publish(tick())
     result = out_dir / RESULT_NAME
     probe.client = progress.client(max(opts.warmup, 0))
+    probe.client["counters_include_warmup"] = not reopened
     if code != 0 or not result.exists():
         await bracket.close(probe, 0, shared_prefix_share(opts), directory)  # the servers' logs, JIT lines
         meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
