@@ -187,6 +187,13 @@ async def prepare_run(opts: BenchOptions, target: BenchTarget) -> RunSetup:
     return RunSetup(model, info, rate, name, root, root / safe_name(target.campaign) / name)
 
 
+def run_fingerprint(target: BenchTarget, server_info: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """The hardware/software fingerprint a run keeps: the machine, the server's versions, the layout."""
+    return serverside.fingerprint({"server": server_info, "layout": target.layout.id if target.layout else None,
+                                   "simulated": target.layout.simulated if target.layout else None,
+                                   **extra, **target.fingerprint_extra})
+
+
 class ServerBracket:
     """What the servers say around a run (either runner): their counters, log positions and the GPUs' energy read
     at the start, and at the end the checks on them written into the run's meta and flags: Triton JIT compiles
@@ -245,9 +252,7 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
                    request_rate=rate, repeat=target.repeat, endpoint=target.endpoint, model=model,
                    goodput_slo=dict(opts.goodput), layout_id=target.layout.id if target.layout else "")
-    meta.fingerprint = serverside.fingerprint({"server": info, "layout": target.layout.id if target.layout else None,
-                                               "simulated": target.layout.simulated if target.layout else None,
-                                               **target.fingerprint_extra})
+    meta.fingerprint = run_fingerprint(target, info)
     writer = RunWriter(directory, meta, workload={**asdict(w), "request_rate": rate_label(w.request_rate),
                                                   "prompts_file": opts.prompts_file},
                        plan=target.plan if target.plan is not None else (target.layout.plan if target.layout else None))

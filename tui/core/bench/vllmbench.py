@@ -23,9 +23,15 @@ from pathlib import Path
 import httpx
 
 from tui.core import paths
-from tui.core.bench import serverside
 from tui.core.bench.events import BenchDone, BenchTick
-from tui.core.bench.runner import BenchOptions, BenchTarget, ServerBracket, prepare_run, shared_prefix_share
+from tui.core.bench.runner import (
+    BenchOptions,
+    BenchTarget,
+    ServerBracket,
+    prepare_run,
+    run_fingerprint,
+    shared_prefix_share,
+)
 from tui.core.bench.serverlive import ServerLive
 from tui.core.bench.store import RUN_FILE, Run, RunMeta, import_vllm_result, rate_label, safe_name, write_json
 from tui.core.errors import InputError, RunFailed
@@ -254,7 +260,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                        request_rate=rate, status="failed", runner="vllm-bench", endpoint=target.endpoint,
                        model=model, client=probe.client, flags=probe.flags, triton_jit=probe.triton_jit,
                        message=f"vllm bench serve exited with code {code}: " + " | ".join(tail[-3:]))
-        write_json(directory / RUN_FILE, meta.to_dict())
+        await asyncio.to_thread(write_json, directory / RUN_FILE, meta.to_dict())
         if bus is not None:
             bus.publish(BenchDone(run_id=run_id, status="failed", run_dir=str(directory), message=meta.message))
         raise RunFailed(meta.message[:400], hint=f"command in {directory / 'command.txt'}")
@@ -268,9 +274,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                     "message": "vllm bench serve: " + rate_label(w.request_rate) + " req/s",
                     "flags": probe.flags, "triton_jit": probe.triton_jit, "prefix_cache": probe.prefix_cache,
                     "kv_transfer": probe.kv_transfer, "energy": probe.energy, "client": probe.client,
-                    "fingerprint": serverside.fingerprint({"server": setup.info, "client": "vllm bench serve",
-                                                           "layout": target.layout.id if target.layout else None,
-                                                           **target.fingerprint_extra})})
+                    "fingerprint": run_fingerprint(target, setup.info, client="vllm bench serve")})
     if bus is not None:
         bus.publish(BenchDone(run_id=run.id, status=run.meta.status, run_dir=str(run.path), summary=run.summary,
                               flags=tuple(run.meta.flags)))
