@@ -252,3 +252,38 @@ async def test_decode_redoing_the_prefill_is_flagged(tmp_path: Path) -> None:
     cells = table.build_cells(result.runs())
     rec = rec_mod.recommend(cells, WORKLOADS, gpus=2)
     assert any("kv-recompute" in n for n in rec.evidence)
+
+
+async def test_a_campaign_tells_its_steps_as_typed_events(tmp_path: Path) -> None:
+    """What the console and recordings follow: each layout's bring-up and tear-down, every cell's start and end
+    with the count of cells done, every run's start, ticks and end, in that order; an auto sweep's rates join the
+    count when they are known."""
+    from tui.core.bench.events import BenchDone, BenchStarted, BenchTick, CampaignStep
+    from tui.core.events import Event, EventBus
+
+    bus = EventBus()
+    seen: list[Event] = []
+    bus.subscribe(seen.append)
+    spec = _spec(topologies=["dp2"], workloads=["decode-heavy"], rates="auto", name="steps")
+    await _runner(tmp_path, spec, FakeLifecycle(), bus=bus).run()
+    steps = [e for e in seen if isinstance(e, CampaignStep)]
+    assert [s.step for s in steps] == ["bring_up"] + ["cell", "cell_done"] * 5 + ["tear_down"]
+    assert all(s.campaign == "steps" and s.topology == "dp2" for s in steps)
+    done = [s for s in steps if s.step == "cell_done"]
+    assert [s.done for s in done] == [1, 2, 3, 4, 5] and done[0].total == 1 and done[-1].total == 5
+    assert all(s.status == "complete" and s.run_dir for s in done)
+    assert done[0].request_rate == "inf" and done[1].request_rate != "inf"
+    # every run: started, ticked, done, between its cell's two steps
+    runs = [e for e in seen if isinstance(e, BenchStarted | BenchTick | BenchDone)]
+    first = runs[: next(i for i, e in enumerate(runs) if isinstance(e, BenchDone)) + 1]
+    assert isinstance(first[0], BenchStarted) and first[0].runner == "disagg-tui" and first[0].total > 0
+    assert any(isinstance(e, BenchTick) for e in first)
+    assert sum(isinstance(e, BenchStarted) for e in seen) == sum(isinstance(e, BenchDone) for e in seen) == 5
+    cell0, done0 = seen.index(steps[1]), seen.index(steps[2])
+    assert cell0 < seen.index(first[0]) < seen.index(first[-1]) < done0
+    # and they round-trip through JSON (recordings)
+    import json
+
+    from tui.core.events import event_from_dict
+    for e in (steps[0], done[0], first[0]):
+        assert event_from_dict(json.loads(json.dumps(e.to_dict()))) == e

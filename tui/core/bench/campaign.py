@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from tui.core import paths
 from tui.core.bench.dataset import run_seed
-from tui.core.bench.events import BenchTick
+from tui.core.bench.events import BenchTick, CampaignStep
 from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
 from tui.core.bench.serverside import EnergyReader
 from tui.core.bench.store import RUN_FILE, Run, RunMeta, load_run, rate_label, run_name, safe_name, write_json
@@ -267,6 +267,17 @@ class CampaignRunner:
     #: ``--runner vllm``
     bench: BenchFn | None = None
 
+    _outcomes: dict[Cell, CellOutcome] = field(default_factory=dict, init=False, repr=False)
+    _total: int = field(default=0, init=False, repr=False)
+
+    def _step(self, step: str, text: str, *, quiet: bool = False, **where: Any) -> None:
+        """Publish where the campaign is (a ``CampaignStep``) and tell the CLI (unless ``quiet``)."""
+        done = len(self._outcomes)
+        self.bus.publish(CampaignStep(campaign=self.spec.name, step=step, text=text, done=done,
+                                      total=max(self._total, done), **where))
+        if not quiet:
+            self.notify(text)
+
     def _wl(self, cell: Cell) -> Workload:
         wl = self.workloads[cell.workload]
         if self.spec.num_prompts:
@@ -281,15 +292,21 @@ class CampaignRunner:
 
     async def run(self) -> CampaignResult:
         store = CampaignStore(self.spec, self.root)
-        if store.open():
-            self.notify(f"resuming campaign {self.spec.name} in {store.dir}")
+        resumed = store.open()
         result = CampaignResult(self.spec, store.dir)
         outcomes: dict[Cell, CellOutcome] = {}
         cells = plan_cells(self.spec, self.workloads)
+        self._outcomes, self._total = outcomes, len(cells)
+        if resumed:
+            self._step("resume", f"resuming campaign {self.spec.name} in {store.dir}")
         rng = random.Random(self.spec.seed)
         auto = self.spec.rates == "auto"
 
+        known = set(cells)
+
         def todo_of(group: Sequence[Cell]) -> list[Cell]:
+            known.update(group)  # an auto sweep's rates join the count once they are known
+            self._total = len(known)
             pending = []
             for c in group:
                 done = store.finished(c, self._wl(c))
@@ -303,7 +320,7 @@ class CampaignRunner:
             base_todo = todo_of([c for c in cells if c.topology == topo])
             derived_todo = todo_of(self._derived(store, topo)) if auto and not base_todo else []
             if not base_todo and not derived_todo:
-                self.notify(f"{topo}: every cell already done")
+                self._step("skip_layout", f"{topo}: every cell already done", topology=topo)
                 continue
             everything = base_todo + derived_todo
             try:
@@ -317,7 +334,7 @@ class CampaignRunner:
             except AppError as exc:
                 self._fail_all(store, outcomes, everything, exc.one_line())
                 continue
-            self.notify(f"{topo}: bringing the layout up")
+            self._step("bring_up", f"{topo}: bringing the layout up", topology=topo)
             try:
                 record = await self.lifecycle.bring_up(profile, plan, self.host, self.bus)
             except AppError as exc:
@@ -331,7 +348,7 @@ class CampaignRunner:
                     rng.shuffle(pending)
                     await self._run_cells(store, outcomes, record, plan, pending)
             finally:
-                self.notify(f"{topo}: tearing the layout down")
+                self._step("tear_down", f"{topo}: tearing the layout down", topology=topo)
                 await self.lifecycle.tear_down(record, self.bus)
         result.outcomes = list(outcomes.values())
         return result
@@ -355,10 +372,11 @@ class CampaignRunner:
 
     def _fail_all(self, store: CampaignStore, outcomes: dict[Cell, CellOutcome], cells: Sequence[Cell],
                   message: str) -> None:
-        self.notify(f"failed: {message}")
         for c in cells:
             run = store.record_failure(c, self._wl(c), message)
             outcomes[c] = CellOutcome(c, "failed", run, message)
+        self._step("layout_failed", f"failed: {message}", topology=cells[0].topology if cells else "",
+                   status="failed")
 
     async def _run_cells(self, store: CampaignStore, outcomes: dict[Cell, CellOutcome], record: LayoutRecord,
                          plan: LaunchPlan, cells: Sequence[Cell]) -> None:
@@ -369,19 +387,22 @@ class CampaignRunner:
             target = BenchTarget(endpoint=record.endpoint, topology=cell.topology, layout=record,
                                  plan=plan.to_dict(), campaign=self.spec.name, name=cell.name(wl),
                                  repeat=cell.repeat, energy=energy, runs_root=store.root)
-            self.notify(f"{cell.topology} × {cell.workload} @ {rate_label(wl.request_rate)} req/s"
-                        + (f" (repeat {cell.repeat})" if self.spec.repeat > 1 else ""))
+            where: dict[str, Any] = {"topology": cell.topology, "workload": cell.workload,
+                                     "request_rate": rate_label(wl.request_rate), "repeat": cell.repeat}
+            self._step("cell", f"{cell.topology} × {cell.workload} @ {rate_label(wl.request_rate)} req/s"
+                       + (f" (repeat {cell.repeat})" if self.spec.repeat > 1 else ""), **where)
             try:
                 bench = self.bench or _ours
                 run = await bench(self.options(wl), target, self.bus, self.on_tick)
             except AppError as exc:
                 run = store.record_failure(cell, wl, exc.one_line())
                 outcomes[cell] = CellOutcome(cell, "failed", run, exc.one_line())
-                self.notify(f"failed: {exc.one_line()}")
+                self._step("cell_failed", f"failed: {exc.one_line()}", status="failed", run_dir=str(run.path),
+                           **where)
                 continue
             outcomes[cell] = CellOutcome(cell, run.meta.status, run, run.meta.message)
-            if run.meta.status != "complete":
-                self.notify(f"{run.id}: {run.meta.status}: {run.meta.message}")
+            self._step("cell_done", f"{run.id}: {run.meta.status}: {run.meta.message}", status=run.meta.status,
+                       run_dir=str(run.path), quiet=run.meta.status == "complete", **where)
 
 
 BenchFn = Callable[[BenchOptions, BenchTarget, EventBus, Callable[[BenchTick], None] | None], Awaitable[Run]]

@@ -68,3 +68,48 @@ class BenchDone(Event):
     summary: dict[str, Any] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
     message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchStarted(Event):
+    """A run began (before its warm-up): which client, against what, how many requests, where it is stored."""
+
+    kind: ClassVar[str] = "bench_started"
+    run_id: str
+    runner: str  # disagg-tui | vllm-bench
+    topology: str
+    workload: str
+    total: int
+    request_rate: str  # "inf" or req/s
+    endpoint: str = ""
+    run_dir: str = ""
+    repeat: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchLine(Event):
+    """A line of output of a client that is not ours (``vllm bench serve``), progress bars left out."""
+
+    kind: ClassVar[str] = "bench_line"
+    run_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CampaignStep(Event):
+    """What a campaign does now: ``step`` is resume | skip_layout | bring_up | cell | cell_done | cell_failed |
+    tear_down | layout_failed. ``done``/``total`` count its cells (skipped ones done; an auto sweep's rates join
+    ``total`` once its saturation runs are in). ``text`` is the line the headless CLI prints."""
+
+    kind: ClassVar[str] = "campaign_step"
+    campaign: str
+    step: str
+    text: str
+    topology: str = ""
+    workload: str = ""
+    request_rate: str = ""
+    repeat: int = 0
+    done: int = 0
+    total: int = 0
+    status: str = ""
+    run_dir: str = ""

@@ -142,7 +142,9 @@ class LoadGenerator:
                 await self.go.wait()
                 if self._stopped():
                     return self._final(0.0, aborted=True)
-            return await self._main()
+            final = await self._main()
+            self.sink(self.tick())  # the last figures (a run shorter than a tick gets one too)
+            return final
         finally:
             ticker.cancel()
             lag.cancel()

@@ -20,7 +20,7 @@ from typing import Any
 from tui.core import paths
 from tui.core.bench import serverside
 from tui.core.bench.dataset import RandomSpec
-from tui.core.bench.events import BenchDone, BenchTick
+from tui.core.bench.events import BenchDone, BenchStarted, BenchTick
 from tui.core.bench.live import LiveWindow
 from tui.core.bench.metrics import DEFAULT_METRICS, DEFAULT_PERCENTILES, summarize
 from tui.core.bench.store import Run, RunMeta, RunWriter, load_run, rate_label, run_name, safe_name
@@ -194,6 +194,14 @@ def run_fingerprint(target: BenchTarget, server_info: dict[str, Any], **extra: A
                                    **extra, **target.fingerprint_extra})
 
 
+def started_event(run_id: str, runner: str, opts: BenchOptions, target: BenchTarget, directory: Path
+                  ) -> BenchStarted:
+    w = opts.workload
+    return BenchStarted(run_id=run_id, runner=runner, topology=target.topology, workload=w.name,
+                        total=w.num_prompts, request_rate=rate_label(w.request_rate), endpoint=target.endpoint,
+                        run_dir=str(directory), repeat=target.repeat)
+
+
 class ServerBracket:
     """What the servers say around a run (either runner): their counters, log positions and the GPUs' energy read
     at the start, and at the end the checks on them written into the run's meta and flags: Triton JIT compiles
@@ -257,6 +265,8 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
                                                   "prompts_file": opts.prompts_file},
                        plan=target.plan if target.plan is not None else (target.layout.plan if target.layout else None))
     bracket = ServerBracket(target)
+    if bus is not None:
+        bus.publish(started_event(meta.id, "disagg-tui", opts, target, directory))
 
     async def at_start() -> None:
         """Between warm-up and run: wait for the servers to be idle, then read what they have counted so far, so

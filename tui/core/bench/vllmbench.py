@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 from tui.core import paths
-from tui.core.bench.events import BenchDone, BenchTick
+from tui.core.bench.events import BenchDone, BenchLine, BenchTick
 from tui.core.bench.runner import (
     BenchOptions,
     BenchTarget,
@@ -31,6 +31,7 @@ from tui.core.bench.runner import (
     prepare_run,
     run_fingerprint,
     shared_prefix_share,
+    started_event,
 )
 from tui.core.bench.serverlive import ServerLive
 from tui.core.bench.store import RUN_FILE, Run, RunMeta, import_vllm_result, rate_label, safe_name, write_json
@@ -155,6 +156,8 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
     bracket = ServerBracket(target)
     await bracket.open(probe, wait_idle=True)
     reopened: list[asyncio.Task[None]] = []
+    if bus is not None:
+        bus.publish(started_event(run_id, "vllm-bench", opts, target, directory))
 
     def publish(tick: BenchTick) -> None:
         if bus is not None:
@@ -190,6 +193,8 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
             reopened.append(asyncio.create_task(bracket.open(probe, wait_idle=False)))
         tail.append(seg)
         del tail[:-30]
+        if bus is not None:
+            bus.publish(BenchLine(run_id=run_id, text=seg))
         if on_line is not None:
             on_line(seg)
 
