@@ -103,8 +103,17 @@ async def test_fake_vllm_bench_becomes_a_run(stub, tmp_path: Path) -> None:
     ticks: list[BenchTick] = []
     lines: list[str] = []
     target = BenchTarget(endpoint=url, topology="tp1", campaign="vb", runs_root=tmp_path)
+    from tui.core.bench.events import BenchDone, BenchLine, BenchStarted
+    from tui.core.events import Event, EventBus
+
+    bus = EventBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
     run = await run_vllm_bench(_fake(tmp_path), _opts(), target, "/tok", on_tick=ticks.append,
-                               on_line=lines.append)
+                               on_line=lines.append, bus=bus)
+    assert isinstance(events[0], BenchStarted) and events[0].runner == "vllm-bench" and events[0].total == 20
+    assert isinstance(events[-1], BenchDone) and events[-1].status == "complete"
+    assert [e.text for e in events if isinstance(e, BenchLine)] == lines
     assert run.meta.runner == "vllm-bench" and run.meta.status == "complete"
     assert run.meta.topology == "tp1" and run.meta.workload == "tiny"
     assert run.summary["topology"] == "tp1" and run.summary["output_throughput"] > 0
