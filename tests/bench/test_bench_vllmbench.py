@@ -231,3 +231,23 @@ def test_a_campaign_can_run_vllm_bench_as_its_client(capsys: pytest.CaptureFixtu
     assert runs[0].meta.client["tool"] == "vllm bench serve" and (runs[0].path / "command.txt").exists()
     spec = json.loads((Path(data["campaign"]) / "campaign.json").read_text())
     assert spec["client"] == "vllm"
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("/nonexistent/vllm", "field '--vllm-bench': '/nonexistent/vllm' is not an executable here"),
+    ("'python -m vllm", "field '--vllm-bench': cannot split"),
+])
+def test_a_vllm_bench_command_that_cannot_run_is_refused_first(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                               flag: str, message: str) -> None:
+    """Before any layout is brought up (a campaign would start every one of them to fail each cell on it)."""
+    from tests.helpers import free_port
+    from tui.cli.main import main
+
+    (tmp_path / "wl.yaml").write_text("name: small\ninput_len: 64\noutput_len: 32\nnum_prompts: 4\n")
+    for argv in (["bench", "--endpoint", f"http://127.0.0.1:{free_port()}"],
+                 ["run", "--sim", "--model", "qwen3.6-27b-nvfp4", "--topology", "tp1", "--workload",
+                  str(tmp_path / "wl.yaml")]):
+        code = main([*argv, "--runner", "vllm", "--vllm-bench", flag, "--tokenizer", "/tok"])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err, err
+        assert "Traceback" not in err and "bringing the layout up" not in err

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import shlex
+import shutil
 import signal
 from dataclasses import replace
 from pathlib import Path
@@ -180,12 +181,22 @@ def _real_host_extras(ctx: CliContext, target: BenchTarget, layout: LayoutRecord
 
 
 def vllm_bench_command(args: argparse.Namespace) -> list[str]:
+    """The vllm command for ``--runner vllm``, checked to exist before anything is started (a campaign would
+    otherwise bring every layout up to fail each cell on it)."""
     if args.vllm_bench:
         try:
-            return shlex.split(args.vllm_bench)
+            command = shlex.split(args.vllm_bench)
         except ValueError as exc:
             raise InputError(f"cannot split {args.vllm_bench!r}: {exc}", field="--vllm-bench") from None
-    return [getattr(args, "vllm", None) or "vllm"]
+        if not command:
+            raise InputError("is empty", field="--vllm-bench")
+    else:
+        command = [getattr(args, "vllm", None) or "vllm"]
+    if shutil.which(command[0]) is None:
+        raise InputError(f"{command[0]!r} is not an executable here", field="--vllm-bench" if args.vllm_bench
+                         else "--vllm", hint="point at vllm with --vllm PATH or --vllm-bench 'PYTHON -m "
+                                             "vllm.entrypoints.cli.main'")
+    return command
 
 
 def tokenizer_for(args: argparse.Namespace, ctx: CliContext, layout: LayoutRecord | None) -> str:

@@ -363,13 +363,17 @@ class ProxyApp:
         trace.decode_s = clock() - td0
         self.metrics.decode_total[d.url].observe(trace.decode_s)
 
-    async def _unreachable(self, send: Send, server: Upstream, exc: httpx.TransportError, trace: Trace) -> None:
+    async def _unreachable(self, send: Send, server: Upstream, exc: httpx.TransportError,
+                           trace: Trace | None = None) -> str:
+        """A 502 naming the server that could not be reached (counted in the proxy's metrics); the reason."""
         reason = describe_transport_error(exc)
         self.metrics.upstream_errors[(server.role, server.url, "unreachable")] += 1
-        trace.status = 502
-        trace.note = f"{server.role} {server.url}: {reason}"
+        if trace is not None:
+            trace.status = 502
+            trace.note = f"{server.role} {server.url}: {reason}"
         await respond(send, 502, JSON, error_body(f"{server.role} server {server.url} is unreachable: {reason}",
-                                                    502, "BadGatewayError"), trace.rid)
+                                                    502, "BadGatewayError"), trace.rid if trace is not None else None)
+        return reason
 
     # --- other routes ----------------------------------------------------------------------------------------
 
@@ -397,10 +401,7 @@ class ProxyApp:
         try:
             r = await self.client.request(scope["method"], url, content=raw or None, headers=out)
         except httpx.TransportError as exc:
-            reason = describe_transport_error(exc)
-            self.metrics.upstream_errors[(server.role, server.url, "unreachable")] += 1
-            await respond(send, 502, JSON, error_body(f"{server.role} server {server.url} is unreachable: "
-                                                        f"{reason}", 502, "BadGatewayError"))
+            reason = await self._unreachable(send, server, exc)
             return path, 502, f"{leg} ({reason})"
         await respond(send, r.status_code, r.headers.get("content-type", "application/json").encode(), r.content)
         return path, r.status_code, f"{leg} {r.status_code}"
