@@ -92,7 +92,39 @@ def test_comparison_table_marks_best_and_averages_repeats(tmp_path: Path) -> Non
     # goodput recomputed from the records under an SLO given afterwards
     cells_slo = table.build_cells(runs, {"ttft": 10000.0})
     good = {c.key: c.value("request_goodput") for c in cells_slo}
-    assert good[("tp1", "prefill-heavy", "inf")] > 0
+    assert good[("", "tp1", "prefill-heavy", "inf")] > 0
+
+
+def test_runs_measured_differently_are_never_averaged_together(tmp_path: Path) -> None:
+    """Our run and a vllm bench run of one cell, or runs of two models, stay apart, each row saying how it was
+    measured; runs measured alike get no setup column."""
+    import_vllm_result(BENCH2, topology="tp1", workload="prefill-heavy", campaign="a", root=tmp_path)
+    import_vllm_result(RERUN2, topology="tp1", workload="prefill-heavy", campaign="b", root=tmp_path,
+                       runner="vllm-bench")
+    other = json.loads(BENCH2.read_text())
+    other["model_id"] = "another-model"
+    f = tmp_path / "other.json"
+    f.write_text(json.dumps(other))
+    import_vllm_result(f, topology="tp1", workload="prefill-heavy", campaign="c", root=tmp_path)
+    runs = [load_run(p) for p in find_runs(["a", "b", "c"], root=tmp_path)]
+    cells = table.build_cells(runs)
+    assert sorted((c.setup, len(c.runs)) for c in cells) == [
+        ("another-model · imported", 1), ("dummy-qwen3-8b · imported", 1), ("dummy-qwen3-8b · vllm bench", 1)]
+    df = table.comparison_frame(cells)
+    assert df.columns[:3] == ["topology", "setup", "workload"]
+    text = table.render_text(df)
+    assert text.splitlines()[0].split()[:3] == ["topology", "setup", "workload"]
+    assert "dummy-qwen3-8b · vllm bench" in text and "dummy-qwen3-8b · vllm bench" in table.render_markdown(df)
+    # the best marks compare topologies within one setup: here each setup has one row, so nothing is marked
+    assert not any(r["output_throughput_best"] for r in df.iter_rows(named=True))
+    assert {r["setup"] for r in table.cell_rows(cells)} == {c.setup for c in cells}
+    # the two imported runs of one model alone: measured alike, one cell of two repeats, no setup column
+    alike = [r for r in runs if r.meta.runner == "imported" and r.meta.model != "another-model"]
+    alike.append(next(r for r in runs if r.meta.runner == "vllm-bench"))
+    alike[-1].meta.runner = "imported"
+    cells = table.build_cells(alike)
+    assert [(c.setup, len(c.runs)) for c in cells] == [("", 2)]
+    assert "setup" not in table.comparison_frame(cells).columns
 
 
 def test_writer_journal_parts_and_finish(tmp_path: Path) -> None:

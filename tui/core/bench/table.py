@@ -1,6 +1,8 @@
 """The comparison table across runs: topology × workload (× rate), like the design note's table, in polars.
 
-One row per (topology, workload, rate); repeats of a cell are averaged and carry a 95 % confidence interval.
+One row per (topology, workload, rate); repeats of a cell are averaged and carry a 95 % confidence interval. Runs
+that were not measured alike (another model, the other client, another host or the simulator) are never averaged
+together: where the runs shown differ in one of those, each row says which in a ``setup`` column.
 Columns: output TPS, TPOT mean and p99, TTFT mean, goodput. The best value of each column within a workload (and
 rate) is marked: highest TPS and goodput, lowest latencies. Printable as text, Markdown, CSV or JSON.
 """
@@ -41,17 +43,18 @@ class Cell:
     topology: str
     workload: str
     rate: float | None  # None = inf (saturation)
+    setup: str = ""  # what sets these runs apart from others shown (model, client, host); "" when nothing does
     runs: list[Run] = field(default_factory=list)
     values: dict[str, stats.Interval] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.topology, self.workload, rate_label(self.rate))
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.setup, self.topology, self.workload, rate_label(self.rate))
 
     @property
-    def group(self) -> tuple[str, str]:
-        return (self.workload, rate_label(self.rate))
+    def group(self) -> tuple[str, str, str]:
+        return (self.setup, self.workload, rate_label(self.rate))
 
     def value(self, key: str) -> float | None:
         iv = self.values.get(key)
@@ -85,12 +88,12 @@ def run_values(run: Run, slo_ms: Mapping[str, float] | None = None) -> dict[str,
 def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None, *,
                 slo_by_workload: Mapping[str, Mapping[str, float]] | None = None) -> list[Cell]:
     """Cells of the table; goodput is recomputed from the records under ``slo_ms`` (or each workload's SLO)."""
-    cells: dict[tuple[str, str, str], Cell] = {}
-    for run in runs:
-        if not run.summary:
-            continue
+    cells: dict[tuple[str, str, str, str], Cell] = {}
+    measured = [run for run in runs if run.summary]
+    setups = setup_labels(measured)
+    for run, setup in zip(measured, setups, strict=True):
         m = run.meta
-        cell = Cell(m.topology or "unknown", m.workload or "unknown", m.request_rate)
+        cell = Cell(m.topology or "unknown", m.workload or "unknown", m.request_rate, setup)
         cells.setdefault(cell.key, cell).runs.append(run)
     for cell in cells.values():
         slo = (slo_by_workload or {}).get(cell.workload) or slo_ms
@@ -104,13 +107,31 @@ def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None, 
             for f in r.meta.flags:
                 if f not in cell.flags:
                     cell.flags.append(f)
-    return sorted(cells.values(), key=lambda c: (c.workload, math.inf if c.rate is None else c.rate, c.topology))
+    return sorted(cells.values(),
+                  key=lambda c: (c.setup, c.workload, math.inf if c.rate is None else c.rate, c.topology))
 
 
-def best_marks(cells: Sequence[Cell]) -> dict[tuple[tuple[str, str, str], str], bool]:
-    """(cell key, column key) → is the best of its workload/rate group."""
-    marks: dict[tuple[tuple[str, str, str], str], bool] = {}
-    groups: dict[tuple[str, str], list[Cell]] = {}
+_CLIENTS = {"disagg-tui": "ours", "vllm-bench": "vllm bench", "imported": "imported"}
+
+
+def run_setup(run: Run) -> tuple[str, str, str]:
+    """What a run was measured with, beyond its cell: the model, the client, the host (or "simulated")."""
+    fp = run.meta.fingerprint or {}
+    host = "simulated" if fp.get("simulated") else str(fp.get("hostname") or "")
+    return (run.meta.model or "", _CLIENTS.get(run.meta.runner, run.meta.runner), host)
+
+
+def setup_labels(runs: Sequence[Run]) -> list[str]:
+    """Per run, the parts of its setup that differ among ``runs`` (model · client · host), "" where none do."""
+    setups = [run_setup(r) for r in runs]
+    varying = [i for i in range(3) if len({s[i] for s in setups}) > 1]
+    return [" · ".join(s[i] or "?" for i in varying) for s in setups]
+
+
+def best_marks(cells: Sequence[Cell]) -> dict[tuple[tuple[str, str, str, str], str], bool]:
+    """(cell key, column key) → is the best of its workload/rate group (within one setup)."""
+    marks: dict[tuple[tuple[str, str, str, str], str], bool] = {}
+    groups: dict[tuple[str, str, str], list[Cell]] = {}
     for c in cells:
         groups.setdefault(c.group, []).append(c)
     for members in groups.values():
@@ -131,7 +152,7 @@ def comparison_frame(cells: Sequence[Cell]) -> Any:
     import polars as pl
 
     marks = best_marks(cells)
-    data: dict[str, list[Any]] = {"topology": [], "workload": [], "rate": [], "runs": []}
+    data: dict[str, list[Any]] = {"topology": [], "setup": [], "workload": [], "rate": [], "runs": []}
     for col in COLUMNS:
         data[col.key] = []
         data[f"{col.key}_ci95"] = []
@@ -139,6 +160,7 @@ def comparison_frame(cells: Sequence[Cell]) -> Any:
     data["flags"] = []
     for c in cells:
         data["topology"].append(c.topology)
+        data["setup"].append(c.setup)
         data["workload"].append(c.workload)
         data["rate"].append(rate_label(c.rate))
         data["runs"].append(len(c.runs))
@@ -148,13 +170,15 @@ def comparison_frame(cells: Sequence[Cell]) -> Any:
             data[f"{col.key}_ci95"].append(iv.half if iv and iv.n > 1 else None)
             data[f"{col.key}_best"].append(bool(marks.get((c.key, col.key))))
         data["flags"].append(",".join(c.flags))
-    schema: dict[str, Any] = {"topology": pl.Utf8, "workload": pl.Utf8, "rate": pl.Utf8, "runs": pl.Int64,
-                              "flags": pl.Utf8}
+    if not any(data["setup"]):
+        del data["setup"]  # every run measured alike: no column for it
+    schema: dict[str, Any] = {"topology": pl.Utf8, "setup": pl.Utf8, "workload": pl.Utf8, "rate": pl.Utf8,
+                              "runs": pl.Int64, "flags": pl.Utf8}
     for col in COLUMNS:
         schema[col.key] = pl.Float64
         schema[f"{col.key}_ci95"] = pl.Float64
         schema[f"{col.key}_best"] = pl.Boolean
-    return pl.DataFrame(data, schema=schema).select(list(data))
+    return pl.DataFrame(data, schema={k: schema[k] for k in data}).select(list(data))
 
 
 def _cell_text(df_row: dict[str, Any], col: Column, *, markdown: bool) -> str:
@@ -170,15 +194,24 @@ def _cell_text(df_row: dict[str, Any], col: Column, *, markdown: bool) -> str:
     return text
 
 
+def _lead(df: Any) -> list[str]:
+    """The label columns of a rendered table (``setup`` only where runs were measured differently)."""
+    return ["topology", *(["setup"] if "setup" in df.columns else []), "workload", "rate"]
+
+
+def _lead_cells(r: dict[str, Any], lead: list[str]) -> list[str]:
+    n = f" (n={r['runs']})" if r["runs"] > 1 else ""
+    return [str(r[k]) + (n if k == "topology" else "") for k in lead]
+
+
 def render_text(df: Any) -> str:
-    headers = ["topology", "workload", "rate", *[c.title for c in COLUMNS], "flags"]
+    lead = _lead(df)
+    headers = [*lead, *[c.title for c in COLUMNS], "flags"]
     rows = []
     for r in df.iter_rows(named=True):
-        n = f" (n={r['runs']})" if r["runs"] > 1 else ""
-        rows.append([r["topology"] + n, r["workload"], r["rate"], *[_cell_text(r, c, markdown=False)
-                                                                    for c in COLUMNS], r["flags"] or ""])
+        rows.append([*_lead_cells(r, lead), *[_cell_text(r, c, markdown=False) for c in COLUMNS], r["flags"] or ""])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    numeric = set(range(3, 3 + len(COLUMNS)))
+    numeric = set(range(len(lead), len(lead) + len(COLUMNS)))
 
     def fmt(row: list[str]) -> str:
         return "  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
@@ -191,12 +224,11 @@ def render_text(df: Any) -> str:
 
 
 def render_markdown(df: Any) -> str:
-    headers = ["topology", "workload", "rate", *[c.title for c in COLUMNS], "flags"]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * 3 + "---:|" * len(COLUMNS) + "---|"]
+    lead = _lead(df)
+    headers = [*lead, *[c.title for c in COLUMNS], "flags"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(lead) + "---:|" * len(COLUMNS) + "---|"]
     for r in df.iter_rows(named=True):
-        n = f" (n={r['runs']})" if r["runs"] > 1 else ""
-        cells = [r["topology"] + n, r["workload"], r["rate"], *[_cell_text(r, c, markdown=True) for c in COLUMNS],
-                 r["flags"] or ""]
+        cells = [*_lead_cells(r, lead), *[_cell_text(r, c, markdown=True) for c in COLUMNS], r["flags"] or ""]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -212,6 +244,8 @@ def rows_json(cells: Sequence[Cell]) -> list[dict[str, Any]]:
     for c in cells:
         for r in c.runs:
             row: dict[str, Any] = {"topology": c.topology, "workload": c.workload}
+            if c.setup:
+                row["setup"] = c.setup
             if c.rate is not None:
                 row["rate"] = c.rate
             row["run"] = r.id
@@ -228,6 +262,8 @@ def cell_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
     out = []
     for c in cells:
         row: dict[str, Any] = {"topology": c.topology, "workload": c.workload}
+        if c.setup:
+            row["setup"] = c.setup
         if c.rate is not None:
             row["rate"] = c.rate
         summaries = [r.summary for r in c.runs if r.summary]
