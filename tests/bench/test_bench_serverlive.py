@@ -77,3 +77,18 @@ def test_1p1d_takes_tokens_from_decode_and_no_ttft() -> None:
     live = ServerLive(["http://p", "http://d"], ["http://d"])
     assert live.token_urls == ["http://d"] and live.disaggregated
     assert live.quantiles_ms(TTFT) == (None, None)
+
+
+async def test_a_server_that_stops_answering_drops_out_of_the_figures(stub) -> None:
+    """Its last figures would otherwise stay frozen in the run's live line."""
+    url, srv = await stub(mode="paced", ms_per_token=5.0)
+    live = ServerLive([url])
+    async with httpx.AsyncClient(timeout=5) as c:
+        await live.poll(c)
+        await c.post(url + "/v1/completions", json={"prompt": [1] * 8, "max_tokens": 20})
+        await live.poll(c)
+        assert live.output_tps() and live.queued() == 0
+        srv.close()  # no new connections (a kept-alive one would still be served)
+    async with httpx.AsyncClient(timeout=5) as fresh:
+        await live.poll(fresh)
+    assert live.output_tps() is None and live.queued() is None and not live.answered[url]

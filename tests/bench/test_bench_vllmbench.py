@@ -53,8 +53,10 @@ def send(i):
     urllib.request.urlopen(req).read()
 print("Starting initial single prompt test run...", flush=True)
 time.sleep(0.4)
-for i in range(int(opt.get("--num-warmups", 0))):
+warm = int(opt.get("--num-warmups", 0))
+for i in range(warm):  # with its own progress bar, as vllm bench draws one for its warm-up
     send(i)
+    sys.stderr.write(f"\\r100%|##| {i + 1}/{warm} [00:00<00:00,  9.00it/s]"); sys.stderr.flush()
 print("Starting main benchmark run...", flush=True)
 time.sleep(0.3)  # vllm bench prints its traffic settings before it sends
 sys.stderr.write(f"\\r  0%| | 0/{n} [00:00<?, ?it/s]"); sys.stderr.flush()
@@ -142,6 +144,8 @@ async def test_live_figures_come_from_the_servers_metrics(stub, tmp_path: Path) 
     assert any(t.output_tps and t.output_tps > 0 for t in main)  # 40 tokens per 0.2 s from the stub's counter
     assert main[-1].done == 12 and main[-1].sent == 12 and main[-1].inflight == 0
     assert [t.done for t in main] == sorted(t.done for t in main)
+    assert all(t.total == 12 for t in main)  # the warm-up's own bar (1/1) is not the run's count
+    assert all(t.total == 1 and t.done <= 1 for t in warm)  # the warm-up bar counts the warm-up
     assert "(server /metrics)" in main[-1].line()
     client = run.meta.client
     assert client["tool"] == "vllm bench serve" and client["warmups"] == 1 and client["warmup_s"] >= 0.35
@@ -152,7 +156,8 @@ async def test_live_figures_come_from_the_servers_metrics(stub, tmp_path: Path) 
     assert saved["client"]["warmup_s"] == client["warmup_s"]
 
 
-async def test_a_1p1d_vllm_bench_run_gets_our_server_side_checks(stub, tmp_path: Path) -> None:
+@pytest.mark.parametrize("flushes", [True, False])
+async def test_a_1p1d_vllm_bench_run_gets_our_server_side_checks(stub, tmp_path: Path, monkeypatch, flushes) -> None:
     """Around a vllm bench run, as around ours: the decode server's prompt-token sources (here it computed every
     prompt itself: flagged), counted from the start of its main run (its warm-up left out), its log copied into
     the run."""
@@ -165,7 +170,12 @@ async def test_a_1p1d_vllm_bench_run_gets_our_server_side_checks(stub, tmp_path:
     target = BenchTarget(endpoint=url, topology="1p1d", campaign="vb", runs_root=tmp_path, layout=layout)
     opts = _opts(3)
     opts.warmup = 2
-    run = await run_vllm_bench(_fake(tmp_path, TRAFFIC), opts, target, "/tok")
+    # vllm bench prints its phase lines without flushing: to a pipe they would come only at its exit (and the
+    # counters would be read again after the run) unless the child runs unbuffered, whatever our environment says
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    fake = TRAFFIC if flushes else TRAFFIC.replace(", flush=True", "")
+    run = await run_vllm_bench(_fake(tmp_path, fake), opts, target, "/tok")
+    assert run.meta.client["warmup_s"] >= 0.35 and run.meta.client["counters_include_warmup"] is False
     kv = run.meta.kv_transfer
     assert kv is not None and kv["local_compute"] == 3 * 8 and kv["external"] == 0
     assert "kv-recompute" in run.meta.flags and (run.path / "logs" / "decode.log").exists()
@@ -181,7 +191,13 @@ async def test_a_stopped_vllm_bench_is_killed_and_marked_incomplete(stub, tmp_pa
     slow = f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\n" \
            "print('Starting main benchmark run...', flush=True)\ntime.sleep(60)\n"
     target = BenchTarget(endpoint=url, topology="tp1", campaign="vb", runs_root=tmp_path)
-    task = asyncio.create_task(run_vllm_bench(_fake(tmp_path, slow), _opts(5), target, "/tok"))
+    from tui.core.bench.events import BenchDone
+    from tui.core.events import Event, EventBus
+
+    bus = EventBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    task = asyncio.create_task(run_vllm_bench(_fake(tmp_path, slow), _opts(5), target, "/tok", bus=bus))
     for _ in range(100):
         await asyncio.sleep(0.05)
         if pidfile.exists() and pidfile.read_text():
@@ -194,6 +210,9 @@ async def test_a_stopped_vllm_bench_is_killed_and_marked_incomplete(stub, tmp_pa
         os.kill(pid, 0)
     meta = json.loads(next((tmp_path / "vb").glob("*/run.json")).read_text())
     assert meta["status"] == "incomplete" and "no request of it is kept" in meta["message"]
+    assert meta["client"]["tool"] == "vllm bench serve" and "incomplete" in meta["flags"]
+    done = [e for e in events if isinstance(e, BenchDone)]
+    assert len(done) == 1 and done[0].status == "incomplete"
 
 
 async def test_failing_vllm_bench_is_a_failed_run(stub, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from tui.core.bench.dataset import run_seed
 from tui.core.bench.metrics import parse_goodput
 from tui.core.bench.runner import DEFAULT_VOCAB, BenchOptions, BenchTarget, run_bench
 from tui.core.bench.store import Run
+from tui.core.bench.vllmbench import VLLM_BENCH_HINT, run_vllm_bench
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
 from tui.core.profiles import Workload, parse_rate
 from tui.core.state import LayoutRecord, StateStore
@@ -194,17 +195,17 @@ def vllm_bench_command(args: argparse.Namespace) -> list[str]:
         command = [getattr(args, "vllm", None) or "vllm"]
     if shutil.which(command[0]) is None:
         raise InputError(f"{command[0]!r} is not an executable here", field="--vllm-bench" if args.vllm_bench
-                         else "--vllm", hint="point at vllm with --vllm PATH or --vllm-bench 'PYTHON -m "
-                                             "vllm.entrypoints.cli.main'")
+                         else "--vllm", hint=VLLM_BENCH_HINT)
     return command
 
 
-def tokenizer_for(args: argparse.Namespace, ctx: CliContext, layout: LayoutRecord | None) -> str:
+def tokenizer_for(args: argparse.Namespace, ctx: CliContext, profile_id: str | None) -> str:
+    """vllm bench's tokenizer: ``--tokenizer``, else the model profile's model folder (or HF id)."""
     if args.tokenizer:
         return str(args.tokenizer)
-    if layout is not None and layout.profile_id:
+    if profile_id:
         try:
-            model = ctx.catalog.model(layout.profile_id).model
+            model = ctx.catalog.model(profile_id).model
         except InputError:
             model = ""
         if model:
@@ -219,10 +220,9 @@ def tokenizer_for(args: argparse.Namespace, ctx: CliContext, layout: LayoutRecor
 async def bench_once(args: argparse.Namespace, ctx: CliContext, opts: BenchOptions, target: BenchTarget,
                      progress: ProgressLine) -> Run:
     if args.runner == "vllm":
-        from tui.core.bench.vllmbench import run_vllm_bench
-
-        return await run_vllm_bench(vllm_bench_command(args), opts, target,
-                                    tokenizer_for(args, ctx, target.layout), on_tick=progress.tick,
+        profile_id = target.layout.profile_id if target.layout else None
+        return await run_vllm_bench(vllm_bench_command(args), opts, target, tokenizer_for(args, ctx, profile_id),
+                                    on_tick=progress.tick,
                                     on_line=lambda s: progress.text(f"vllm: {s}") if not args.json else None)
     return await run_bench(opts, target, on_tick=progress.tick)
 

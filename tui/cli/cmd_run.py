@@ -7,6 +7,7 @@ finished run; ``--campaign NAME`` names it, ``--fresh`` starts a new one.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import time
@@ -32,6 +33,7 @@ from tui.core.bench.events import BenchTick
 from tui.core.bench.runner import BenchOptions, BenchTarget
 from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
 from tui.core.bench.store import Run
+from tui.core.bench.vllmbench import run_vllm_bench
 from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError, InputError
 from tui.core.events import EventBus
 from tui.core.profiles import Workload, parse_rate
@@ -114,16 +116,11 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     bench: BenchFn | None = None
     if args.runner == "vllm":
         command = vllm_bench_command(args)
-        if args.tokenizer is None and not profile.model:
-            raise InputError("vllm bench serve needs a tokenizer", field="--tokenizer",
-                             hint="give --tokenizer DIR (a local tokenizer folder)")
+        tokenizer = tokenizer_for(args, ctx, profile.id)  # every layout of a campaign serves this profile
 
         async def vllm_bench(opts: BenchOptions, target: BenchTarget, bus: EventBus,
                              on_tick: Callable[[BenchTick], None] | None) -> Run:
-            from tui.core.bench.vllmbench import run_vllm_bench
-
-            return await run_vllm_bench(command, opts, target, tokenizer_for(args, ctx, target.layout), bus=bus,
-                                        on_tick=on_tick, on_line=None)
+            return await run_vllm_bench(command, opts, target, tokenizer, bus=bus, on_tick=on_tick, on_line=None)
         bench = vllm_bench
 
     runner = CampaignRunner(spec=spec, lifecycle=lifecycle, host=host,
@@ -132,7 +129,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
                             bench=bench)
     try:
         result: CampaignResult = run_async(runner.run())
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (run_async cancels the campaign)
         progress.end()
         ctx.error(f"interrupted: run the same command again to resume campaign {spec.name}")
         return 130

@@ -14,6 +14,7 @@ Layout bring-up and tear-down belong to the supervisor; this module takes them t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import random
@@ -203,8 +204,13 @@ class CampaignStore:
         if d.exists():
             shutil.rmtree(d)
 
-    def record_failure(self, cell: Cell, wl: Workload, message: str) -> Run:
+    def record_failure(self, cell: Cell, wl: Workload, message: str, *, keep_runner_record: bool = False) -> Run:
+        """A cell that failed without a run of its own; ``keep_runner_record``: the runner already wrote why into
+        the cell's (freshly cleared) directory, and that record, with its details, is the one kept."""
         d = self.run_dir(cell, wl)
+        if keep_runner_record and (d / RUN_FILE).exists():
+            with contextlib.suppress(InputError):
+                return load_run(d)
         d.mkdir(parents=True, exist_ok=True)
         rate = wl.request_rate if cell.rate is None else cell.rate
         meta = RunMeta(campaign=safe_name(self.spec.name), name=d.name, topology=cell.topology,
@@ -395,7 +401,7 @@ class CampaignRunner:
                 bench = self.bench or _ours
                 run = await bench(self.options(wl), target, self.bus, self.on_tick)
             except AppError as exc:
-                run = store.record_failure(cell, wl, exc.one_line())
+                run = store.record_failure(cell, wl, exc.one_line(), keep_runner_record=True)
                 outcomes[cell] = CellOutcome(cell, "failed", run, exc.one_line())
                 self._step("cell_failed", f"failed: {exc.one_line()}", status="failed", run_dir=str(run.path),
                            **where)

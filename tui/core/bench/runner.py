@@ -218,13 +218,15 @@ class ServerBracket:
         self._energy: dict[int, float] | None = None
 
     async def open(self, meta: RunMeta, *, wait_idle: bool) -> None:
+        """Read the starting point. The log positions and the energy first (quick, local): when the run is already
+        starting (vllm bench's main run), a JIT compile on its first requests must not fall before them."""
         if wait_idle and not await serverside.wait_idle(self.server_urls):
             meta.flags.append("server-busy-at-start")
+        self._offsets = await asyncio.to_thread(serverside.log_offsets, self.target.log_files())
+        self._energy = await asyncio.to_thread(serverside.read_energy, self.target.energy)
         texts = await serverside.scrape_metrics(self.server_urls)
         self._kv = serverside.sources_of(texts, self.decode_urls) if self.decode_urls else {}
         self._prefix = serverside.prefix_counts_of(texts)
-        self._offsets = await asyncio.to_thread(serverside.log_offsets, self.target.log_files())
-        self._energy = await asyncio.to_thread(serverside.read_energy, self.target.energy)
 
     async def close(self, meta: RunMeta, output_tokens: int, shared_prefix: float, directory: Path) -> None:
         # the logs and the energy counters are read off the event loop (a console runs on it)

@@ -12,12 +12,12 @@ TTFT (prefill and KV transfer happen across two servers), so it is left out ther
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 
 import httpx
 
+from tui.core.bench import serverside
 from tui.core.telemetry import prom
 from tui.core.telemetry.derive import (
     GENERATION_TOKENS,
@@ -28,6 +28,7 @@ from tui.core.telemetry.derive import (
     WAITING,
     MetricsWindow,
     merge_histograms,
+    quantiles,
 )
 
 _KEEP = (GENERATION_TOKENS, RUNNING, WAITING, TTFT, TPOT, ITL)
@@ -46,29 +47,25 @@ class ServerLive:
         self.answered: dict[str, bool] = dict.fromkeys(self.urls, False)
 
     async def poll(self, client: httpx.AsyncClient) -> None:
-        """One scrape of every server, all at once (a server that does not answer keeps its window as it was)."""
-        pages = await asyncio.gather(*(self._get(client, url) for url in self.urls))
+        """One scrape of every server, all at once. A server that does not answer drops out of the figures until
+        it answers again (its last figures would otherwise stay frozen in them)."""
+        pages = await serverside.scrape_metrics(self.urls, client=client)
         now = time.monotonic()
-        for url, text in zip(self.urls, pages, strict=True):
+        for url, text in pages.items():
             self.answered[url] = text is not None
             if text is not None:
                 self.windows[url].add(now, prom.parse(text, keep=_KEEP))
 
-    @staticmethod
-    async def _get(client: httpx.AsyncClient, url: str) -> str | None:
-        try:
-            r = await client.get(url.rstrip("/") + "/metrics")
-        except httpx.HTTPError:
-            return None
-        return r.text if r.status_code == 200 else None
+    def _live(self, urls: Sequence[str]) -> list[MetricsWindow]:
+        return [self.windows[u] for u in urls if self.answered[u]]
 
     def queued(self) -> int | None:
         """Requests running or waiting at the servers now (the newest scrapes). Through the 1P1D proxy a request is
         at the prefill server, then at decode (the proxy asks decode once prefill has answered): the sum counts it
         once."""
         total: float | None = None
-        for url in self.urls:
-            exp = self.windows[url].newest()
+        for window in self._live(self.urls):
+            exp = window.newest()
             if exp is None:
                 continue
             for name in (RUNNING, WAITING):
@@ -78,13 +75,13 @@ class ServerLive:
         return None if total is None else int(total)
 
     def output_tps(self) -> float | None:
-        rates = [r for u in self.token_urls if (r := self.windows[u].rate(GENERATION_TOKENS)) is not None]
+        rates = [r for w in self._live(self.token_urls) if (r := w.rate(GENERATION_TOKENS)) is not None]
         return sum(rates) if rates else None
 
     def quantiles_ms(self, name: str) -> tuple[float | None, float | None]:
+        """p50 and p99 of ``name`` over the window, in ms, across the servers that see it."""
         urls = self.token_urls if name != TTFT else ([] if self.disaggregated else self.urls)
-        h = merge_histograms(self.windows[u].histogram(name) for u in urls)
-        if h is None or not h.buckets or not h.buckets[-1].count > 0:
+        q = quantiles(merge_histograms(w.histogram(name) for w in self._live(urls)))
+        if q is None:
             return None, None
-        p50, p99 = h.quantile(0.5), h.quantile(0.99)
-        return (None if p50 is None else p50 * 1000), (None if p99 is None else p99 * 1000)
+        return (None if q.p50 is None else q.p50 * 1000), (None if q.p99 is None else q.p99 * 1000)

@@ -158,17 +158,25 @@ def prefix_check(before: Mapping[str, tuple[float, float] | None], after: Mappin
     return PrefixCacheCheck(queries, hits, expected) if found else None
 
 
-async def scrape_metrics(urls: Iterable[str], timeout_s: float = 5.0) -> dict[str, str | None]:
-    """Each server's ``/metrics`` text (None where it did not answer 200)."""
-    out: dict[str, str | None] = {}
-    async with httpx.AsyncClient(timeout=timeout_s) as client:
-        for url in urls:
-            try:
-                r = await client.get(url.rstrip("/") + "/metrics")
-                out[url] = r.text if r.status_code == 200 else None
-            except httpx.HTTPError:
-                out[url] = None
-    return out
+async def scrape_metrics(urls: Iterable[str], timeout_s: float = 5.0,
+                         client: httpx.AsyncClient | None = None) -> dict[str, str | None]:
+    """Each server's ``/metrics`` text (None where it did not answer 200), all asked at once (on ``client`` when
+    given: a poller keeps its connections)."""
+    urls = list(dict.fromkeys(urls))
+
+    async def one(client: httpx.AsyncClient, url: str) -> str | None:
+        try:
+            r = await client.get(url.rstrip("/") + "/metrics")
+        except httpx.HTTPError:
+            return None
+        return r.text if r.status_code == 200 else None
+
+    if client is not None:
+        texts = await asyncio.gather(*(one(client, u) for u in urls))
+    else:
+        async with httpx.AsyncClient(timeout=timeout_s) as own:
+            texts = await asyncio.gather(*(one(own, u) for u in urls))
+    return dict(zip(urls, texts, strict=True))
 
 
 def sources_of(texts: Mapping[str, str | None], urls: Iterable[str]) -> dict[str, dict[str, float] | None]:

@@ -48,6 +48,7 @@ TEST_SKIPPED_MARK = "Skipping endpoint ready check"
 WARMUP_DONE_MARK = "Warmup run completed"
 MAIN_RUN_MARK = "Starting main benchmark run"
 _SCRAPE_S = 0.5
+VLLM_BENCH_HINT = "point at vllm with --vllm PATH or --vllm-bench 'PYTHON -m vllm.entrypoints.cli.main'"
 
 
 def bench_argv(command: Sequence[str], opts: BenchOptions, endpoint: str, model: str, tokenizer: str,
@@ -94,6 +95,8 @@ class _Progress:
         self.warmup_started: float | None = None
         self.run_started: float | None = None
         self.seen: set[str] = set()
+        self.warmup_done = 0
+        self.warmup_total = 0
 
     def line(self, seg: str) -> bool:
         """Take one segment of output; True when it was progress (not a line to pass on)."""
@@ -110,7 +113,10 @@ class _Progress:
         prog = parse_progress(seg)
         if prog is None:
             return False
-        self.done, self.total = prog
+        if self.phase == "run":
+            self.done, self.total = prog
+        else:  # the bar of its --num-warmups requests
+            self.warmup_done, self.warmup_total = prog
         return True
 
     def elapsed(self) -> float:
@@ -165,14 +171,28 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         if on_tick is not None:
             on_tick(tick)
 
+    async def ended(status: str, message: str) -> str:
+        """A run that left no result (stopped or failed): its run.json says why, and BenchDone says it ended."""
+        meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
+                       request_rate=rate, repeat=target.repeat, status=status, runner="vllm-bench",
+                       endpoint=target.endpoint, model=model, layout_id=target.layout.id if target.layout else "",
+                       client=progress.client(max(opts.warmup, 0)), ended=time.time(),
+                       flags=[*probe.flags, *(["incomplete"] if status == "incomplete" else [])],
+                       triton_jit=probe.triton_jit, message=message)
+        await asyncio.to_thread(write_json, directory / RUN_FILE, meta.to_dict())
+        if bus is not None:
+            bus.publish(BenchDone(run_id=run_id, status=status, run_dir=str(directory), flags=tuple(meta.flags),
+                                  message=message))
+        return message
+
     def tick() -> BenchTick:
         queued = live.queued()
         left = max(progress.total - progress.done, 0)
         inflight = min(queued, left) if queued is not None and progress.phase == "run" else 0
         if progress.phase != "run":
             return BenchTick(run_id=run_id, phase=progress.phase, elapsed_s=progress.elapsed(),
-                             total=max(opts.warmup, 0), sent=0, done=0, failed=0, inflight=queued or 0,
-                             source="server")
+                             total=progress.warmup_total or max(opts.warmup, 0), sent=0, done=progress.warmup_done,
+                             failed=0, inflight=queued or 0, source="server")
         # vllm bench sends at its rate and the servers count what reached them: sent = finished + at the servers
         ttft, tpot, itl = live.quantiles_ms(TTFT), live.quantiles_ms(TPOT), live.quantiles_ms(ITL)
         return BenchTick(run_id=run_id, phase="run", elapsed_s=progress.elapsed(), total=progress.total,
@@ -189,7 +209,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         phase = progress.phase
         if progress.line(seg):
             return
-        if phase != "run" and progress.phase == "run":
+        if phase != "run" and progress.phase == "run" and proc.returncode is None:
             reopened.append(asyncio.create_task(bracket.open(probe, wait_idle=False)))
         tail.append(seg)
         del tail[:-30]
@@ -199,13 +219,17 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
             on_line(seg)
 
     try:
+        # unbuffered: its phase lines must arrive when it prints them (the counters are read again at its main
+        # run's start), not when it exits; a pipe would otherwise hold them in its buffer
+        # one pipe for both streams: its phase lines (stdout) and its progress bars (stderr) must be read in the
+        # order it wrote them, or a warm-up bar read after "Starting main benchmark run" would count as the run's
         proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.PIPE, env=paths.child_env(),
+                                                    stderr=asyncio.subprocess.STDOUT,
+                                                    env=paths.child_env({"PYTHONUNBUFFERED": "1"}),
                                                     start_new_session=True)
     except OSError as exc:
         raise InputError(f"cannot run {argv[0]}: {exc.strerror}", field="--vllm-bench",
-                         hint="point at vllm with --vllm PATH or --vllm-bench 'PYTHON -m "
-                              "vllm.entrypoints.cli.main'") from None
+                         hint=VLLM_BENCH_HINT) from None
 
     async def pump(stream: asyncio.StreamReader) -> None:
         buf = ""
@@ -232,24 +256,18 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
             await asyncio.sleep(opts.tick_s)
 
     assert proc.stdout is not None
-    assert proc.stderr is not None
-    readers = asyncio.gather(pump(proc.stdout), pump(proc.stderr))
+    readers = asyncio.gather(pump(proc.stdout))
     ticking = [asyncio.create_task(poller()), asyncio.create_task(ticker())]
     try:
         await readers
         code = await proc.wait()
     except asyncio.CancelledError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), 10)
+        await _stop(proc)
+        for t in reopened:
+            t.cancel()
         # vllm bench writes its result only at its end: nothing of this run can be kept but the fact
-        meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
-                       request_rate=rate, status="incomplete", runner="vllm-bench", endpoint=target.endpoint,
-                       model=model, flags=["incomplete"],
-                       message=f"stopped after {progress.done}/{progress.total} requests; vllm bench serve saves "
-                               "its results only at its end, so no request of it is kept")
-        await asyncio.to_thread(write_json, directory / RUN_FILE, meta.to_dict())
+        await ended("incomplete", f"stopped after {progress.done}/{progress.total} requests; vllm bench serve saves "
+                                  "its results only at its end, so no request of it is kept")
         raise
     finally:
         for t in ticking:
@@ -257,18 +275,12 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         await asyncio.gather(*ticking, *reopened, return_exceptions=True)
     publish(tick())
     result = out_dir / RESULT_NAME
-    probe.client = progress.client(max(opts.warmup, 0))
-    probe.client["counters_include_warmup"] = not reopened
     if code != 0 or not result.exists():
         await bracket.close(probe, 0, shared_prefix_share(opts), directory)  # the servers' logs, JIT lines
-        meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
-                       request_rate=rate, status="failed", runner="vllm-bench", endpoint=target.endpoint,
-                       model=model, client=probe.client, flags=probe.flags, triton_jit=probe.triton_jit,
-                       message=f"vllm bench serve exited with code {code}: " + " | ".join(tail[-3:]))
-        await asyncio.to_thread(write_json, directory / RUN_FILE, meta.to_dict())
-        if bus is not None:
-            bus.publish(BenchDone(run_id=run_id, status="failed", run_dir=str(directory), message=meta.message))
-        raise RunFailed(meta.message[:400], hint=f"command in {directory / 'command.txt'}")
+        message = await ended("failed", f"vllm bench serve exited with code {code}: " + " | ".join(tail[-3:]))
+        raise RunFailed(message[:400], hint=f"command in {directory / 'command.txt'}")
+    probe.client = progress.client(max(opts.warmup, 0))
+    probe.client["counters_include_warmup"] = not reopened
     output_tokens = await asyncio.to_thread(_output_tokens, result)
     await bracket.close(probe, output_tokens, shared_prefix_share(opts), directory)
     run = await asyncio.to_thread(
@@ -284,6 +296,19 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         bus.publish(BenchDone(run_id=run.id, status=run.meta.status, run_dir=str(run.path), summary=run.summary,
                               flags=tuple(run.meta.flags)))
     return run
+
+
+async def _stop(proc: asyncio.subprocess.Process, grace_s: float = 10.0) -> None:
+    """SIGTERM to vllm bench's process group, SIGKILL if it is still there after ``grace_s``: a client left running
+    would go on loading the servers into the next cell or the tear-down."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            await asyncio.wait_for(proc.wait(), grace_s)
+            return
+        except TimeoutError:
+            continue
 
 
 def _output_tokens(result: Path) -> int:

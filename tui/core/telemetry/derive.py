@@ -425,11 +425,7 @@ class MetricsWindow:
         hist_sc = self._since(self.window_s)
         span = rate_sc[-1].ts - rate_sc[0].ts if len(rate_sc) >= 2 else 0.0
 
-        def rate(name: str, **match: str) -> float | None:
-            if span <= 0:
-                return None
-            d = counter_delta(rate_sc, name, **match)
-            return None if d is None else d / span
+        rate = self.rate
 
         if span <= 0:
             na.append(("rates", "one scrape so far: rates need two"))
