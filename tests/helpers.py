@@ -87,16 +87,34 @@ def _is_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def layout_port_args(servers: int = 4) -> list[str]:
     """CLI port flags for a layout on ports that are free now: the endpoint, ``servers`` server ports 100 apart,
-    and as many consecutive NIXL side-channel ports (tests never use the fixed defaults 8000/8100/5600)."""
-    endpoint = free_port()
-    while True:
-        base = free_port()
-        if base + 100 * servers < 65000 and all(_is_free(base + 100 * i) for i in range(servers)):
-            break
-    while True:
-        side = free_port()
-        if side + servers < 65000 and all(_is_free(side + i) for i in range(servers)):
-            break
+    and as many consecutive NIXL side-channel ports (tests never use the fixed defaults 8000/8100/5600).
+
+    The ports are drawn below the kernel's ephemeral range: a layout's ports are chosen long before its servers bind
+    them (a campaign brings layouts up one after another), and a port of that range can meanwhile be taken by any
+    outgoing connection on the machine (seen: a NIXL side-channel port taken during a campaign's first layout)."""
+    import random
+
+    lo, _ = _ephemeral_range()
+    top = min(lo, 32768) - 1
+    rng = random.Random()
+
+    def pick(count: int, step: int) -> int:
+        while True:
+            base = rng.randrange(12000, top - step * count)
+            if all(_is_free(base + step * i) for i in range(count)):
+                return base
+
+    endpoint = pick(1, 1)
+    base = pick(servers, 100)
+    side = pick(servers, 1)
     return ["--port", str(endpoint), "--server-port", str(base), "--side-channel-port", str(side)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port
+from tests.helpers import layout_port_args
 from tui.cli.main import main
 from tui.core.bench.store import find_runs, load_run
 
@@ -22,8 +22,7 @@ def test_sim_campaign_end_to_end(capsys: pytest.CaptureFixture[str], tmp_path: P
     (tmp_path / "ph.yaml").write_text("name: small-prefill\ninput_len: 2000\noutput_len: 16\nnum_prompts: 8\n")
     argv = ["run", "--sim", "--sim-gpus", "2", "--sim-startup", "0.3", "--sim-clock", "20",
             "--model", "qwen3.6-27b-nvfp4", "--topology", "dp2,1p1d",
-            "--workload", f"{tmp_path / 'dh.yaml'},{tmp_path / 'ph.yaml'}", "--port", str(free_port()),
-            "--server-port", str(free_port()), "--side-channel-port", str(free_port()), "--json", "--quiet"]
+            "--workload", f"{tmp_path / 'dh.yaml'},{tmp_path / 'ph.yaml'}", *layout_port_args(), "--json", "--quiet"]
     code = main(argv)
     out, err = capsys.readouterr()
     assert code == 0, err

@@ -231,7 +231,7 @@ def test_a_campaign_can_run_vllm_bench_as_its_client(capsys: pytest.CaptureFixtu
     campaign than ours with the same cells."""
     import shlex
 
-    from tests.helpers import free_port
+    from tests.helpers import layout_port_args
     from tui.cli.main import main
     from tui.core.bench.store import find_runs, load_run
 
@@ -239,7 +239,7 @@ def test_a_campaign_can_run_vllm_bench_as_its_client(capsys: pytest.CaptureFixtu
     (tmp_path / "wl.yaml").write_text("name: small\ninput_len: 64\noutput_len: 32\nnum_prompts: 4\n")
     base = ["run", "--sim", "--sim-gpus", "1", "--sim-startup", "0.3", "--sim-clock", "20",
             "--model", "qwen3.6-27b-nvfp4", "--topology", "tp1", "--workload", str(tmp_path / "wl.yaml"),
-            "--port", str(free_port()), "--server-port", str(free_port()), "--json", "--quiet"]
+            *layout_port_args(), "--json", "--quiet"]
     code = main([*base, "--runner", "vllm", "--vllm-bench", fake, "--tokenizer", "/tok"])
     out, err = capsys.readouterr()
     assert code == 0, err
