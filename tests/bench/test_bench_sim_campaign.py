@@ -33,6 +33,8 @@ def test_sim_campaign_end_to_end(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert all(r["completed"] == 8 and r["failed"] == 0 for r in rows)
     for r in rows:
         assert {"output_throughput", "mean_tpot_ms", "p99_tpot_ms", "mean_ttft_ms"} <= set(r)
+    # simulated figures say so: in the JSON, in every row, in each run's summary, in the printed tables
+    assert data["simulated"] is True and data["host"].startswith("sim:") and all(r["simulated"] for r in rows)
     rec = data["recommendation"]
     assert set(rec["objectives"]) == {"max_throughput", "min_tpot", "max_goodput"}
     assert rec["thin"] and rec["factors"]["small-prefill"][0].startswith("prefill:decode work ratio")
@@ -42,6 +44,10 @@ def test_sim_campaign_end_to_end(capsys: pytest.CaptureFixture[str], tmp_path: P
     # the decode server's counters say the prompt tokens came over the KV connector (not recomputed)
     assert disagg and all(r.meta.kv_transfer and r.meta.kv_transfer["transferred"] for r in disagg)
     assert all((r.path / "logs").is_dir() and (r.path / "plan.json").exists() for r in runs)
+    assert all(r.simulated and r.summary["simulated"] is True for r in runs)
+    assert main(["results", Path(data["campaign"]).name]) == 0
+    printed = capsys.readouterr().out
+    assert "SIMULATED: every run measured on the simulated host" in printed
     started = {r.id: r.meta.started for r in runs}
 
     # the same command again resumes: every cell is done, nothing is brought up or re-run

@@ -15,7 +15,7 @@ from typing import Any
 from tui.cli.argtypes import nonneg_int, positive_float, positive_int
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
-from tui.core.bench import report
+from tui.core.bench import report, table
 from tui.core.bench.dataset import run_seed
 from tui.core.bench.metrics import parse_goodput
 from tui.core.bench.runner import DEFAULT_VOCAB, BenchOptions, BenchTarget, run_bench
@@ -278,6 +278,9 @@ def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> i
         else:
             ctx.print_json(report.aggregate(summaries))
     else:
+        note = table.simulated_note(runs)
+        if note:
+            ctx.print(note)
         for r in runs:
             if r.summary:
                 ctx.print(report.format_result(r.summary))
@@ -352,5 +355,6 @@ def client_line(r: Run) -> str:
             parts.append(f"sent {c.get('achieved_rate') or 0.0:.2f} of {c['requested_rate']:g} req/s requested")
     e = r.meta.energy
     if e and e.get("joules_per_output_token") is not None:
-        parts.append(f"energy {e['joules']:,.0f} J, {e['joules_per_output_token']:.3f} J per output token")
+        parts.append(f"energy {e['joules']:,.0f} J, {e['joules_per_output_token']:.3f} J per output token"
+                     + (" (simulated)" if r.simulated else ""))
     return "; ".join(parts)

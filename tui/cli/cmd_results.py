@@ -45,10 +45,14 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
 
         text = json.dumps({"rows": table.cell_rows(cells),
                            "runs": [{"run": r.id, "status": r.meta.status, "path": str(r.path),
-                                     "flags": r.meta.flags} for r in runs]}, indent=2, default=str)
+                                     "flags": r.meta.flags, "simulated": r.simulated} for r in runs]},
+                          indent=2, default=str)
     else:
         df = table.comparison_frame(cells)
         text = {"table": table.render_text, "csv": table.render_csv, "md": table.render_markdown}[args.format](df)
+        note = table.simulated_note(runs)
+        if note and args.format != "csv":  # a CSV stays one table; its rows' runs say it (results --format json)
+            text += "\n" + (f"_{note}_" if args.format == "md" else note)
     if args.output:
         try:
             Path(args.output).write_text(text + "\n", encoding="utf-8")

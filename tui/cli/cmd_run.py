@@ -165,8 +165,12 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
             if o.cell.rate is not None:
                 row["rate"] = o.cell.rate
             rows.append(row)
-        ctx.print_json({"rows": rows, "recommendation": rec.to_dict(), "campaign": str(result.directory)})
+        ctx.print_json({"rows": rows, "recommendation": rec.to_dict(), "campaign": str(result.directory),
+                        "host": result.spec.host, "simulated": result.spec.simulated})
     else:
+        note = table.simulated_note(runs)
+        if note:
+            ctx.print(f"{note}; host {result.spec.host}")
         if cells:
             ctx.print(table.render_text(table.comparison_frame(cells)))
             if rec.slo_derived:

@@ -122,6 +122,8 @@ def summary_header(opts: BenchOptions, target: BenchTarget, model: str) -> dict[
         "topology": target.topology, "workload": w.name,
         "request_rate": "inf" if math.isinf(w.request_rate) else w.request_rate,
         "burstiness": w.burstiness, "max_concurrency": w.max_concurrency,
+        # figures of the simulated host say so wherever they go (vllm's scripts ignore a key they do not know)
+        **({"simulated": True} if target.layout is not None and target.layout.simulated else {}),
     }
 
 

@@ -259,6 +259,11 @@ class Run:
     def records(self) -> list[RequestRecord]:
         return read_records(self.path)
 
+    @property
+    def simulated(self) -> bool:
+        """Measured on the simulated host (its figures come from the simulator's performance model)."""
+        return bool((self.meta.fingerprint or {}).get("simulated")) or bool(self.summary.get("simulated"))
+
 
 def read_records(directory: Path) -> list[RequestRecord]:
     """Every finished request of a run: ``requests.parquet``, else the parts and the journal (a killed run)."""

@@ -238,22 +238,14 @@ def render_csv(df: Any) -> str:
     return text.rstrip("\n")
 
 
-def rows_json(cells: Sequence[Cell]) -> list[dict[str, Any]]:
-    """One object per run: ``topology``, ``workload`` (``rate`` when not saturation) and the summary keys."""
-    out = []
-    for c in cells:
-        for r in c.runs:
-            row: dict[str, Any] = {"topology": c.topology, "workload": c.workload}
-            if c.setup:
-                row["setup"] = c.setup
-            if c.rate is not None:
-                row["rate"] = c.rate
-            row["run"] = r.id
-            row["status"] = r.meta.status
-            row["flags"] = list(r.meta.flags)
-            row.update({k: v for k, v in r.summary.items() if k not in ("topology", "workload")})
-            out.append(row)
-    return out
+def simulated_note(runs: Sequence[Run]) -> str:
+    """The line that labels simulated figures ("" when no run was simulated)."""
+    sim = sum(1 for r in runs if r.simulated)
+    if not sim:
+        return ""
+    which = "every run" if sim == len(runs) else f"{sim} of {len(runs)} runs"
+    return (f"SIMULATED: {which} measured on the simulated host (figures from the simulator's performance model, "
+            "not from GPUs)")
 
 
 def cell_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
@@ -269,6 +261,8 @@ def cell_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
         summaries = [r.summary for r in c.runs if r.summary]
         agg = report.aggregate(summaries) if len(summaries) > 1 else dict(summaries[0]) if summaries else {}
         row.update({k: v for k, v in agg.items() if k not in ("topology", "workload")})
+        if all(r.simulated for r in c.runs):
+            row["simulated"] = True
         row["status"] = "complete"
         row["runs"] = [r.id for r in c.runs]
         row["flags"] = list(c.flags)
