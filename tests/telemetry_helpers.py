@@ -13,8 +13,6 @@ from pathlib import Path
 
 import psutil
 
-from tests.helpers import free_port
-
 FIXTURES = Path(__file__).parent / "fixtures"
 H200 = FIXTURES / "vllm-0.24.0-h200"
 CPU = FIXTURES / "vllm-0.24.0-cpu"
@@ -130,11 +128,6 @@ class LocalServer:
         finally:
             self._writers.discard(writer)
             writer.close()
-
-
-def free_port_closed() -> int:
-    """A port nothing listens on (bound then released)."""
-    return free_port()
 
 
 # --- process trees ---------------------------------------------------------------------------------------------

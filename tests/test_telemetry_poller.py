@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.telemetry_helpers import H200, LocalServer, during_series, exposition_text, free_port_closed
+from tests.helpers import free_port
+from tests.telemetry_helpers import H200, LocalServer, during_series, exposition_text
 from tui.core.events import EventBus
 from tui.core.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.telemetry.events import DEAD, DOWN, ERROR, STARTING, UNRESPONSIVE, UP, ServerHealth, ServerMetrics
@@ -108,7 +109,7 @@ async def test_metrics_are_scraped_derived_and_version_read_once_per_up_transiti
 
 
 async def test_down_and_starting() -> None:
-    port = free_port_closed()
+    port = free_port()  # nothing listens on it
     starting = {"prefill-0"}
     poller = ServerPoller([Endpoint("prefill-0", f"http://127.0.0.1:{port}", "prefill"),
                            Endpoint("proxy", f"http://127.0.0.1:{port}/", "proxy")],

@@ -8,6 +8,7 @@ import json
 import shlex
 import shutil
 import signal
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,15 @@ from tui.cli.argtypes import nonneg_int, positive_float, positive_int
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
 from tui.core.bench import report, table
+from tui.core.bench.campaign import BenchFn
 from tui.core.bench.dataset import run_seed
+from tui.core.bench.events import BenchTick
 from tui.core.bench.metrics import parse_goodput
 from tui.core.bench.runner import DEFAULT_VOCAB, BenchOptions, BenchTarget, run_bench
 from tui.core.bench.store import Run
 from tui.core.bench.vllmbench import VLLM_BENCH_HINT, run_vllm_bench
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
+from tui.core.events import EventBus
 from tui.core.profiles import Workload, parse_rate
 from tui.core.state import LayoutRecord, StateStore
 
@@ -217,14 +221,17 @@ def tokenizer_for(args: argparse.Namespace, ctx: CliContext, profile_id: str | N
 # --- running ---------------------------------------------------------------------------------------------------
 
 
-async def bench_once(args: argparse.Namespace, ctx: CliContext, opts: BenchOptions, target: BenchTarget,
-                     progress: ProgressLine) -> Run:
-    if args.runner == "vllm":
-        profile_id = target.layout.profile_id if target.layout else None
-        return await run_vllm_bench(vllm_bench_command(args), opts, target, tokenizer_for(args, ctx, profile_id),
-                                    on_tick=progress.tick,
-                                    on_line=lambda s: progress.text(f"vllm: {s}") if not args.json else None)
-    return await run_bench(opts, target, on_tick=progress.tick)
+def vllm_bench_fn(args: argparse.Namespace, ctx: CliContext, profile_id: str | None,
+                  on_line: Callable[[str], None] | None = None) -> BenchFn:
+    """``--runner vllm`` as a run function (``bench`` and ``run``): its command and tokenizer are checked here, once,
+    before anything is sent or started."""
+    command = vllm_bench_command(args)
+    tokenizer = tokenizer_for(args, ctx, profile_id)
+
+    async def bench(opts: BenchOptions, target: BenchTarget, bus: EventBus | None,
+                    on_tick: Callable[[BenchTick], None] | None) -> Run:
+        return await run_vllm_bench(command, opts, target, tokenizer, bus=bus, on_tick=on_tick, on_line=on_line)
+    return bench
 
 
 def run_async(coro: Any) -> Any:
@@ -248,6 +255,9 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     target.campaign = args.campaign or "bench"
     progress = ProgressLine(ctx.err, enabled=not args.quiet)
     runs: list[Run] = []
+    vllm = vllm_bench_fn(args, ctx, target.layout.profile_id if target.layout else None,
+                         on_line=None if args.json else lambda s: progress.text(f"vllm: {s}")) \
+        if args.runner == "vllm" else None
 
     async def go() -> None:
         for i in range(args.repeat):
@@ -256,7 +266,8 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
             # each repeat sends prompts of its own, so the server's prefix cache cannot serve it from the last one
             seeded = replace(opts, workload=opts.workload.with_overrides(
                 seed=run_seed(opts.workload.seed, repeat=i + 1)))
-            runs.append(await bench_once(args, ctx, seeded, target, progress))
+            runs.append(await vllm(seeded, target, None, progress.tick) if vllm is not None else
+                        await run_bench(seeded, target, on_tick=progress.tick))
             progress.end()
 
     try:
@@ -345,8 +356,11 @@ def client_line(r: Run) -> str:
     c = r.meta.client
     parts = []
     if c.get("tool") == "vllm bench serve":
-        parts.append(f"client: vllm bench serve (set-up {c.get('setup_s') or 0:.1f} s, warm-up "
-                     f"{c.get('warmup_s') or 0:.1f} s: initial test {c.get('initial_test')}"
+        def secs(key: str) -> str:  # None: vllm bench never printed that phase's line
+            return "?" if c.get(key) is None else f"{c[key]:.1f} s"
+
+        parts.append(f"client: vllm bench serve (set-up {secs('setup_s')}, warm-up {secs('warmup_s')}: "
+                     f"initial test {c.get('initial_test')}"
                      + (f", {c['warmups']} warm-up request(s)" if c.get("warmups") else "") + ")")
     elif c:
         parts.append(f"client CPU {c.get('cpu', 0.0):.0%} of a core, event-loop lag p99 "

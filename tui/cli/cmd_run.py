@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tui.cli.cmd_bench import (
@@ -19,8 +19,7 @@ from tui.cli.cmd_bench import (
     options_from_args,
     profile_vocab,
     run_async,
-    tokenizer_for,
-    vllm_bench_command,
+    vllm_bench_fn,
 )
 from tui.cli.common import add_plan_options, make_plan
 from tui.cli.context import CliContext, add_global_options
@@ -29,13 +28,8 @@ from tui.core import lifecycle as core_lifecycle
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
 from tui.core.bench.campaign import BenchFn, CampaignResult, CampaignRunner, CampaignSpec, Lifecycle
-from tui.core.bench.events import BenchTick
-from tui.core.bench.runner import BenchOptions, BenchTarget
 from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
-from tui.core.bench.store import Run
-from tui.core.bench.vllmbench import run_vllm_bench
 from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError, InputError
-from tui.core.events import EventBus
 from tui.core.profiles import Workload, parse_rate
 from tui.core.topology import parse_topologies
 
@@ -113,15 +107,8 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         except Exception:  # noqa: BLE001 - energy is optional: no NVML (or no counter), no energy figure
             return None
 
-    bench: BenchFn | None = None
-    if args.runner == "vllm":
-        command = vllm_bench_command(args)
-        tokenizer = tokenizer_for(args, ctx, profile.id)  # every layout of a campaign serves this profile
-
-        async def vllm_bench(opts: BenchOptions, target: BenchTarget, bus: EventBus,
-                             on_tick: Callable[[BenchTick], None] | None) -> Run:
-            return await run_vllm_bench(command, opts, target, tokenizer, bus=bus, on_tick=on_tick, on_line=None)
-        bench = vllm_bench
+    # every layout of a campaign serves this profile
+    bench: BenchFn | None = vllm_bench_fn(args, ctx, profile.id) if args.runner == "vllm" else None
 
     runner = CampaignRunner(spec=spec, lifecycle=lifecycle, host=host,
                             planner=lambda topo: make_plan(args, ctx, topo), workloads=workloads, options=options,

@@ -14,8 +14,6 @@ from tui.core.host import Host, HostOptions, select_host
 from tui.core.profiles import Catalog
 from tui.sim.faults import INJECTABLE
 
-SIM_FAULTS = INJECTABLE  # the failures the simulated server can inject
-
 
 def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
     """The options every command accepts (before or after the command name)."""
@@ -27,8 +25,8 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = Fal
                    help="simulated GPU model (default b200)")
     g.add_argument("--sim-gpus", type=positive_int, default=default, metavar="N",
                    help="number of simulated GPUs (default 2)")
-    g.add_argument("--sim-fault", action="append", choices=SIM_FAULTS, default=default, metavar="NAME",
-                   help=f"inject a known failure into simulated servers (repeatable): {', '.join(SIM_FAULTS)}")
+    g.add_argument("--sim-fault", action="append", choices=INJECTABLE, default=default, metavar="NAME",
+                   help=f"inject a known failure into simulated servers (repeatable): {', '.join(INJECTABLE)}")
     g.add_argument("--sim-startup", type=nonneg_float, default=default, metavar="SECONDS",
                    help="how long a simulated cold start takes (default compressed to ~4 s; 0 = real-time ~2-15 min)")
     g.add_argument("--sim-clock", type=positive_float, default=default, metavar="X",

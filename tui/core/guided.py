@@ -88,18 +88,23 @@ class GuidedLaunch:
                 out.append(ev)
         return out
 
-    def asked_fixes(self) -> LaunchPlan:
-        """The plan with ``--apply-fix ID`` applied (before anything runs)."""
+    def asked_fixes(self, previous: list[Diagnosis] | None = None) -> LaunchPlan:
+        """The plan with ``--apply-fix ID`` applied (before anything runs). ``previous``: the last failed start's
+        diagnoses, already read (``run`` reads them off the event loop); read here when not given."""
         plan = self.plan
         if self.apply and self.apply != "auto":
-            for entry_id, fix in self.book.fixes(self._previous_diagnoses(), self.apply, self.arch):
+            if previous is None:
+                previous = self._previous_diagnoses()
+            for entry_id, fix in self.book.fixes(previous, self.apply, self.arch):
                 fixed = apply_fix(plan, fix, entry_id)
                 self._apply(entry_id, plan, fixed, 0, "asked")
                 plan = fixed
         return plan
 
     async def run(self) -> tuple[LayoutRecord, LaunchPlan]:
-        plan = self.asked_fixes()
+        # the state file is read under its lock: off the event loop (the fixes are applied on it: they publish)
+        previous = await asyncio.to_thread(self._previous_diagnoses) if self.apply and self.apply != "auto" else []
+        plan = self.asked_fixes(previous)
         applied = set(plan.fixes_applied)
         for attempt in range(1, self.max_attempts + 1):
             matchers: dict[str, Matcher] = {s.name: self.book.matcher(s.name, self.context) for s in plan.servers}

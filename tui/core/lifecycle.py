@@ -165,7 +165,8 @@ class Launch:
             nvml = None
             with contextlib.suppress(Exception):
                 nvml = await asyncio.to_thread(self.host.nvml)
-            self.preflight = await asyncio.to_thread(preflight, self.plan, self.host.facts, nvml)
+            # host.facts is lazy on a real host (NVML, a vllm subprocess): evaluated in the thread too
+            self.preflight = await asyncio.to_thread(lambda: preflight(self.plan, self.host.facts, nvml))
             bad = failed(self.preflight)
             if bad:
                 raise PlanRefused("preflight failed: " + "; ".join(f"{c.name}: {c.reason}" for c in bad))

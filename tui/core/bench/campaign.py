@@ -411,10 +411,11 @@ class CampaignRunner:
                        run_dir=str(run.path), quiet=run.meta.status == "complete", **where)
 
 
-BenchFn = Callable[[BenchOptions, BenchTarget, EventBus, Callable[[BenchTick], None] | None], Awaitable[Run]]
+BenchFn = Callable[[BenchOptions, BenchTarget, EventBus | None, Callable[[BenchTick], None] | None],
+                   Awaitable[Run]]
 
 
-async def _ours(opts: BenchOptions, target: BenchTarget, bus: EventBus,
+async def _ours(opts: BenchOptions, target: BenchTarget, bus: EventBus | None,
                 on_tick: Callable[[BenchTick], None] | None) -> Run:
     return await run_bench(opts, target, bus=bus, on_tick=on_tick)
 
