@@ -52,7 +52,21 @@ def test_every_repeat_and_rate_has_its_own_seed() -> None:
     assert len(seeds) == 12
     assert run_seed(5, repeat=2) == 4041515155  # stable across processes: a resumed campaign finds its runs
     assert run_seed(5, repeat=2) != run_seed(6, repeat=2)
-    assert Cell("dp2", "w", None, 2).repeat == 2
+
+
+
+def test_a_campaign_sends_each_repeat_and_rate_prompts_of_its_own() -> None:
+    """The campaign's cells get their workload's seed through run_seed: repeat 2 is not repeat 1."""
+    from tui.core.bench.campaign import CampaignRunner, CampaignSpec
+    from tui.core.profiles import Workload
+
+    wl = Workload(name="w", input_len=8, output_len=4, num_prompts=2, seed=5)
+    runner = CampaignRunner(spec=CampaignSpec(name="c", model="m", topologies=["dp2"], workloads=["w"]),
+                            lifecycle=None, host=None, planner=None, workloads={"w": wl},  # type: ignore[arg-type]
+                            options=lambda w: None)  # type: ignore[arg-type,return-value]
+    seeds = [runner._wl(Cell("dp2", "w", rate, rep)).seed for rep in (1, 2) for rate in (None, 2.0)]
+    assert seeds == [run_seed(5, repeat=rep, rate=rate) for rep in (1, 2) for rate in (None, 2.0)]
+    assert len(set(seeds)) == 4
 
 
 async def test_same_prompts_twice_are_flagged(sims: SimServers) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
 from tui.core.bench.serverlive import ServerLive
 from tui.core.telemetry.derive import ITL, TPOT, TTFT, merge_histograms
@@ -74,9 +75,33 @@ async def test_a_server_that_does_not_answer_leaves_the_figures_empty() -> None:
 
 
 def test_1p1d_takes_tokens_from_decode_and_no_ttft() -> None:
+    """Both servers have TTFT and TPOT histograms: in a 1P1D layout TPOT and tokens come from decode alone, and no
+    TTFT is shown (neither server sees the client's)."""
+    from tui.core.telemetry.prom import parse
+
+    def page(tokens: float, ttft_fast: float, tpot_fast: float) -> str:
+        out = [f'vllm:generation_tokens_total{{engine="0"}} {tokens}']
+        for name, fast in (("vllm:time_to_first_token_seconds", ttft_fast),
+                           ("vllm:request_time_per_output_token_seconds", tpot_fast)):
+            out += [f'{name}_bucket{{engine="0",le="0.01"}} {fast}', f'{name}_bucket{{engine="0",le="1.0"}} {fast}',
+                    f'{name}_bucket{{engine="0",le="+Inf"}} {fast}', f'{name}_count{{engine="0"}} {fast}',
+                    f'{name}_sum{{engine="0"}} {fast * 0.005}']
+        return "\n".join(out) + "\n"
+
     live = ServerLive(["http://p", "http://d"], ["http://d"])
     assert live.token_urls == ["http://d"] and live.disaggregated
+    for url, tokens in (("http://p", 10.0), ("http://d", 1000.0)):
+        live.windows[url].add(1.0, parse(page(0.0, 0.0, 0.0)))
+        live.windows[url].add(2.0, parse(page(tokens, 5.0, 5.0)))
+        live.answered[url] = True
     assert live.quantiles_ms(TTFT) == (None, None)
+    p50, _ = live.quantiles_ms(TPOT)
+    assert p50 is not None and p50 <= 10.0
+    assert live.output_tps() == pytest.approx(1000.0)  # decode's rate alone (prefill's 10 tokens left out)
+    single = ServerLive(["http://d"])
+    single.windows["http://d"] = live.windows["http://d"]
+    single.answered["http://d"] = True
+    assert single.quantiles_ms(TTFT)[0] is not None  # the same server, not disaggregated: its TTFT is shown
 
 
 async def test_a_server_that_stops_answering_drops_out_of_the_figures(stub) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import random
@@ -182,7 +183,7 @@ class CampaignStore:
                                  hint="choose another --campaign name, or repeat the same command to resume")
             return True
         self.dir.mkdir(parents=True, exist_ok=True)
-        f.write_text(json.dumps({**self.spec.to_dict(), "created": time.time()}, indent=1), encoding="utf-8")
+        write_json(f, {**self.spec.to_dict(), "created": time.time()})
         return False
 
     def run_dir(self, cell: Cell, wl: Workload) -> Path:
@@ -298,7 +299,7 @@ class CampaignRunner:
 
     async def run(self) -> CampaignResult:
         store = CampaignStore(self.spec, self.root)
-        resumed = store.open()
+        resumed = await asyncio.to_thread(store.open)
         result = CampaignResult(self.spec, store.dir)
         outcomes: dict[Cell, CellOutcome] = {}
         cells = plan_cells(self.spec, self.workloads)
@@ -332,19 +333,19 @@ class CampaignRunner:
             try:
                 profile, plan = self.planner(topo)
             except AppError as exc:
-                self._fail_all(store, outcomes, everything, f"plan refused: {exc.one_line()}")
+                await self._fail_all(store, outcomes, everything, f"plan refused: {exc.one_line()}")
                 continue
             wait = self.wait_free or wait_gpus_free
             try:
                 await wait(self.host, list(plan.gpus), self.gpu_free_timeout_s)
             except AppError as exc:
-                self._fail_all(store, outcomes, everything, exc.one_line())
+                await self._fail_all(store, outcomes, everything, exc.one_line())
                 continue
             self._step("bring_up", f"{topo}: bringing the layout up", topology=topo)
             try:
                 record = await self.lifecycle.bring_up(profile, plan, self.host, self.bus)
             except AppError as exc:
-                self._fail_all(store, outcomes, everything, f"bring-up failed: {exc.one_line()}")
+                await self._fail_all(store, outcomes, everything, f"bring-up failed: {exc.one_line()}")
                 continue
             try:
                 rng.shuffle(base_todo)
@@ -376,20 +377,22 @@ class CampaignRunner:
                     out.append(Cell(topo, wname, rate, rep, derived=True))
         return out
 
-    def _fail_all(self, store: CampaignStore, outcomes: dict[Cell, CellOutcome], cells: Sequence[Cell],
-                  message: str) -> None:
+    async def _fail_all(self, store: CampaignStore, outcomes: dict[Cell, CellOutcome], cells: Sequence[Cell],
+                        message: str) -> None:
         for c in cells:
-            run = store.record_failure(c, self._wl(c), message)
+            run = await asyncio.to_thread(store.record_failure, c, self._wl(c), message)
             outcomes[c] = CellOutcome(c, "failed", run, message)
         self._step("layout_failed", f"failed: {message}", topology=cells[0].topology if cells else "",
                    status="failed")
 
     async def _run_cells(self, store: CampaignStore, outcomes: dict[Cell, CellOutcome], record: LayoutRecord,
                          plan: LaunchPlan, cells: Sequence[Cell]) -> None:
-        energy = self.energy_for(plan.gpus) if self.energy_for is not None and cells else None
+        # NVML, the run directories and their records: off the event loop (a console runs on it)
+        energy = await asyncio.to_thread(self.energy_for, plan.gpus) if self.energy_for is not None and cells \
+            else None
         for cell in cells:
             wl = self._wl(cell)
-            store.clear(cell, wl)
+            await asyncio.to_thread(store.clear, cell, wl)
             target = BenchTarget(endpoint=record.endpoint, topology=cell.topology, layout=record,
                                  plan=plan.to_dict(), campaign=self.spec.name, name=cell.name(wl),
                                  repeat=cell.repeat, energy=energy, runs_root=store.root)
@@ -401,7 +404,8 @@ class CampaignRunner:
                 bench = self.bench or _ours
                 run = await bench(self.options(wl), target, self.bus, self.on_tick)
             except AppError as exc:
-                run = store.record_failure(cell, wl, exc.one_line(), keep_runner_record=True)
+                run = await asyncio.to_thread(
+                    functools.partial(store.record_failure, cell, wl, exc.one_line(), keep_runner_record=True))
                 outcomes[cell] = CellOutcome(cell, "failed", run, exc.one_line())
                 self._step("cell_failed", f"failed: {exc.one_line()}", status="failed", run_dir=str(run.path),
                            **where)

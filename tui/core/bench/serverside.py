@@ -199,14 +199,10 @@ async def wait_idle(urls: Iterable[str], timeout_s: float = 30.0, poll_s: float 
     async with httpx.AsyncClient(timeout=5.0) as client:
         while True:
             busy = 0.0
-            for url in urls:
-                try:
-                    r = await client.get(url.rstrip("/") + "/metrics")
-                except httpx.HTTPError:
+            for text in (await scrape_metrics(urls, client=client)).values():
+                if text is None:
                     continue
-                if r.status_code != 200:
-                    continue
-                exp = prom.parse(r.text, keep=(RUNNING, WAITING))
+                exp = prom.parse(text, keep=(RUNNING, WAITING))
                 busy += (exp.total(RUNNING) or 0.0) + (exp.total(WAITING) or 0.0)
             if busy == 0:
                 return True

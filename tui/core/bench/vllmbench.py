@@ -149,9 +149,13 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
     setup = await prepare_run(opts, target)
     model, rate, name, root, directory = setup.model, setup.rate, setup.name, setup.root, setup.directory
     out_dir = directory / "vllm"
-    out_dir.mkdir(parents=True, exist_ok=True)
     argv = bench_argv(command, opts, target.endpoint, model, tokenizer, out_dir, target.topology)
-    (directory / "command.txt").write_text(" ".join(argv) + "\n", encoding="utf-8")
+
+    def prepare_dir() -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (directory / "command.txt").write_text(" ".join(argv) + "\n", encoding="utf-8")
+
+    await asyncio.to_thread(prepare_dir)
     run_id = f"{safe_name(target.campaign)}/{name}"
     tail: list[str] = []
     progress = _Progress(w.num_prompts)
@@ -161,7 +165,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
     probe = RunMeta(campaign=safe_name(target.campaign), name=name)
     bracket = ServerBracket(target)
     await bracket.open(probe, wait_idle=True)
-    reopened: list[asyncio.Task[None]] = []
+    reopened: asyncio.Task[None] | None = None  # the counters read again at the main run's start
     if bus is not None:
         bus.publish(started_event(run_id, "vllm-bench", opts, target, directory))
 
@@ -203,6 +207,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                          source="server")
 
     def emit(segment: str) -> None:
+        nonlocal reopened
         seg = segment.strip()
         if not seg:
             return
@@ -210,7 +215,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         if progress.line(seg):
             return
         if phase != "run" and progress.phase == "run" and proc.returncode is None:
-            reopened.append(asyncio.create_task(bracket.open(probe, wait_idle=False)))
+            reopened = asyncio.create_task(bracket.open(probe, wait_idle=False))
         tail.append(seg)
         del tail[:-30]
         if bus is not None:
@@ -256,15 +261,15 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
             await asyncio.sleep(opts.tick_s)
 
     assert proc.stdout is not None
-    readers = asyncio.gather(pump(proc.stdout))
+
     ticking = [asyncio.create_task(poller()), asyncio.create_task(ticker())]
     try:
-        await readers
+        await pump(proc.stdout)
         code = await proc.wait()
     except asyncio.CancelledError:
         await _stop(proc)
-        for t in reopened:
-            t.cancel()
+        if reopened is not None:
+            reopened.cancel()
         # vllm bench writes its result only at its end: nothing of this run can be kept but the fact
         await ended("incomplete", f"stopped after {progress.done}/{progress.total} requests; vllm bench serve saves "
                                   "its results only at its end, so no request of it is kept")
@@ -272,7 +277,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
     finally:
         for t in ticking:
             t.cancel()
-        await asyncio.gather(*ticking, *reopened, return_exceptions=True)
+        await asyncio.gather(*ticking, *([reopened] if reopened is not None else []), return_exceptions=True)
     publish(tick())
     result = out_dir / RESULT_NAME
     if code != 0 or not result.exists():
@@ -280,8 +285,9 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         message = await ended("failed", f"vllm bench serve exited with code {code}: " + " | ".join(tail[-3:]))
         raise RunFailed(message[:400], hint=f"command in {directory / 'command.txt'}")
     probe.client = progress.client(max(opts.warmup, 0))
-    probe.client["counters_include_warmup"] = not reopened
+    probe.client["counters_include_warmup"] = reopened is None
     output_tokens = await asyncio.to_thread(_output_tokens, result)
+    fingerprint = await asyncio.to_thread(run_fingerprint, target, setup.info, client="vllm bench serve")
     await bracket.close(probe, output_tokens, shared_prefix_share(opts), directory)
     run = await asyncio.to_thread(
         import_vllm_result, result, campaign=target.campaign, topology=target.topology, workload=w.name,
@@ -291,7 +297,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                     "message": "vllm bench serve: " + rate_label(w.request_rate) + " req/s",
                     "flags": probe.flags, "triton_jit": probe.triton_jit, "prefix_cache": probe.prefix_cache,
                     "kv_transfer": probe.kv_transfer, "energy": probe.energy, "client": probe.client,
-                    "fingerprint": run_fingerprint(target, setup.info, client="vllm bench serve")})
+                    "fingerprint": fingerprint})
     if bus is not None:
         bus.publish(BenchDone(run_id=run.id, status=run.meta.status, run_dir=str(run.path), summary=run.summary,
                               flags=tuple(run.meta.flags)))

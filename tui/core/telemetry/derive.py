@@ -425,7 +425,6 @@ class MetricsWindow:
         hist_sc = self._since(self.window_s)
         span = rate_sc[-1].ts - rate_sc[0].ts if len(rate_sc) >= 2 else 0.0
 
-        rate = self.rate
 
         if span <= 0:
             na.append(("rates", "one scrape so far: rates need two"))
@@ -434,8 +433,8 @@ class MetricsWindow:
                          {s.label("engine") or "" for s in exp.samples(GENERATION_TOKENS)})
         per_engine = tuple(
             EngineFigures(engine=e, running=exp.total(RUNNING, engine=e), waiting=exp.total(WAITING, engine=e),
-                          kv_cache_usage=exp.value(KV_USAGE, engine=e), prompt_tps=rate(PROMPT_TOKENS, engine=e),
-                          generation_tps=rate(GENERATION_TOKENS, engine=e))
+                          kv_cache_usage=exp.value(KV_USAGE, engine=e), prompt_tps=self.rate(PROMPT_TOKENS, engine=e),
+                          generation_tps=self.rate(GENERATION_TOKENS, engine=e))
             for e in engines if e
         )
         kv = [s.value for s in exp.samples(KV_USAGE)]
@@ -457,7 +456,7 @@ class MetricsWindow:
             running=exp.total(RUNNING), waiting=exp.total(WAITING),
             kv_cache_usage=(sum(kv) / len(kv)) if kv else None, kv_cache_usage_max=max(kv) if kv else None,
             prefix_cache_hit_rate=hit_rate,
-            prompt_tps=rate(PROMPT_TOKENS), generation_tps=rate(GENERATION_TOKENS),
+            prompt_tps=self.rate(PROMPT_TOKENS), generation_tps=self.rate(GENERATION_TOKENS),
             requests_per_s=requests_per_s,
             finished=finished, preemptions=preempt, preemptions_total=exp.total(PREEMPTIONS),
             ttft=quantiles(histogram_delta(hist_sc, TTFT)), tpot=quantiles(histogram_delta(hist_sc, TPOT)),
