@@ -63,14 +63,15 @@ def free_port() -> int:
 
 
 async def main_async(a: argparse.Namespace) -> int:
-    from tui.core import lifecycle
     from tui.core.bench.dataset import run_seed
     from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
     from tui.core.bench.vllmbench import run_vllm_bench
     from tui.core.events import EventBus
-    from tui.core.host import HostOptions, SimHost
-    from tui.core.planner import PlanOptions, plan
+    from tui.core.host.base import HostOptions
+    from tui.core.launch import lifecycle
+    from tui.core.plan.planner import PlanOptions, plan
     from tui.core.profiles import Catalog, Workload
+    from tui.sim.host import SimHost
 
     cat = Catalog.load()
     profile = cat.model(a.model)

@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tui.core.nvml import NvmlUnavailable, open_nvml  # noqa: E402
+from tui.core.host.nvml import NvmlUnavailable, open_nvml  # noqa: E402
 from tui.core.telemetry.gpu import GpuSample  # noqa: E402
 from tui.core.telemetry.sampler import GpuSampler  # noqa: E402
 

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tui.core.logparse import PhaseTracker  # noqa: E402
+from tui.core.launch.phases import PhaseTracker  # noqa: E402
 from tui.core.playbook import Playbook, load_playbook, read_log_lines  # noqa: E402
 
 H200 = ROOT / "tests" / "fixtures" / "vllm-0.24.0-h200"

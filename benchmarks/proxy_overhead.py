@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tui.core.paths import child_env  # noqa: E402
-from tui.core.proxy_upstream import decode_body, prefill_body  # noqa: E402
+from tui.core.proxy.upstream import decode_body, prefill_body  # noqa: E402
 
 URL_LINE = re.compile(r"listening on (http://\S+)")
 MODES = ("decode direct", "P then D, client", "through proxy")

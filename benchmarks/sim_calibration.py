@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tui.core.gpuspecs import B200, H200  # noqa: E402
+from tui.core.plan.gpuspecs import B200, H200  # noqa: E402
 from tui.core.profiles import Catalog  # noqa: E402
 from tui.sim.benchsim import BenchResult, simulate_bench  # noqa: E402
 from tui.sim.faults import JIT_STALL_S  # noqa: E402

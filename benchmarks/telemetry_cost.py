@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 import psutil  # noqa: E402
 
-from tui.core.state import LayoutRecord, ProcessRecord, StateStore  # noqa: E402
+from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore  # noqa: E402
 from tui.core.telemetry import prom  # noqa: E402
 from tui.core.telemetry.layout import ActiveLayout  # noqa: E402
 from tui.core.telemetry.poller import Endpoint, PollerConfig, ServerPoller  # noqa: E402
@@ -200,7 +200,7 @@ async def run(setup: Setup, seconds: float, real_nvml: bool) -> int:
     nvml: object = fakenvml
     gpus = "2 simulated GPUs"
     if real_nvml:
-        from tui.core.nvml import open_nvml
+        from tui.core.host.nvml import open_nvml
 
         nvml = open_nvml()
         gpus = f"{nvml.nvmlDeviceGetCount()} real GPU(s), NVML"  # type: ignore[attr-defined]

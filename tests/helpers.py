@@ -10,10 +10,10 @@ from typing import Any
 
 import psutil
 
-from tui.core.host import Command, Host
-from tui.core.hostfacts import HostFacts, sim_facts
-from tui.core.planner import LaunchPlan, ServerSpec
-from tui.core.supervisor import LAYOUT_ENV
+from tui.core.host.base import Command, Host
+from tui.core.launch.supervisor import LAYOUT_ENV
+from tui.core.plan.hostfacts import HostFacts, sim_facts
+from tui.core.plan.planner import LaunchPlan, ServerSpec
 
 PROC = Path(__file__).parent / "procs" / "proc.py"
 
@@ -30,7 +30,7 @@ def decode_layout(url: str, log: Path) -> Any:
     (what the bench's server-side checks read)."""
     import time
 
-    from tui.core.state import LayoutRecord, ProcessRecord
+    from tui.core.launch.state import LayoutRecord, ProcessRecord
 
     return LayoutRecord(id="l", created=time.time(), simulated=True, plan={}, status="ready", endpoint=url,
                         processes=[ProcessRecord(name="decode-0", role="decode", pid=0, pgid=0, create_time=0.0,

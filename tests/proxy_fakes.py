@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import uvicorn
 
-from tui.core.proxy import bind_socket, listen_url, uvicorn_config
-from tui.core.proxy_app import ProxyApp, ProxySettings
+from tui.core.proxy.app import ProxyApp, ProxySettings
+from tui.core.proxy.main import bind_socket, listen_url, uvicorn_config
 
 P1, P2 = "http://10.0.0.1:8100", "http://10.0.0.2:8101"
 D1, D2 = "http://10.0.0.3:8200", "http://10.0.0.4:8201"

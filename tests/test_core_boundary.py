@@ -21,7 +21,7 @@ def _modules(pkg: object) -> list[str]:
 
 def test_core_and_sim_never_import_textual() -> None:
     modules = _modules(tui.core) + _modules(tui.sim)
-    assert "tui.core.planner" in modules
+    assert "tui.core.plan.planner" in modules
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"

@@ -14,10 +14,10 @@ import pytest
 
 from tests.helpers import free_port
 from tui.cli.main import main
-from tui.core.hostfacts import GpuInfo, HostFacts, Toolchain, VllmInfo, sim_facts
-from tui.core.planner import PlanOptions, plan
+from tui.core.plan.hostfacts import GpuInfo, HostFacts, Toolchain, VllmInfo, sim_facts
+from tui.core.plan.planner import PlanOptions, plan
+from tui.core.plan.preflight import Check
 from tui.core.playbook.doctor import doctor
-from tui.core.preflight import Check
 from tui.core.profiles import Catalog
 from tui.core.topology import parse_topology
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from tui.core import nvml as core_nvml
-from tui.core.gpuspecs import PRESETS
+from tui.core.host import nvml as core_nvml
+from tui.core.plan.gpuspecs import PRESETS
 from tui.sim import fakenvml as fn
 from tui.sim.gpustate import Claim, SimGpuState
 

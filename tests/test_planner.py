@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tui.core.errors import PlanRefused
-from tui.core.hostfacts import sim_facts
-from tui.core.planner import LaunchPlan, PlanFix, PlanOptions, apply_fix, plan
+from tui.core.plan.hostfacts import sim_facts
+from tui.core.plan.planner import LaunchPlan, PlanFix, PlanOptions, apply_fix, plan
 from tui.core.profiles import Catalog
 
 CAT = Catalog.load()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.conftest import H200
-from tui.core.logparse import PhaseTracker
+from tui.core.launch.phases import PhaseTracker
 
 
 def _phases(name: str) -> list[str]:

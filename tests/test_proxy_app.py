@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from tests.proxy_fakes import D1, D2, KV_FROM_P, P1, P2, SSE_CHUNKS, FakeUpstreams, proxy_for, serving, settled
-from tui.core.proxy_app import ACCESS_LOGGER, ProxyApp
-from tui.core.proxy_upstream import PREFILL_KV_REQUEST
+from tui.core.proxy.app import ACCESS_LOGGER, ProxyApp
+from tui.core.proxy.upstream import PREFILL_KV_REQUEST
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,8 +13,8 @@ import pytest
 
 from tests.proxy_procs import Child, fake_server, proxy_process, refused_url
 from tui.cli.main import build_parser
-from tui.core.proxy import main as proxy_main
-from tui.core.proxy_upstream import decode_body, prefill_body
+from tui.core.proxy.main import main as proxy_main
+from tui.core.proxy.upstream import decode_body, prefill_body
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from tui.core.errors import InputError
-from tui.core.proxy import add_proxy_arguments, server_url, settings_from_args
-from tui.core.proxy_metrics import Histogram, ProxyMetrics
-from tui.core.proxy_upstream import (
+from tui.core.proxy.main import add_proxy_arguments, server_url, settings_from_args
+from tui.core.proxy.metrics import Histogram, ProxyMetrics
+from tui.core.proxy.upstream import (
     HealthCache,
     UpstreamPool,
     decode_body,

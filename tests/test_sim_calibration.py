@@ -19,7 +19,7 @@ from functools import cache
 import pytest
 
 from tests.conftest import H200 as H200_FIXTURES
-from tui.core.gpuspecs import B200, H200
+from tui.core.plan.gpuspecs import B200, H200
 from tui.core.profiles import Catalog, ModelProfile
 from tui.sim.benchsim import BenchResult, simulate_bench
 from tui.sim.faults import JIT_STALL_S

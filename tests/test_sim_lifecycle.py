@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from tests.simserver import SimServers, group_alive
-from tui.core.logparse import PHASE_INDEX, PhaseTracker
+from tui.core.launch.phases import PHASE_INDEX, PhaseTracker
 from tui.sim.gpustate import SimGpuState
 
 

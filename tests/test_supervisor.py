@@ -18,12 +18,12 @@ import pytest
 from tests.helpers import PROC, ScriptHost, free_port, layout_processes
 from tui.core.errors import LayoutBusy, RunFailed
 from tui.core.events import Event, EventBus
-from tui.core.host import Command
-from tui.core.lifecycle import UpOptions, bring_up, process_states, tear_down
-from tui.core.lifecycle_events import ServerExited, ServerPhase, ServerReady, ServerStalled
-from tui.core.planner import PlanOptions, ProxySpec, plan
+from tui.core.host.base import Command
+from tui.core.launch.events import ServerExited, ServerPhase, ServerReady, ServerStalled
+from tui.core.launch.lifecycle import UpOptions, bring_up, process_states, tear_down
+from tui.core.launch.state import StateStore
+from tui.core.plan.planner import PlanOptions, ProxySpec, plan
 from tui.core.profiles import Catalog
-from tui.core.state import StateStore
 
 DUMMY = Catalog.load().model("dummy-qwen3-8b")
 
@@ -116,7 +116,7 @@ def test_stop_escalates_to_sigkill_and_kills_children() -> None:
     host = ScriptHost({"server": ["--ignore-sigint", "--ignore-sigterm", "--children", "2"]})
     rec = asyncio.run(bring_up(DUMMY, p, host, bus, options=_opts()))
     assert len(layout_processes(rec.id)) == 3
-    from tui.core.lifecycle import stop_layout
+    from tui.core.launch.lifecycle import stop_layout
 
     steps: list[str] = []
     stop_layout(rec, int_wait=0.5, on_step=steps.append)
@@ -140,8 +140,8 @@ LAUNCHER = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     from tests.test_supervisor import DUMMY, ProxyScriptHost, _opts
     from tui.core.events import EventBus
-    from tui.core.lifecycle import bring_up
-    from tui.core.planner import LaunchPlan
+    from tui.core.launch.lifecycle import bring_up
+    from tui.core.plan.planner import LaunchPlan
     p = LaunchPlan.from_dict(json.loads(sys.argv[1]))
     rec = asyncio.run(bring_up(DUMMY, p, ProxyScriptHost(), EventBus(), options=_opts()))
     print("READY", rec.id, flush=True)

@@ -16,12 +16,13 @@ import pytest
 from tests.telemetry_helpers import LocalServer, Tree, during_series, exposition_text, spawn_tree
 from tui.cli.main import main
 from tui.core import paths
-from tui.core.host import HostOptions, SimHost
-from tui.core.state import LayoutRecord, ProcessRecord, StateStore
+from tui.core.host.base import HostOptions
+from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.telemetry.live import LiveTelemetry, collect_snapshot
 from tui.core.telemetry.poller import PollerConfig
 from tui.core.telemetry.view import json_line, tick_lines
 from tui.sim.gpustate import Claim, SimGpuState
+from tui.sim.host import SimHost
 
 GIB = 2**30
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import free_port
 from tests.telemetry_helpers import H200, LocalServer, during_series, exposition_text
 from tui.core.events import EventBus
-from tui.core.state import LayoutRecord, ProcessRecord, StateStore
+from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.telemetry.events import DEAD, DOWN, ERROR, STARTING, UNRESPONSIVE, UP, ServerHealth, ServerMetrics
 from tui.core.telemetry.layout import ActiveLayout, endpoints_from_layout, parse_endpoint
 from tui.core.telemetry.poller import Endpoint, PollerConfig, ServerPoller

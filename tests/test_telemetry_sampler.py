@@ -15,7 +15,7 @@ import pytest
 
 from tests.telemetry_helpers import H200, Tree, spawn_tree
 from tui.core.events import EventBus
-from tui.core.state import LayoutRecord, ProcessRecord, StateStore
+from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.telemetry.events import GpuSampled
 from tui.core.telemetry.gpu import EXACT, GUESSED, UNKNOWN, decode_throttle
 from tui.core.telemetry.layout import ActiveLayout

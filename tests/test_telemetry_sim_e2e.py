@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from tests.helpers import layout_port_args
-from tui.core.gpuspecs import PRESETS
+from tui.core.plan.gpuspecs import PRESETS
 from tui.sim import fakenvml
 
 ROOT = Path(__file__).resolve().parent.parent

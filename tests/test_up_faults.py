@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import layout_port_args
-from tui.core.state import StateStore
+from tui.core.launch.state import StateStore
 
 ROOT = Path(__file__).resolve().parent.parent
 

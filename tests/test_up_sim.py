@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from tests.helpers import layout_port_args
-from tui.core.state import StateStore
-from tui.core.supervisor import LAYOUT_ENV
+from tui.core.launch.state import StateStore
+from tui.core.launch.supervisor import LAYOUT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 

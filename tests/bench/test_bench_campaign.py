@@ -24,10 +24,10 @@ from tui.core.bench.events import BenchTick
 from tui.core.bench.runner import BenchOptions
 from tui.core.errors import InputError, RunFailed
 from tui.core.events import EventBus
-from tui.core.hostfacts import sim_facts
-from tui.core.planner import LaunchPlan, plan
+from tui.core.launch.state import LayoutRecord, ProcessRecord
+from tui.core.plan.hostfacts import sim_facts
+from tui.core.plan.planner import LaunchPlan, plan
 from tui.core.profiles import Catalog, ModelProfile, Workload
-from tui.core.state import LayoutRecord, ProcessRecord
 from tui.sim.stubserver import StubConfig, StubServer
 
 CAT = Catalog.load()

@@ -26,8 +26,8 @@ from tui.core.bench.store import Run
 from tui.core.bench.vllmbench import VLLM_BENCH_HINT, run_vllm_bench
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
 from tui.core.events import EventBus
+from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.profiles import Workload, parse_rate
-from tui.core.state import LayoutRecord, StateStore
 
 DEFAULT_WORKLOAD = "decode-heavy"
 
@@ -96,9 +96,6 @@ def register(sub: Any) -> None:
     add_traffic_options(p, single=True)
     add_global_options(p)
     p.set_defaults(handler=run)
-    from tui.cli import cmd_run
-
-    cmd_run.register(sub)
 
 
 # --- building the options -----------------------------------------------------------------------------------

@@ -12,19 +12,19 @@ from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
 from tui.core.events import Event, EventBus, Notice
 from tui.core.guided import FixApplied, GuidedLaunch
-from tui.core.host import SimHost
-from tui.core.lifecycle import UpOptions, process_states, tear_down, timeouts_for
-from tui.core.lifecycle_events import (
+from tui.core.launch.events import (
     ServerExited,
     ServerLaunched,
     ServerPhase,
     ServerReady,
     ServerStalled,
 )
+from tui.core.launch.lifecycle import UpOptions, process_states, tear_down, timeouts_for
+from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.playbook import Diagnosis, load_playbook
-from tui.core.state import LayoutRecord, StateStore
 from tui.core.telemetry import collect_snapshot_sync
 from tui.core.telemetry.view import tick_lines
+from tui.hosts import host_for_layout
 
 
 def register(sub: Any) -> None:
@@ -157,7 +157,7 @@ def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
     layouts = store.read()
     report = [layout_status(rec) for rec in layouts.values()]
     active = store.active()
-    host = SimHost(ctx.host_options()) if active is not None and active.simulated else ctx.host
+    host = host_for_layout(ctx.host_options(), active is not None and active.simulated, ctx.host)
     snapshot = collect_snapshot_sync(host, store)
     if args.json:
         ctx.print_json({"layouts": report, "snapshot": snapshot})

@@ -8,7 +8,7 @@ from typing import Any
 from tui.cli.common import add_plan_options, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_OK
-from tui.core.preflight import preflight
+from tui.core.plan.preflight import preflight
 
 
 def register(sub: Any) -> None:

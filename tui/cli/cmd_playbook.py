@@ -9,14 +9,14 @@ from typing import Any
 
 from tui.cli.context import CliContext, add_global_options, parse_gpu_list, parse_pairs
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError, PlanRefused
-from tui.core.planner import PlanOptions, plan
+from tui.core.plan.planner import PlanOptions, plan
+from tui.core.plan.preflight import FAIL, WARN
 from tui.core.playbook import MatchContext, load_playbook
 from tui.core.playbook.events import Diagnosis
 from tui.core.playbook.loader import parse_playbook_file, shipped_playbook_path
 from tui.core.playbook.model import SEVERITIES
 from tui.core.playbook.offline import LogDiagnosis, diagnose_lines, read_log_line, read_log_lines
 from tui.core.playbook.store import append_entry, entry_from_line
-from tui.core.preflight import FAIL, WARN
 from tui.core.topology import parse_topology
 from tui.core.yamlio import dump
 

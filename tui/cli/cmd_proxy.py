@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from tui.cli.context import CliContext, add_global_options
-from tui.core.proxy import add_proxy_arguments, serve, settings_from_args
+from tui.core.proxy.main import add_proxy_arguments, serve, settings_from_args
 
 
 def register(sub: Any) -> None:

@@ -24,12 +24,12 @@ from tui.cli.cmd_bench import (
 from tui.cli.common import add_plan_options, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
-from tui.core import lifecycle as core_lifecycle
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
 from tui.core.bench.campaign import BenchFn, CampaignResult, CampaignRunner, CampaignSpec, Lifecycle
 from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
 from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError, InputError
+from tui.core.launch import lifecycle as core_lifecycle
 from tui.core.profiles import Workload, parse_rate
 from tui.core.topology import parse_topologies
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_OK, InputError
-from tui.core.state import StateStore
+from tui.core.launch.state import StateStore
 from tui.core.telemetry.layout import ActiveLayout, parse_endpoint
 from tui.core.telemetry.live import LiveTelemetry
 from tui.core.telemetry.poller import DEFAULT_HEALTH_HZ, DEFAULT_METRICS_HZ, PollerConfig

@@ -8,7 +8,7 @@ import shlex
 from tui.cli.argtypes import positive_int
 from tui.cli.context import CliContext, parse_gpu_list, parse_pairs
 from tui.core.errors import InputError
-from tui.core.planner import LaunchPlan, PlanOptions, plan
+from tui.core.plan.planner import LaunchPlan, PlanOptions, plan
 from tui.core.profiles import ModelProfile
 from tui.core.topology import parse_topology
 

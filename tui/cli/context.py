@@ -10,9 +10,9 @@ from typing import Any, TextIO
 
 from tui.cli.argtypes import nonneg_float, positive_float, positive_int
 from tui.core.errors import InputError
-from tui.core.host import Host, HostOptions, select_host
+from tui.core.host.base import Host, HostOptions
 from tui.core.profiles import Catalog
-from tui.sim.faults import INJECTABLE
+from tui.hosts import SIM_FAULTS, select_host
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
@@ -25,8 +25,8 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = Fal
                    help="simulated GPU model (default b200)")
     g.add_argument("--sim-gpus", type=positive_int, default=default, metavar="N",
                    help="number of simulated GPUs (default 2)")
-    g.add_argument("--sim-fault", action="append", choices=INJECTABLE, default=default, metavar="NAME",
-                   help=f"inject a known failure into simulated servers (repeatable): {', '.join(INJECTABLE)}")
+    g.add_argument("--sim-fault", action="append", choices=SIM_FAULTS, default=default, metavar="NAME",
+                   help=f"inject a known failure into simulated servers (repeatable): {', '.join(SIM_FAULTS)}")
     g.add_argument("--sim-startup", type=nonneg_float, default=default, metavar="SECONDS",
                    help="how long a simulated cold start takes (default compressed to ~4 s; 0 = real-time ~2-15 min)")
     g.add_argument("--sim-clock", type=positive_float, default=default, metavar="X",

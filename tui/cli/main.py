@@ -18,7 +18,7 @@ from typing import NoReturn
 from tui import __version__
 from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_BAD_INPUT, AppError
-from tui.core.supervisor import reset_ignored_sigint
+from tui.core.procs import reset_ignored_sigint
 
 # (module, command) in help order; a module may register several commands
 COMMAND_MODULES: tuple[str, ...] = (
@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tui.cli.cmd_proxy",
     "tui.cli.cmd_watch",
     "tui.cli.cmd_bench",
+    "tui.cli.cmd_run",
     "tui.cli.cmd_results",
     "tui.cli.cmd_playbook",
 )

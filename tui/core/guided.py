@@ -1,7 +1,7 @@
 """A launch guided by the playbook: every server log line goes through the matcher, a failed start is explained,
 and with ``apply_fix="auto"`` the fixes marked safe are applied to the plan and the layout relaunched.
 
-``up``, campaigns and the console use this instead of bare :func:`tui.core.lifecycle.bring_up`.
+``up``, campaigns and the console use this instead of bare :func:`tui.core.launch.lifecycle.bring_up`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import ClassVar
 
 from tui.core.errors import RunFailed
 from tui.core.events import Event, EventBus, Notice, event_from_dict
-from tui.core.host import Host
-from tui.core.lifecycle import Launch, StartFailure, UpOptions
-from tui.core.planner import LaunchPlan, apply_fix
+from tui.core.host.base import Host
+from tui.core.launch.lifecycle import Launch, StartFailure, UpOptions
+from tui.core.launch.state import LayoutRecord, StateStore
+from tui.core.plan.planner import LaunchPlan, apply_fix
 from tui.core.playbook import Diagnosis, MatchContext, Matcher, Playbook
 from tui.core.profiles import ModelProfile
-from tui.core.state import LayoutRecord, StateStore
 
 MAX_ATTEMPTS = 3
 

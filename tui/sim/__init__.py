@@ -1,1 +1,4 @@
-"""The simulated host: fake NVML and a fake vLLM server over real loopback HTTP. Never imports Textual."""
+"""The simulated host: fake NVML and simulated vLLM servers over real loopback HTTP, plugged into the core.
+
+May import ``tui.core``; never ``tui.cli``, ``tui.console`` or Textual (lint-imports).
+"""

@@ -13,7 +13,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from tui.core.gpuspecs import GpuSpec
+from tui.core.plan.gpuspecs import GpuSpec
 from tui.core.profiles import ModelProfile
 from tui.core.topology import Topology, parse_topology
 from tui.sim.perfmodel import BLOCK_SIZE, Hardware, ModelCost, batch_defaults, memory_plan

@@ -14,14 +14,14 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from tui.sim.httpapp import BadRequest, Receive, Send, dumps, error_body, send_json
+from tui.sim.asgi import BadRequest, Receive, Send, dumps, error_body, send_json
 from tui.sim.pd import Held, block_ids, external_tokens, producer_params, read_remote, remote_request_id
 from tui.sim.prefixcache import block_hashes
 from tui.sim.runtime import EngineRuntime, LiveRequest
 from tui.sim.scheduler import SimRequest
 
 if TYPE_CHECKING:
-    from tui.sim.server import ServerState
+    from tui.sim.serverstate import ServerState
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"vary", b"Origin")]
 NIXL_POST_S = 0.0008  # time to post a NIXL read: descriptor set-up before the transfer starts

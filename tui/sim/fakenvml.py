@@ -74,7 +74,7 @@ from pynvml import (
     nvmlMemory_v2,
 )
 
-from tui.core.gpuspecs import GpuSpec
+from tui.core.plan.gpuspecs import GpuSpec
 from tui.sim.gpustate import Claim, SimGpuState, simgpu_dir
 from tui.sim.perfmodel import TORCH_RESERVED_MIB
 
@@ -363,7 +363,7 @@ def nvmlDeviceGetName(handle: Any) -> str:
 def nvmlDeviceGetUUID(handle: Any) -> str:
     _check("nvmlDeviceGetUUID")
     i = _gpu(handle)
-    # the same UUIDs as tui.core.hostfacts.sim_facts, so the planner's facts and NVML agree
+    # the same UUIDs as tui.core.plan.hostfacts.sim_facts, so the planner's facts and NVML agree
     return f"GPU-5153494d-{_spec().key}-{i:04d}-0000-{i:012d}"
 
 

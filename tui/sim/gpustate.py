@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tui.core.gpuspecs import PRESETS, GpuSpec
-from tui.core.supervisor import pid_alive
+from tui.core.plan.gpuspecs import PRESETS, GpuSpec
+from tui.core.procs import pid_alive
 
 
 def simgpu_dir(state_dir: Path) -> Path:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tui.core.gpuspecs import GpuSpec
+from tui.core.plan.gpuspecs import GpuSpec
 from tui.core.profiles import ModelProfile
 
 GIB = float(2**30)

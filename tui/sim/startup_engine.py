@@ -15,16 +15,17 @@ from tui.sim import faults
 from tui.sim.config import VLLM_VERSION
 from tui.sim.logfmt import Proc, tqdm_segment
 from tui.sim.perfmodel import CUDA_CONTEXT_GIB, GIB
+from tui.sim.startup_ctx import ignore_termination
 from tui.sim.timeline import V2_RUNNER_ARCHS
 
 if TYPE_CHECKING:
-    from tui.sim.startup import Engine, Startup
+    from tui.sim.startup_ctx import Engine, StartContext
 
 GRAPH_SIZES = 51
 
 
 class EnginePhases:
-    def __init__(self, s: Startup, arch: str) -> None:
+    def __init__(self, s: StartContext, arch: str) -> None:
         self.s = s
         self.arch = arch
         self.cfg = s.cfg
@@ -268,8 +269,6 @@ class EnginePhases:
                           f"took {mem.graphs_gib:.2f} GiB")
         s.set_memory(lambda _pid: mem.claim_gib)
         if s.fp.flashinfer_stall:
-            from tui.sim.startup import ignore_termination
-
             ignore_termination()
             s.pacer.ignore_deaths = True
             s.pacer.at(float("inf"))

@@ -15,12 +15,13 @@ import signal
 import sys
 import time
 
-from tui.core.supervisor import reset_ignored_sigint
+from tui.core.procs import reset_ignored_sigint
 from tui.sim import cli, faults
 from tui.sim.claims import ClaimWriter
 from tui.sim.config import ConfigError, build, load_profile
 from tui.sim.logfmt import Proc, VllmLog
-from tui.sim.startup import ChildDied, StartFailed, Startup
+from tui.sim.startup import Startup
+from tui.sim.startup_ctx import ChildDied, StartFailed
 from tui.sim.timeline import cold_start
 
 
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + (exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from tui.sim.server import ServerState, serve
+    from tui.sim.server import serve
+    from tui.sim.serverstate import ServerState
 
     state = ServerState(cfg, started, log, fp, claims)
     code = 0

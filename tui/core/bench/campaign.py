@@ -34,10 +34,10 @@ from tui.core.bench.serverside import EnergyReader
 from tui.core.bench.store import RUN_FILE, Run, RunMeta, load_run, rate_label, run_name, safe_name, write_json
 from tui.core.errors import AppError, InputError, RunFailed
 from tui.core.events import EventBus
-from tui.core.host import Host
-from tui.core.planner import LaunchPlan
+from tui.core.host.base import Host
+from tui.core.launch.state import LayoutRecord
+from tui.core.plan.planner import LaunchPlan
 from tui.core.profiles import ModelProfile, Workload
-from tui.core.state import LayoutRecord
 
 CAMPAIGN_FILE = "campaign.json"
 AUTO_FRACTIONS = (0.25, 0.5, 0.75, 0.9)
@@ -47,7 +47,7 @@ GPU_FREE_MIB = 1024
 
 
 class Lifecycle(Protocol):
-    """What a campaign needs from the supervisor (``tui.core.lifecycle`` provides these as module functions)."""
+    """What a campaign needs from the supervisor (``tui.core.launch.lifecycle`` provides these as module functions)."""
 
     async def bring_up(self, profile: ModelProfile, plan: LaunchPlan, host: Host, bus: EventBus) -> LayoutRecord:
         """Launch the plan's servers (and proxy), wait until the endpoint is ready; raise an AppError if not."""

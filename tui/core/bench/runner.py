@@ -26,8 +26,8 @@ from tui.core.bench.metrics import DEFAULT_METRICS, DEFAULT_PERCENTILES, summari
 from tui.core.bench.store import Run, RunMeta, RunWriter, load_run, rate_label, run_name, safe_name
 from tui.core.errors import InputError
 from tui.core.events import EventBus
+from tui.core.launch.state import LayoutRecord
 from tui.core.profiles import Workload
-from tui.core.state import LayoutRecord
 
 _LINE_LIMIT = 1 << 27
 _STOP_GRACE_S = 15.0

@@ -42,7 +42,7 @@ from tui.core.bench.metrics import (
     summarize,
 )
 from tui.core.errors import InputError
-from tui.core.supervisor import pid_alive
+from tui.core.procs import pid_alive
 
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"

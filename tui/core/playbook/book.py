@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tui.core.errors import InputError
-from tui.core.planner import PlanFix
+from tui.core.plan.planner import PlanFix
 from tui.core.playbook.events import Diagnosis
 from tui.core.playbook.loader import merge, operator_playbook_path, parse_playbook_file, shipped_playbook_path
 from tui.core.playbook.matcher import Matcher

@@ -1,5 +1,5 @@
 """``disagg-tui doctor``: is this host ready to serve, and what will go wrong first? Each check passes, warns or
-fails with one line. It extends the per-launch preflight (``tui.core.preflight``) with host-wide checks: driver and
+fails with one line. It extends the per-launch preflight (``tui.core.plan.preflight``) with host-wide checks: driver and
 GPUs, the links between the GPUs a plan uses, the CUDA toolchain FlashInfer would JIT with, vLLM and its packages,
 free ports and GPU memory, the compile cache's disk, the model's files, and what is known to fail for a model.
 
@@ -14,11 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tui.core import planner
-from tui.core.hostfacts import HostFacts
-from tui.core.planner import LaunchPlan
-from tui.core.playbook.weights import hf_hub_cache, hf_token_source, locate_model
-from tui.core.preflight import (
+from tui.core.plan import planner
+from tui.core.plan.hostfacts import HostFacts
+from tui.core.plan.planner import LaunchPlan
+from tui.core.plan.preflight import (
     FAIL,
     PASS,
     WARN,
@@ -29,6 +28,7 @@ from tui.core.preflight import (
     check_vllm,
     port_free,
 )
+from tui.core.playbook.weights import hf_hub_cache, hf_token_source, locate_model
 from tui.core.profiles import ModelProfile
 from tui.core.topology import Topology
 

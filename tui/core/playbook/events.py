@@ -14,7 +14,7 @@ class Diagnosis(Event):
     """A playbook entry matched: where (the line, or the whole log for an end rule), what it means, the fix.
 
     ``captures`` holds the named groups of the matching pattern; ``Playbook.plan_fix(diagnosis)`` turns the
-    entry's fix into a :class:`~tui.core.planner.PlanFix` with them. ``is_failure`` is true for error-level
+    entry's fix into a :class:`~tui.core.plan.planner.PlanFix` with them. ``is_failure`` is true for error-level
     entries: those are what make a start fail (warnings and info notes leave the server running).
     """
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from tui.core.errors import InputError
-from tui.core.logparse import parse_line
+from tui.core.launch.phases import parse_line
 from tui.core.playbook.literals import required_literals
 
 _COLLECTOR_PREFIXES = (

@@ -15,7 +15,7 @@ from typing import Any
 
 from tui.core import paths
 from tui.core.errors import InputError
-from tui.core.logparse import PHASE_INDEX
+from tui.core.launch.phases import PHASE_INDEX
 from tui.core.playbook.literals import required_literals
 from tui.core.playbook.model import (
     ARCHES,

@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from tui.core.logparse import PHASES, PhaseTracker
+from tui.core.launch.phases import PHASES, PhaseTracker
 from tui.core.playbook.events import Diagnosis
 from tui.core.playbook.model import EndRule, Entry, MatchContext, Probe
 
-if TYPE_CHECKING:
-    from tui.core.playbook.book import Playbook
+
+class Rules(Protocol):
+    """What a matcher reads of a playbook (``tui.core.playbook.book.Playbook`` is one): its rules, indexed."""
+
+    line_rules: tuple[tuple[Entry, Probe], ...]
+    end_entries: tuple[Entry, ...]
+    context_probes: tuple[Probe, ...]
+    context_index: dict[str, int]
+
+    def candidates(self, text: str) -> tuple[list[int], list[int]]: ...
+
 
 READY_MARK = "Application startup complete."
 MAX_LINE_CHARS = 2000
@@ -38,7 +47,7 @@ def clean_line(line: str) -> str:
 class Matcher:
     """The matching state of one server's log. Build it with ``Playbook.matcher(server, context)``."""
 
-    def __init__(self, playbook: Playbook, server: str = "", context: MatchContext | None = None) -> None:
+    def __init__(self, playbook: Rules, server: str = "", context: MatchContext | None = None) -> None:
         self.playbook = playbook
         self.server = server
         self.context = context or MatchContext()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tui.core.errors import InputError
-from tui.core.logparse import PHASES
+from tui.core.launch.phases import PHASES
 from tui.core.playbook.book import Playbook
 from tui.core.playbook.events import Diagnosis
 from tui.core.playbook.model import MatchContext

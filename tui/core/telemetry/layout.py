@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from tui.core.errors import InputError
-from tui.core.state import LayoutRecord, StateStore
+from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.telemetry.poller import Endpoint
 from tui.core.telemetry.procmap import ServerRef, refs_from_layout
 

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 
 from tui.core.events import EventBus
-from tui.core.host import Host
-from tui.core.state import LayoutRecord, StateStore
+from tui.core.host.base import Host
+from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.telemetry.events import GpuSampled
 from tui.core.telemetry.gpu import GpuHostFacts
 from tui.core.telemetry.layout import ActiveLayout

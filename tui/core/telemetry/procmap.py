@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from tui.core.state import LayoutRecord
+from tui.core.launch.state import LayoutRecord
 from tui.core.telemetry.gpu import EXACT, GUESSED, UNKNOWN, GpuProcess
 
 DEFAULT_GMU = 0.92  # vLLM 0.24's --gpu-memory-utilization default (config/cache.py:67)

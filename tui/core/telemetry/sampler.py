@@ -20,7 +20,7 @@ from typing import Any
 
 from tui.core.errors import AppError
 from tui.core.events import EventBus
-from tui.core.nvml import _text, cpu_affinity, driver_versions, link_matrix, numa_node
+from tui.core.host.nvml import _text, cpu_affinity, driver_versions, link_matrix, numa_node
 from tui.core.telemetry.events import GpuSampled
 from tui.core.telemetry.gpu import GpuAffinity, GpuHostFacts, GpuProcess, GpuSample, cpu_list, decode_throttle
 from tui.core.telemetry.procmap import ProcessOwners

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from tui.core.http_transport import LeanTransport
-from tui.core.proxy_http import (
+from tui.core.proxy.http import (
     CLIENT_CLOSED,
     EVENT_STREAM,
     JSON,
@@ -46,9 +46,9 @@ from tui.core.proxy_http import (
     respond,
     wanted_headers,
 )
-from tui.core.proxy_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from tui.core.proxy_metrics import ProxyMetrics
-from tui.core.proxy_upstream import (
+from tui.core.proxy.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from tui.core.proxy.metrics import ProxyMetrics
+from tui.core.proxy.upstream import (
     Balance,
     HealthCache,
     Upstream,

@@ -25,20 +25,9 @@ from pathlib import Path
 
 import psutil
 
-from tui.core.host import Command
+from tui.core.host.base import Command
 
 LAYOUT_ENV = "DISAGG_TUI_LAYOUT"
-
-
-def reset_ignored_sigint() -> None:
-    """Undo an inherited 'ignore SIGINT' (a shell starts background jobs so), in the main thread.
-
-    An ignored signal stays ignored across exec, so servers started from such a process would ignore the SIGINT a
-    stop sends first (and a uvicorn server would re-raise it into nothing on shutdown). Our servers run in their
-    own session, so a terminal's Ctrl-C never reaches them either way.
-    """
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def spawn(cmd: Command, log_path: Path, layout_id: str) -> subprocess.Popen[bytes]:
@@ -58,18 +47,6 @@ def create_time(pid: int) -> float:
         return float(psutil.Process(pid).create_time())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return 0.0
-
-
-def pid_alive(pid: int) -> bool:
-    """True when ``pid`` runs (a zombie counts as gone)."""
-    if pid <= 0:
-        return False
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True
 
 
 def process_alive(pid: int, started: float) -> bool:

@@ -1,6 +1,6 @@
 """A launch plan as data: each server's argv, environment, GPUs and ports, the proxy, and fixes to apply.
 
-Made by :func:`tui.core.planner.plan`; shown to the operator as copy-paste shell; recorded (secrets redacted) in
+Made by :func:`tui.core.plan.planner.plan`; shown to the operator as copy-paste shell; recorded (secrets redacted) in
 the state file; changed by playbook fixes (:class:`PlanFix`).
 """
 

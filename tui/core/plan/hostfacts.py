@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tui.core.gpuspecs import PRESETS, GpuSpec, spec_for_name
+from tui.core.plan.gpuspecs import PRESETS, GpuSpec, spec_for_name
 
 EXPECTED_VLLM = "0.24"
 

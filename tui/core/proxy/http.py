@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from tui.core.proxy_upstream import Upstream
+from tui.core.proxy.upstream import Upstream
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

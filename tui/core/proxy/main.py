@@ -6,7 +6,7 @@ Binds 127.0.0.1:8000 by default (``--port 0``: any free port, printed), prints o
 connections, then one access line per completion request with the prefill and decode legs' timings. It runs on
 uvicorn with the httptools parser, and on uvloop when that happens to be installed (it is not a dependency). The
 socket is bound without ``SO_REUSEPORT``, so a second proxy on a taken port fails instead of splitting traffic.
-What it does per request: :mod:`tui.core.proxy_app`.
+What it does per request: :mod:`tui.core.proxy.app`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 import uvicorn
 
 from tui.core.errors import EXIT_OK, AppError, InputError
-from tui.core.proxy_app import ACCESS_LOGGER, ProxyApp, ProxySettings
-from tui.core.proxy_upstream import BALANCE_CHOICES
-from tui.core.supervisor import reset_ignored_sigint
+from tui.core.procs import reset_ignored_sigint
+from tui.core.proxy.app import ACCESS_LOGGER, ProxyApp, ProxySettings
+from tui.core.proxy.upstream import BALANCE_CHOICES
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -190,6 +190,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable
 
-from tui.core.proxy_upstream import Upstream
+from tui.core.proxy.upstream import Upstream
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -24,8 +24,8 @@ import httpx
 
 from tui.core.errors import AppError, LayoutBusy, PlanRefused, RunFailed
 from tui.core.events import EventBus, Notice
-from tui.core.host import Host
-from tui.core.lifecycle_events import (
+from tui.core.host.base import Host
+from tui.core.launch.events import (
     LayoutChanged,
     LogLine,
     ServerExited,
@@ -34,12 +34,12 @@ from tui.core.lifecycle_events import (
     ServerReady,
     ServerStalled,
 )
-from tui.core.logparse import PhaseTracker
-from tui.core.planner import LaunchPlan
-from tui.core.preflight import Check, failed, preflight
+from tui.core.launch.phases import PhaseTracker
+from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore, new_layout_id, redact_argv, redact_env
+from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
+from tui.core.plan.planner import LaunchPlan
+from tui.core.plan.preflight import Check, failed, preflight
 from tui.core.profiles import ModelProfile
-from tui.core.state import LayoutRecord, ProcessRecord, StateStore, new_layout_id, redact_argv, redact_env
-from tui.core.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
 
 #: a real cold start: ~2 min for an 8B model on H200, ~15 min for the seed's 27B (torch.compile + CUDA graphs)
 REAL_READY_TIMEOUT_S = 2400.0

@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any
 
-from tui.core.hostfacts import GpuInfo
+from tui.core.plan.hostfacts import GpuInfo
 
 _lock = threading.Lock()
 _module: Any = None

@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tui.core.errors import InputError, PlanRefused
-from tui.core.hostfacts import HostFacts
-from tui.core.planspec import LaunchPlan, PlanFix, ProxySpec, ServerSpec, Workaround
+from tui.core.plan.hostfacts import HostFacts
+from tui.core.plan.spec import LaunchPlan, PlanFix, ProxySpec, ServerSpec, Workaround
 from tui.core.profiles import ModelProfile
 from tui.core.topology import Topology, parse_topology
 

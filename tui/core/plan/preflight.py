@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tui.core.hostfacts import HostFacts
-from tui.core.planner import LaunchPlan
+from tui.core.plan.hostfacts import HostFacts
+from tui.core.plan.planner import LaunchPlan
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 

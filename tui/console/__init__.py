@@ -1,0 +1,1 @@
+"""The operator console (Textual): the only package that imports Textual."""

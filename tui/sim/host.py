@@ -1,0 +1,81 @@
+"""The simulated host: fake NVML over the shared simulated-GPU state, simulated vLLM servers over loopback.
+
+It plugs into the core as a ``tui.core.host.base.Host``. It runs the same plan as the real host: each ``vllm serve``
+argv is handed to the simulated vLLM server (``python -m tui.sim.vllm serve ...``), which reads the same flags and
+environment a real vLLM would, so a plan that lacks a fix fails in the simulator as it would on the real host.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+from tui.core import paths
+from tui.core.host.base import Command, Host, HostOptions
+from tui.core.plan.hostfacts import HostFacts, sim_facts
+from tui.core.plan.planner import LaunchPlan, ServerSpec
+from tui.sim import fakenvml
+from tui.sim.gpustate import SimGpuState
+
+DEFAULT_SIM_GPU = "b200"
+DEFAULT_SIM_GPUS = 2
+#: default simulated cold start, seconds (a real one takes ~2 min for an 8B model, ~15 for the seed's 27B)
+DEFAULT_SIM_STARTUP_S = 4.0
+
+
+class SimHost(Host):
+    """The simulated host: fake NVML over the shared simulated-GPU state, simulated vLLM servers over loopback."""
+
+    simulated = True
+
+    def __init__(self, options: HostOptions, *, reason: str | None = None) -> None:
+        self.options = options
+        self.notes = [reason] if reason else []
+        self.state = SimGpuState(paths.state_dir())
+        # a simulated layout that is up keeps its GPUs; otherwise the options or the defaults (2x B200)
+        current = self.state.host() if self.state.claims() else None
+        gpu = options.sim_gpu or (current[0].key if current else DEFAULT_SIM_GPU)
+        count = options.sim_gpus or (current[1] if current else DEFAULT_SIM_GPUS)
+        if current is None or (current[0].key, current[1]) != (gpu, count):
+            self.state.init_host(gpu, count)
+        self.gpu = gpu
+        self.count = count
+        self._facts = sim_facts(gpu, count, hostname=f"sim-{socket.gethostname()}")
+
+    @property
+    def facts(self) -> HostFacts:
+        return self._facts
+
+    def sim_startup_s(self) -> float | None:
+        s = self.options.sim_startup_s
+        return DEFAULT_SIM_STARTUP_S if s is None else s
+
+    def sim_env(self, server_name: str, profile_json: dict[str, Any] | None) -> dict[str, str]:
+        o = self.options
+        env = {
+            "DISAGG_SIM_STATE_DIR": str(paths.state_dir()),
+            "DISAGG_SIM_GPU": self.gpu,
+            "DISAGG_SIM_GPUS": str(self.count),
+            "DISAGG_SIM_SERVER_NAME": server_name,
+            "DISAGG_SIM_STARTUP_S": str(self.sim_startup_s()),
+            "DISAGG_SIM_CLOCK": str(o.sim_clock or 1.0),
+        }
+        if o.sim_faults:
+            env["DISAGG_SIM_FAULTS"] = ",".join(o.sim_faults)
+        if profile_json is not None:
+            env["DISAGG_SIM_PROFILE_JSON"] = json.dumps(profile_json)
+        return env
+
+    def server_command(self, spec: ServerSpec, plan: LaunchPlan, profile_json: dict[str, Any] | None = None
+                       ) -> Command:
+        argv = [*paths.python_module_argv("tui.sim.vllm"), *spec.argv[1:]]
+        env = paths.child_env(self.sim_env(spec.name, profile_json))
+        env.update(spec.env_dict())
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return Command(argv=argv, env=env)
+
+    def nvml(self) -> Any:
+        fakenvml.configure(paths.state_dir())
+        fakenvml.nvmlInit()
+        return fakenvml

@@ -1,0 +1,235 @@
+"""A simulated server's serving state: one scheduler per DP rank, the periodic stats line, the GPU claims'
+utilisation, and the watch over the engine processes (an engine that dies fails requests with vLLM's EngineDeadError,
+``/health`` answers 503, and the server exits, as vLLM does with ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=0``).
+"""
+
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import secrets
+import signal
+import statistics
+import time
+from typing import Any
+
+import uvicorn
+
+from tui.sim import faults
+from tui.sim.claims import ClaimWriter
+from tui.sim.config import VLLM_VERSION, ServeConfig
+from tui.sim.faults import FaultPlan
+from tui.sim.logfmt import Proc, VllmLog
+from tui.sim.metrics import EngineMetrics
+from tui.sim.pd import Held, SideChannel
+from tui.sim.perfmodel import ModelCost
+from tui.sim.procs import Child
+from tui.sim.runtime import EngineRuntime
+from tui.sim.scheduler import EngineScheduler, SimRequest
+from tui.sim.startup_ctx import Started
+from tui.sim.tokenizer import SimTokenizer
+
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+UTIL_PERIOD_S = 0.5
+
+
+class ServerState:
+    def __init__(self, cfg: ServeConfig, started: Started, log: VllmLog, fp: FaultPlan, claims: ClaimWriter) -> None:
+        self.cfg = cfg
+        self.started = started
+        self.log = log
+        self.fp = fp
+        self.claims = claims
+        self.api: Proc = started.api
+        self.tok = SimTokenizer(cfg.profile.shape.vocab_size)
+        self.created = int(time.time())
+        self.perm_id = "modelperm-" + secrets.token_hex(8)
+        suffix = (f"-tp{cfg.tp}" if cfg.tp > 1 else "") + (f"-dp{cfg.dp}" if cfg.dp > 1 else "")
+        digest = hashlib.sha256(f"{cfg.model}|{cfg.served_name}|{cfg.max_model_len}".encode()).hexdigest()[:8]
+        self.fingerprint = f"vllm-{VLLM_VERSION}{suffix}-{digest}"
+        self.dead = False
+        self.in_flight = 0
+        self.shutting_down = False
+        self.exit_code = 0
+        self.uvicorn: uvicorn.Server | None = None
+        self.held: dict[str, Held] = {}
+        self.block_cursor = 0
+        self.xfer_log: list[tuple[float, float, int, int]] = []  # (xfer s, post s, bytes, descriptors)
+        cost = ModelCost(cfg.profile, cfg.hardware, cfg.tp)
+        self.cost = cost
+        nixl = cfg.kv_transfer is not None and cfg.kv_transfer.is_nixl
+        lease = cfg.kv_transfer.lease_s if cfg.kv_transfer else 30.0
+        self.engines: list[EngineRuntime] = []
+        for rank in range(cfg.dp):
+            sched = EngineScheduler(cost, kv_tokens=started.kv_tokens, max_num_seqs=cfg.max_num_seqs,
+                                    max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                    state_tokens_per_seq=started.memory.state_tokens_per_seq,
+                                    jit_stall_s=faults.JIT_STALL_S if fp.triton_jit else 0.0, lease_s=lease)
+            rt = EngineRuntime(rank, sched, EngineMetrics(cfg.max_model_len, nixl=nixl), clock=cfg.clock,
+                               jit_warning=self._jit_warning(rank), on_expired=self._on_expired,
+                               prefix_caching=cfg.enable_prefix_caching)
+            self.engines.append(rt)
+        self.side = SideChannel(self.release_held) if nixl else None
+        self.tasks: list[asyncio.Task[Any]] = []
+        self._util_marks = [(0.0, 0.0, time.monotonic()) for _ in self.engines]
+
+    # --- engines --------------------------------------------------------------------------------------------
+    def pick_engine(self, pinned: int | None = None) -> EngineRuntime:
+        if pinned is not None and 0 <= pinned < len(self.engines):
+            return self.engines[pinned]
+        return min(self.engines, key=lambda e: (e.load, e.index))
+
+    def engine_proc(self, rank: int) -> Proc:
+        e = self.started.engines[rank]
+        return Proc(e.proc.name, e.proc.pid)
+
+    def _jit_warning(self, rank: int) -> Any:
+        def warn() -> None:
+            self.log.warning(self.engine_proc(rank), "jit_monitor.py:106", "Triton kernel JIT compilation during "
+                             "inference: _topk_topp_kernel. This causes a latency spike; consider extending warmup to "
+                             "cover this shape/config.")
+        return warn
+
+    def _on_expired(self, rt: EngineRuntime, req: SimRequest) -> None:
+        for key, held in list(self.held.items()):
+            if held.rid == req.rid and held.engine == rt.index:
+                del self.held[key]
+        if rt.metrics.nixl:
+            rt.metrics.nixl_counters["nixl_num_kv_expired_reqs"] += 1
+        self.log.warning(self.engine_proc(rt.index), "pull_scheduler.py:402", f"Releasing expired KV blocks for "
+                         f"request {req.rid} which were retrieved by 0 remote worker(s) before lease expired.")
+
+    def release_held(self, remote_id: str) -> Held | None:
+        held = self.held.pop(remote_id, None)
+        if held is not None:
+            self.engines[held.engine].sched.release_held(held.rid)
+        return held
+
+    def next_blocks(self, count: int) -> int:
+        start = self.block_cursor
+        self.block_cursor += count + 1
+        return start
+
+    # --- background tasks -----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for e in self.engines:
+            self.tasks.append(asyncio.create_task(e.run()))
+        if self.side is not None:
+            await self.side.start(self.started.side_socks)
+        self.tasks.append(asyncio.create_task(self._utilisation()))
+        if self.cfg.api_server_count == 1 and not self.cfg.disable_log_stats:
+            self.tasks.append(asyncio.create_task(self._stats()))
+        for child in self.started.children():
+            loop.add_reader(child.life_fd, self._child_exited, child)
+
+    async def stop(self) -> None:
+        self.shutting_down = True
+        loop = asyncio.get_running_loop()
+        for child in self.started.children():
+            with contextlib.suppress(Exception):
+                loop.remove_reader(child.life_fd)
+        for e in self.engines:
+            e.stop()
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self.side is not None:
+            await self.side.close()
+
+    async def _utilisation(self) -> None:
+        while True:
+            await asyncio.sleep(UTIL_PERIOD_S)
+            now = time.monotonic()
+            for i, e in enumerate(self.engines):
+                busy0, mem0, t0 = self._util_marks[i]
+                span = max(1e-6, (now - t0) * e.clock)
+                util = (e.busy_v - busy0) / span
+                mem_util = (e.mem_v - mem0) / span
+                self._util_marks[i] = (e.busy_v, e.mem_v, now)
+                for holder in self.started.engines[i].gpu_holders:
+                    self.claims.set_util(holder.pid, util, mem_util)
+
+    async def _stats(self) -> None:
+        interval = self.cfg.env.stats_interval_s
+        last_active = [False] * len(self.engines)
+        while True:
+            await asyncio.sleep(interval / self.cfg.clock)
+            for i, e in enumerate(self.engines):
+                prompt, gen = e.iv_prompt, e.iv_gen
+                e.iv_prompt = e.iv_gen = 0
+                active = bool(prompt or gen or e.sched.num_running or e.sched.num_waiting)
+                if not (active or last_active[i]):
+                    continue
+                last_active[i] = active
+                m = e.metrics
+                queries = m.counters["prefix_cache_queries"]
+                hit = 100.0 * m.counters["prefix_cache_hits"] / queries if queries else 0.0
+                self.log.info(self.api, "loggers.py:273", f"Engine {i:03d}: Avg prompt throughput: "
+                              f"{prompt / interval:.1f} tokens/s, Avg generation throughput: {gen / interval:.1f} "
+                              f"tokens/s, Running: {e.sched.num_running} reqs, Waiting: {e.sched.num_waiting} reqs, "
+                              f"GPU KV cache usage: {100 * e.sched.kv_usage:.1f}%, Prefix cache hit rate: {hit:.1f}%")
+                if self.xfer_log:
+                    self._log_transfers(interval)
+
+    def _log_transfers(self, interval: float) -> None:
+        xs = self.xfer_log
+        self.xfer_log = []
+        n = len(xs)
+        times = sorted(x[0] * 1000 for x in xs)
+        posts = sorted(x[1] * 1000 for x in xs)
+        mb = sum(x[2] for x in xs) / 1e6
+        p90 = max(0, int(0.9 * n) - 1)
+        self.log.info(self.api, "metrics.py:103", f"KV Transfer metrics: Num successful transfers={n}, "
+                      f"Avg xfer time (ms)={statistics.fmean(times):.3f}, P90 xfer time (ms)={times[p90]:.3f}, "
+                      f"Avg post time (ms)={statistics.fmean(posts):.3f}, P90 post time (ms)={posts[p90]:.3f}, "
+                      f"Avg MB per transfer={mb / n:.3f}, Throughput (MB/s)={mb / interval:.3f}, "
+                      f"Avg number of descriptors={statistics.fmean(x[3] for x in xs):.1f}")
+
+    # --- an engine process died -----------------------------------------------------------------------------
+    def _child_exited(self, child: Child) -> None:
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(Exception):
+            loop.remove_reader(child.life_fd)
+        child.alive()
+        if child.exit_code in (128 + signal.SIGTERM, 128 + signal.SIGINT):
+            # a signal to the whole process group reaches us too: give uvicorn a moment to start shutting down
+            loop.call_later(0.3, self._engine_died, child)
+        else:
+            self._engine_died(child)
+
+    def _engine_died(self, child: Child) -> None:
+        loop = asyncio.get_running_loop()
+        stopping = self.uvicorn is not None and self.uvicorn.should_exit
+        if self.shutting_down or stopping or self.dead or child.role == "hog":
+            return
+        self.dead = True
+        self.exit_code = 1
+        if child.role == "api":
+            self.log.error(Proc(None, os.getpid()), "utils.py:565", f"Exception occurred while running API servers: "
+                           f"Process {child.name} (PID: {child.pid}) died with exit code {child.exit_code}")
+        else:
+            engine = self.started.engines[child.dp_rank]
+            if child.role == "worker":
+                self.log.error(Proc(engine.proc.name, engine.proc.pid), "multiproc_executor.py:258",
+                               f"Worker proc {child.name} died unexpectedly, shutting down executor.")
+                self.log.error(Proc(engine.proc.name, engine.proc.pid), "core.py:1233",
+                               "EngineCore encountered a fatal error.")
+            self.log.error(self.api, "core_client.py:610",
+                           f"Engine core proc {engine.proc.name} died unexpectedly, shutting down client.")
+            if self.cfg.api_server_count > 1:
+                self.log.error(Proc(None, os.getpid()), "utils.py:881",
+                               f"Engine core process {engine.proc.name} died unexpectedly.")
+        for e in self.engines:
+            e.fail_all(ENGINE_DEAD_MESSAGE)
+        if not self.cfg.env.keep_alive_on_death:
+            loop.call_later(min(5.0, max(0.5, 5.0 / self.cfg.clock)), self._exit_now)
+
+    def _exit_now(self) -> None:
+        if self.uvicorn is not None:
+            self.uvicorn.should_exit = True
