@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.helpers import layout_port_args
+from tui.core.launch.history import StartupHistory
 from tui.core.launch.state import StateStore
 from tui.core.launch.supervisor import LAYOUT_ENV
 
@@ -73,6 +74,12 @@ def test_up_stream_status_down_1p1d() -> None:
         assert "SIMULATED" in snap["host"]["label"]
         owners = {p["owner"] for g in snap["gpus"] for p in g["processes"]}
         assert owners == {"prefill-0", "decode-0"}
+        # the start is remembered for the next one's ETA: each server with the phases it went through
+        hist = StartupHistory(Path(os.environ["DISAGG_TUI_STATE_DIR"]))
+        starts = {r.server: r for r in hist.records()}
+        assert set(starts) == {"prefill-0", "decode-0"}
+        assert all(r.startup_s > 0 and r.key.startswith("1p1d/qwen3.6-27b-nvfp4/") for r in starts.values())
+        assert {"loading", "kv_cache"} <= set(dict(starts["decode-0"].phases))
     finally:
         down = _cli("down")
     assert down.returncode == 0, down.stderr

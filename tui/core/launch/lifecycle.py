@@ -34,6 +34,7 @@ from tui.core.launch.events import (
     ServerReady,
     ServerStalled,
 )
+from tui.core.launch.history import StartupHistory, StartupRecord, plan_key
 from tui.core.launch.phases import PhaseTracker
 from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore, new_layout_id, redact_argv, redact_env
 from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
@@ -101,6 +102,8 @@ class Launch:
         self.record: LayoutRecord | None = None
         self.popens: dict[int, Any] = {}
         self.trackers: dict[str, PhaseTracker] = {}
+        self.phase_at: dict[str, dict[str, float]] = {}  # server -> phase -> seconds after the start
+        self.history = StartupHistory(self.store.root)
         self.started_at = time.monotonic()
         self.preflight: list[Check] = []
 
@@ -233,9 +236,11 @@ class Launch:
         if tracker is not None:
             update = tracker.feed(text)
             if update is not None:
+                elapsed = time.monotonic() - self.started_at
+                self.phase_at.setdefault(name, {}).setdefault(update.phase.key, elapsed)
                 self.bus.publish_threadsafe(ServerPhase(
                     server=name, phase=update.phase.key, label=update.phase.label, progress=update.progress,
-                    detail=update.detail, elapsed_s=time.monotonic() - self.started_at))
+                    detail=update.detail, elapsed_s=elapsed))
         for hook in self.options.line_hooks:
             hook(name, lineno, text)
 
@@ -275,6 +280,8 @@ class Launch:
                                                          progress=1.0, elapsed_s=elapsed))
                         self.bus.publish(ServerReady(server=name, url=proc.url, startup_s=elapsed))
                         await asyncio.to_thread(self._save)
+                        if name != "proxy":
+                            await asyncio.to_thread(self._remember_start, name, elapsed)
                 now = time.monotonic()
                 for name in pending:
                     silent = follower.silent_for(name)
@@ -295,6 +302,14 @@ class Launch:
                                             "was still making progress")
                 if pending:
                     await asyncio.sleep(self.options.probe_interval_s)
+
+    def _remember_start(self, name: str, elapsed: float) -> None:
+        """The start's length and phase times, for the next start's ETA (a history that cannot be written is no
+        reason to fail a start that worked)."""
+        record = StartupRecord(key=plan_key(self.plan), server=name, startup_s=elapsed, simulated=self.host.simulated,
+                               phases=tuple(sorted(self.phase_at.get(name, {}).items(), key=lambda kv: kv[1])))
+        with contextlib.suppress(OSError):
+            self.history.append(record)
 
     @staticmethod
     async def _probe(client: httpx.AsyncClient, url: str) -> bool:

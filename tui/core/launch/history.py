@@ -1,0 +1,146 @@
+"""How long earlier starts of a plan took on this host: the ETA of the next one.
+
+Every server that reaches ready appends one line to ``<state_dir>/startups.jsonl``: the plan's key (topology,
+profile and a digest of every server's argv and environment, so a changed flag is a different plan), the server,
+its start-up seconds and when each phase began. :func:`expected_startup` gives the median of the last starts of the
+same plan and server, or nothing when this host has never started it. Appends are single ``write`` calls of one
+line, so concurrent starts (two operators) never interleave; a damaged line is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tui.core import paths
+from tui.core.plan.spec import LaunchPlan
+
+HISTORY_FILE = "startups.jsonl"
+#: starts that make the estimate (the newest ones: a warm compile cache makes later starts faster)
+KEEP_LAST = 5
+#: the file is rewritten with only recent lines when it grows past this many bytes
+MAX_BYTES = 1 << 20
+
+
+def plan_key(plan: LaunchPlan) -> str:
+    """``topology/profile/digest``: the same plan on this host gives the same key in every process."""
+    h = hashlib.sha256()
+    for s in plan.servers:
+        h.update(json.dumps([s.name, list(s.argv), sorted(s.env_dict().items()), list(s.gpus)]).encode())
+    return f"{plan.topology}/{plan.profile_id}/{h.hexdigest()[:12]}"
+
+
+@dataclass(frozen=True, slots=True)
+class StartupRecord:
+    key: str
+    server: str
+    startup_s: float
+    ts: float = field(default_factory=time.time)
+    simulated: bool = False
+    #: phase key -> seconds after the start when the server entered it
+    phases: tuple[tuple[str, float], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "server": self.server, "startup_s": round(self.startup_s, 3), "ts": self.ts,
+                "simulated": self.simulated, "phases": [[k, round(v, 3)] for k, v in self.phases]}
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What the next start should take: ``seconds`` (median), from ``samples`` earlier starts, per phase too."""
+
+    seconds: float
+    samples: int
+    source: str  # "history" (this host) | "simulated" (the simulated host's compressed start)
+    phases: tuple[tuple[str, float], ...] = ()
+
+    def describe(self) -> str:
+        if self.source == "history":
+            return f"~{self.seconds:.0f} s (median of {self.samples} earlier start{'s' * (self.samples != 1)} here)"
+        return f"~{self.seconds:.0f} s ({self.source})"
+
+
+class StartupHistory:
+    def __init__(self, directory: Path | None = None) -> None:
+        self.path = (directory or paths.state_dir()) / HISTORY_FILE
+
+    def append(self, record: StartupRecord) -> None:
+        """One line, one ``write`` (O_APPEND): safe with concurrent writers. Blocking: call from a thread."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps(record.to_dict(), separators=(",", ":")) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        self._trim()
+
+    def records(self) -> list[StartupRecord]:
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        out: list[StartupRecord] = []
+        for line in text.splitlines():
+            try:
+                d = json.loads(line)
+                out.append(StartupRecord(key=str(d["key"]), server=str(d["server"]), startup_s=float(d["startup_s"]),
+                                         ts=float(d.get("ts", 0.0)), simulated=bool(d.get("simulated", False)),
+                                         phases=tuple((str(k), float(v)) for k, v in d.get("phases", ()))))
+            except (ValueError, KeyError, TypeError):
+                continue  # a damaged or foreign line: skipped, never fatal
+        return out
+
+    def expected(self, key: str, server: str) -> Expected | None:
+        mine = [r for r in self.records() if r.key == key and r.server == server][-KEEP_LAST:]
+        if not mine:
+            return None
+        per_phase: dict[str, list[float]] = {}
+        for r in mine:
+            for k, v in r.phases:
+                per_phase.setdefault(k, []).append(v)
+        phases = tuple(sorted(((k, statistics.median(v)) for k, v in per_phase.items()), key=lambda kv: kv[1]))
+        return Expected(seconds=statistics.median(r.startup_s for r in mine), samples=len(mine), source="history",
+                        phases=phases)
+
+    def _trim(self) -> None:
+        try:
+            if self.path.stat().st_size <= MAX_BYTES:
+                return
+        except OSError:
+            return
+        keep: dict[tuple[str, str], list[StartupRecord]] = {}
+        for r in self.records():
+            keep.setdefault((r.key, r.server), []).append(r)
+        lines = [json.dumps(r.to_dict(), separators=(",", ":"))
+                 for rs in keep.values() for r in rs[-KEEP_LAST:]]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+def expected_startup(history: StartupHistory, plan: LaunchPlan, server: str, *,
+                     sim_startup_s: float | None = None) -> Expected | None:
+    """The ETA of ``server``'s start: this host's earlier starts of the same plan, else the simulated host's
+    compressed start (a known length), else nothing (a first start: elapsed time only)."""
+    found = history.expected(plan_key(plan), server)
+    if found is not None:
+        return found
+    if sim_startup_s:
+        return Expected(seconds=sim_startup_s, samples=0, source="simulated start")
+    return None
+
+
+def phase_times(events: Iterable[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
+    """(phase, seconds) of the first time each phase was reached, in order."""
+    seen: dict[str, float] = {}
+    for key, t in events:
+        seen.setdefault(key, t)
+    return tuple(seen.items())
