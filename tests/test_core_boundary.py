@@ -40,3 +40,20 @@ def test_no_textual_import_statement_in_core() -> None:
         for path in base.rglob("*.py"):
             text = path.read_text(encoding="utf-8")
             assert "import textual" not in text and "from textual" not in text, path
+
+
+def test_core_alone_never_loads_the_simulator_or_a_front_end() -> None:
+    """The fake plugs into the core, not the other way round: every core module imported, no tui.sim/cli/console."""
+    modules = _modules(tui.core)
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "front = (['tui', 'sim'], ['tui', 'cli'], ['tui', 'console'], ['tui', 'hosts'])\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[:2] in front)\n"
+        "print('LEAK' if bad else 'CLEAN', bad[:3])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("CLEAN"), out.stdout

@@ -15,6 +15,7 @@ import pytest
 from tui.core.host import nvml as core_nvml
 from tui.core.plan.gpuspecs import PRESETS
 from tui.sim import fakenvml as fn
+from tui.sim import gpuphysics as gp
 from tui.sim.gpustate import Claim, SimGpuState
 
 GIB = 2**30
@@ -87,14 +88,14 @@ def test_memory_and_processes_follow_claims(sim: tuple[SimGpuState, Clock]) -> N
     state, _ = sim
     h0, h1 = fn.nvmlDeviceGetHandleByIndex(0), fn.nvmlDeviceGetHandleByIndex(1)
     assert fn.nvmlDeviceGetMemoryInfo(h0, pynvml.nvmlMemory_v2).used == 0
-    assert fn.nvmlDeviceGetMemoryInfo(h0).used == fn.RESERVED_BYTES  # v1 counts the driver's reserve as used
+    assert fn.nvmlDeviceGetMemoryInfo(h0).used == gp.RESERVED_BYTES  # v1 counts the driver's reserve as used
     assert fn.nvmlDeviceGetComputeRunningProcesses(h0) == []
     child = subprocess.Popen(["sleep", "60"])
     try:
         _claim(state, os.getpid(), 0, 100, 0.5)
         _claim(state, child.pid, 0, 20, 0.75)
         mem = fn.nvmlDeviceGetMemoryInfo(h0, pynvml.nvmlMemory_v2)
-        assert mem.used == 120 * GIB + fn.CONTEXT_OVERHEAD_BYTES
+        assert mem.used == 120 * GIB + gp.CONTEXT_OVERHEAD_BYTES
         assert mem.free == mem.total - mem.used - mem.reserved
         v1 = fn.nvmlDeviceGetMemoryInfo(h0)
         assert (v1.used, v1.free) == (mem.used + mem.reserved, mem.free)
@@ -111,7 +112,7 @@ def test_memory_and_processes_follow_claims(sim: tuple[SimGpuState, Clock]) -> N
     time.sleep(fn._CLAIMS_TTL_S)
     procs = {p.pid for p in fn.nvmlDeviceGetComputeRunningProcesses(h0)}
     assert procs == {os.getpid()}
-    assert fn.nvmlDeviceGetMemoryInfo(h0, pynvml.nvmlMemory_v2).used == 100 * GIB + fn.CONTEXT_OVERHEAD_BYTES
+    assert fn.nvmlDeviceGetMemoryInfo(h0, pynvml.nvmlMemory_v2).used == 100 * GIB + gp.CONTEXT_OVERHEAD_BYTES
 
 
 def test_power_temperature_clock_follow_load_with_lag(sim: tuple[SimGpuState, Clock]) -> None:
@@ -119,18 +120,18 @@ def test_power_temperature_clock_follow_load_with_lag(sim: tuple[SimGpuState, Cl
     spec = PRESETS["h200"]
     h = fn.nvmlDeviceGetHandleByIndex(0)
     assert fn.nvmlDeviceGetPowerUsage(h) == spec.idle_power_w * 1000  # bare GPU
-    assert fn.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) == round(spec.sm_clock_max_mhz * fn.IDLE_CLOCK_SHARE)
+    assert fn.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) == round(spec.sm_clock_max_mhz * gp.IDLE_CLOCK_SHARE)
     assert fn.nvmlDeviceGetCurrentClocksEventReasons(h) == pynvml.nvmlClocksEventReasonGpuIdle
     _claim(state, os.getpid(), 0, 100, 0.0)
     clock.t += 60  # a loaded, idle engine settles
-    idle_loaded = spec.idle_power_w * fn.LOADED_IDLE_FACTOR
+    idle_loaded = spec.idle_power_w * gp.LOADED_IDLE_FACTOR
     assert fn.nvmlDeviceGetPowerUsage(h) / 1000 == pytest.approx(idle_loaded, abs=0.01)
     assert fn.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) == spec.sm_clock_max_mhz
     temp_before = fn.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
     energy_before = fn.nvmlDeviceGetTotalEnergyConsumption(h)
     _claim(state, os.getpid(), 0, 100, 1.0)  # full load from now on
-    full = idle_loaded + (spec.power_limit_w - idle_loaded) * fn.POWER_FULL_SHARE
-    clock.t += fn.TAU_POWER_S
+    full = idle_loaded + (spec.power_limit_w - idle_loaded) * gp.POWER_FULL_SHARE
+    clock.t += gp.TAU_POWER_S
     p1 = fn.nvmlDeviceGetPowerUsage(h) / 1000
     assert p1 == pytest.approx(full + (idle_loaded - full) * math.exp(-1), abs=0.01)  # one time constant
     t1 = fn.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
@@ -138,14 +139,14 @@ def test_power_temperature_clock_follow_load_with_lag(sim: tuple[SimGpuState, Cl
     clock.t += 120
     assert fn.nvmlDeviceGetPowerUsage(h) / 1000 == pytest.approx(full, abs=0.01)
     assert fn.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU) == round(
-        fn.AMBIENT_C + (fn.FULL_LOAD_C - fn.AMBIENT_C) * (full - spec.idle_power_w)
+        gp.AMBIENT_C + (gp.FULL_LOAD_C - gp.AMBIENT_C) * (full - spec.idle_power_w)
         / (spec.power_limit_w - spec.idle_power_w))
-    assert fn.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) == round(spec.sm_clock_max_mhz * fn.LOADED_CLOCK_FLOOR)
+    assert fn.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) == round(spec.sm_clock_max_mhz * gp.LOADED_CLOCK_FLOOR)
     assert fn.nvmlDeviceGetCurrentClocksEventReasons(h) == pynvml.nvmlClocksEventReasonSwPowerCap
     # energy integrates power: between the idle and the full power over the 120.5 s
     gained_j = (fn.nvmlDeviceGetTotalEnergyConsumption(h) - energy_before) / 1000
     assert idle_loaded * 120.5 < gained_j < full * 120.5
-    assert gained_j == pytest.approx(full * 120.5 - (full - idle_loaded) * fn.TAU_POWER_S, rel=1e-4)
+    assert gained_j == pytest.approx(full * 120.5 - (full - idle_loaded) * gp.TAU_POWER_S, rel=1e-4)
 
 
 def test_values_are_deterministic_given_claims_and_clock(tmp_path: Path) -> None:
@@ -219,7 +220,7 @@ def test_nvlink_counters_grow_with_tp_load(sim: tuple[SimGpuState, Clock]) -> No
     later = fn.nvmlDeviceGetFieldValues(h, ids)
     assert later[0].nvmlReturn == pynvml.NVML_SUCCESS
     rate = (later[0].value.ullVal - first[0].value.ullVal) * 1024 / 3.0
-    expected = PRESETS["h200"].nvlink_bandwidth * fn.NVLINK_BUSY_SHARE
+    expected = PRESETS["h200"].nvlink_bandwidth * gp.NVLINK_BUSY_SHARE
     assert rate == pytest.approx(expected, rel=0.01)  # load is accounted as of each reading
     assert later[0].timestamp == int(clock.t * 1e6)
 

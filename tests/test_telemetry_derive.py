@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.telemetry_helpers import CPU, H200, captured_at, during_series, exposition_text
-from tui.core.telemetry import derive, prom
+from tui.core.telemetry import deltas, derive, prom
 from tui.core.telemetry.derive import MetricsWindow
 
 
@@ -209,10 +209,10 @@ def test_series_appearing_mid_window_counts_from_zero() -> None:
     b = prom.parse("# TYPE vllm:request_success_total counter\n"
                    'vllm:request_success_total{engine="0",finished_reason="length"} 9\n'
                    'vllm:request_success_total{engine="0",finished_reason="error"} 2\n')
-    assert derive.counter_delta([derive._Scrape(0, a), derive._Scrape(1, b)], derive.REQUEST_SUCCESS) == 6
-    assert derive.counter_delta([derive._Scrape(0, a), derive._Scrape(1, b)], derive.REQUEST_SUCCESS,
+    assert deltas.counter_delta([deltas.Scrape(0, a), deltas.Scrape(1, b)], derive.REQUEST_SUCCESS) == 6
+    assert deltas.counter_delta([deltas.Scrape(0, a), deltas.Scrape(1, b)], derive.REQUEST_SUCCESS,
                                 finished_reason="error") == 2
-    assert derive.counter_delta([derive._Scrape(0, a)], "vllm:nothing_total") is None
+    assert deltas.counter_delta([deltas.Scrape(0, a)], "vllm:nothing_total") is None
 
 
 def test_histogram_reset_is_not_a_negative_count() -> None:
@@ -220,8 +220,8 @@ def test_histogram_reset_is_not_a_negative_count() -> None:
         return prom.parse("# TYPE x histogram\n"
                           f'x_bucket{{le="1"}} {c1}\nx_bucket{{le="+Inf"}} {c2}\nx_sum {s}\nx_count {c2}\n')
 
-    scrapes = [derive._Scrape(0, h(10, 20, 30)), derive._Scrape(1, h(12, 25, 40)), derive._Scrape(2, h(1, 3, 2))]
-    d = derive.histogram_delta(scrapes, "x")
+    scrapes = [deltas.Scrape(0, h(10, 20, 30)), deltas.Scrape(1, h(12, 25, 40)), deltas.Scrape(2, h(1, 3, 2))]
+    d = deltas.histogram_delta(scrapes, "x")
     assert d is not None
     assert [(b.le, b.count) for b in d.buckets] == [(1.0, 2 + 1), (float("inf"), 5 + 3)]
     assert d.sum == pytest.approx(10 + 2) and d.count == 8
@@ -253,11 +253,11 @@ def test_running_totals_agree_with_pairwise_deltas_over_a_long_run() -> None:
     for i in range(60):  # five passes over the series: every 12th scrape the counters "reset"
         w.add(float(i), exps[i % len(exps)])
         linked = w._since(7.0)
-        unlinked = [derive._Scrape(sc.ts, sc.exp) for sc in linked]
+        unlinked = [deltas.Scrape(sc.ts, sc.exp) for sc in linked]
         for name in (derive.GENERATION_TOKENS, derive.PROMPT_TOKENS, derive.PREFIX_HITS):
-            assert derive.counter_delta(linked, name) == pytest.approx(derive.counter_delta(unlinked, name))
+            assert deltas.counter_delta(linked, name) == pytest.approx(deltas.counter_delta(unlinked, name))
         for name in (derive.TTFT, derive.ITL):
-            a, b = derive.histogram_delta(linked, name), derive.histogram_delta(unlinked, name)
+            a, b = deltas.histogram_delta(linked, name), deltas.histogram_delta(unlinked, name)
             assert (a is None) == (b is None)
             if a is not None and b is not None:
                 assert [(x.le, x.count) for x in a.buckets] == pytest.approx([(x.le, x.count) for x in b.buckets])

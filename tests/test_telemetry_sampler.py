@@ -22,6 +22,7 @@ from tui.core.telemetry.layout import ActiveLayout
 from tui.core.telemetry.procmap import ProcessOwners, ServerRef, refs_from_layout
 from tui.core.telemetry.sampler import GpuSampler, SamplerThread, TelemetryUnavailable
 from tui.sim import fakenvml as fn
+from tui.sim import gpuphysics as gp
 from tui.sim.gpustate import Claim, SimGpuState
 
 GIB = 2**30
@@ -386,7 +387,7 @@ def test_replayed_h200_series_reads_back_in_app_units(series: str) -> None:
 def test_memory_is_read_as_nvidia_smi_shows_it(state_dir: Path) -> None:
     SimGpuState(state_dir).write_claim(Claim(pid=os.getpid(), gpus=[0], memory_bytes={0: 100 * GIB}))
     g = GpuSampler(fn).sample()[0]
-    assert g.mem_used == 100 * GIB + fn.CONTEXT_OVERHEAD_BYTES  # nvmlMemory_v2: the driver's reserve apart
+    assert g.mem_used == 100 * GIB + gp.CONTEXT_OVERHEAD_BYTES  # nvmlMemory_v2: the driver's reserve apart
 
     class OldDriver(Spy):
         def __getattr__(self, name: str) -> Any:
@@ -403,7 +404,7 @@ def test_memory_is_read_as_nvidia_smi_shows_it(state_dir: Path) -> None:
     sampler = GpuSampler(old)
     for _ in range(3):
         g = sampler.sample()[0]
-    assert g.mem_used == 100 * GIB + fn.CONTEXT_OVERHEAD_BYTES + fn.RESERVED_BYTES  # v1: reserve counted as used
+    assert g.mem_used == 100 * GIB + gp.CONTEXT_OVERHEAD_BYTES + gp.RESERVED_BYTES  # v1: reserve counted as used
     assert g.reason("mem_used") is None
     # per GPU: the total once (static), v2 once (then known missing), v1 at each of the 3 samples
     assert old.calls["nvmlDeviceGetMemoryInfo"] == 2 * (1 + 1 + 3)

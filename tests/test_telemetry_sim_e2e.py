@@ -12,7 +12,7 @@ import httpx
 
 from tests.helpers import layout_port_args
 from tui.core.plan.gpuspecs import PRESETS
-from tui.sim import fakenvml
+from tui.sim import gpuphysics
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,7 +76,7 @@ async def test_watch_a_1p1d_layout_under_load() -> None:
         assert owners == [[("prefill-0", "prefill", "VLLM::EngineCore", "exact")],
                           [("decode-0", "decode", "VLLM::EngineCore", "exact")]]
         busy = [t["gpus"][1] for t in ticks if t["gpus"][1]["utilization_gpu"] > 0]
-        idle_with_model = PRESETS["b200"].idle_power_w * fakenvml.LOADED_IDLE_FACTOR
+        idle_with_model = PRESETS["b200"].idle_power_w * gpuphysics.LOADED_IDLE_FACTOR
         assert busy and max(g["power_w"] for g in busy) > idle_with_model + 1  # power follows the decode load
         servers = {s["name"]: s for s in last["servers"]}
         assert {n: s["health"] for n, s in servers.items()} == {"prefill-0": "up", "decode-0": "up", "proxy": "up"}

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from tui.core.bench.httpstream import StreamClient, StreamResult, _Conn, parse_endpoint
+from tui.core.bench.httpstream import StreamConnection, StreamResult
+from tui.core.bench.streamclient import StreamClient, parse_endpoint
 from tui.core.errors import InputError
 
 
@@ -51,7 +52,7 @@ async def _feed(response: bytes, piece: int, *, recv_buffer: bool = False) -> tu
     """Feed a response in reads of ``piece`` bytes: as ``data_received`` calls, or (``recv_buffer``) through the
     shared receive buffer as asyncio does for a BufferedProtocol (which takes the copy-free path)."""
     client = StreamClient("http://127.0.0.1:9")
-    conn = _Conn(client)
+    conn = StreamConnection(client)
     tr = _FakeTransport()
     conn.connection_made(tr)  # type: ignore[arg-type]
     fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -95,7 +96,7 @@ async def test_content_length_and_close_delimited_bodies() -> None:
     res, _ = await _feed(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body, 50)
     assert res.success and res.chunks == 3
     client = StreamClient("http://127.0.0.1:9")
-    conn = _Conn(client)
+    conn = StreamConnection(client)
     conn.connection_made(_FakeTransport())  # type: ignore[arg-type]
     fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     res2 = StreamResult(start=0.0)

@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from tui.core.bench.serverlive import ServerLive
-from tui.core.telemetry.derive import ITL, TPOT, TTFT, merge_histograms
+from tui.core.telemetry.deltas import merge_histograms
+from tui.core.telemetry.derive import ITL, TPOT, TTFT
 from tui.core.telemetry.prom import Bucket, Histogram
 
 

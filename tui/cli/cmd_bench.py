@@ -149,7 +149,7 @@ def profile_vocab(ctx: CliContext, profile_id: str) -> int | None:
 def active_target(args: argparse.Namespace, ctx: CliContext) -> tuple[BenchTarget, int | None]:
     """The endpoint to bench: --endpoint, else the layout that is up (with its servers' logs and plan)."""
     if args.endpoint:
-        from tui.core.bench.httpstream import parse_endpoint
+        from tui.core.bench.streamclient import parse_endpoint
 
         ep = parse_endpoint(args.endpoint)
         return BenchTarget(endpoint=ep.url, topology="endpoint"), None

@@ -75,8 +75,17 @@ from pynvml import (
 )
 
 from tui.core.plan.gpuspecs import GpuSpec
+from tui.sim.gpuphysics import (
+    MIB,
+    PCIE_FULL_LOAD_KBPS,
+    POWER_CAP_SHARE,
+    RESERVED_BYTES,
+    Dynamics,
+    Load,
+    advance,
+    load_on,
+)
 from tui.sim.gpustate import Claim, SimGpuState, simgpu_dir
-from tui.sim.perfmodel import TORCH_RESERVED_MIB
 
 __all__ = [
     "NVML_AFFINITY_SCOPE_NODE", "NVML_CLOCK_GRAPHICS", "NVML_CLOCK_MEM", "NVML_CLOCK_SM", "NVML_CLOCK_VIDEO",
@@ -85,35 +94,12 @@ __all__ = [
     "configure", "nvmlMemory_v2",
 ]
 
-MIB = 2**20
-RESERVED_BYTES = TORCH_RESERVED_MIB * MIB  # H200: "Reserved 616 MiB" (nvidia-smi -q), with or without processes
-CONTEXT_OVERHEAD_BYTES = 9 * MIB  # H200 under vLLM: used 124047 MiB (v2) for one 124038 MiB process
-LOADED_IDLE_FACTOR = 121.0 / 76.0  # H200: 121 W idle with vLLM loaded (smi/nvidia-smi_server_idle.txt) vs 76 W bare
-POWER_FULL_SHARE = 0.99  # 695 W of 700 at 100 % (rerun/nvml)
-AMBIENT_C = 35.0  # H200 bare, rerun/smi/nvidia-smi_idle_before.txt
-FULL_LOAD_C = 60.0
-IDLE_CLOCK_SHARE = 345.0 / 1980.0  # H200 bare: 345 MHz of 1980 (nvidia-smi-q_idle_before.txt)
-LOADED_CLOCK_FLOOR = 0.75  # SM clock at full load, as a share of the maximum
-TAU_POWER_S, TAU_TEMP_S, TAU_CLOCK_S = 0.5, 15.0, 6.0
-POWER_CAP_SHARE = 0.97
-PCIE_FULL_LOAD_KBPS = 50_000  # KB/s at 100 % (tokens in and out; weights stay on the GPU)
-NVLINK_BUSY_SHARE = 0.05  # share of NVLink bandwidth a TP engine at 100 % keeps busy with all-reduce
 SIM_DRIVER = "580.95.05"
 SIM_CUDA = 13000
 _NVSWITCHES = 4
 _CLAIMS_TTL_S = 0.5
 
 _lock = threading.RLock()
-
-
-@dataclass
-class _Dyn:
-    t: float
-    power_w: float
-    temp_c: float
-    sm_mhz: float
-    energy_j: float
-    nvlink_kib: float
 
 
 @dataclass
@@ -131,7 +117,7 @@ class _World:
 
 
 _world = _World()
-_dyn: dict[int, _Dyn] = {}
+_dyn: dict[int, Dynamics] = {}
 
 
 class _Handle:
@@ -239,76 +225,14 @@ def _claims() -> tuple[Claim, ...]:
     return _world.claims
 
 
-@dataclass(frozen=True)
-class _Load:
-    memory: int
-    util: float  # 0..1
-    mem_util: float
-    context: bool
-    procs: tuple[tuple[int, int], ...]
-    multi_gpu: bool
+def _load(i: int) -> Load:
+    return load_on(i, _claims(), _spec())
 
 
-def _load(i: int) -> _Load:
-    mem = 0
-    util = 0.0
-    mem_util = 0.0
-    context = False
-    multi = False
-    procs = []
-    for c in _claims():
-        if i not in c.gpus and i not in c.memory_bytes:
-            continue
-        context = True
-        used = int(c.memory_bytes.get(i, 0))
-        mem += used
-        util += float(c.util.get(i, 0.0))
-        mem_util += float(c.mem_util.get(i, 0.0))
-        multi = multi or len(c.gpus) > 1
-        procs.append((c.pid, used))
-    total = _spec().memory_total_mib * MIB
-    used_all = min(mem + (CONTEXT_OVERHEAD_BYTES if context else 0), total - RESERVED_BYTES)
-    return _Load(used_all, min(max(util, 0.0), 1.0), min(max(mem_util, 0.0), 1.0), context, tuple(procs), multi)
-
-
-def _targets(load: _Load) -> tuple[float, float, float, float]:
-    """(power W, temperature °C, SM MHz, NVLink bytes/s) the GPU settles at under this load."""
-    spec = _spec()
-    bare = spec.idle_power_w
-    idle = bare * LOADED_IDLE_FACTOR if load.context else bare
-    power = idle + (spec.power_limit_w - idle) * POWER_FULL_SHARE * load.util
-    heat = (power - bare) / (spec.power_limit_w - bare) if spec.power_limit_w > bare else 0.0
-    temp = AMBIENT_C + (FULL_LOAD_C - AMBIENT_C) * heat
-    if load.context:
-        sm = spec.sm_clock_max_mhz * (1.0 - (1.0 - LOADED_CLOCK_FLOOR) * load.util)
-    else:
-        sm = spec.sm_clock_max_mhz * IDLE_CLOCK_SHARE
-    nvlink = spec.nvlink_bandwidth * NVLINK_BUSY_SHARE * load.util if (load.multi_gpu and _world.count > 1) else 0.0
-    return power, temp, sm, nvlink
-
-
-def _advance(i: int) -> tuple[_Dyn, _Load]:
-    now = _world.clock()
-    load = _load(i)
-    power_t, temp_t, sm_t, nvlink_bps = _targets(load)
-    d = _dyn.get(i)
-    if d is None:
-        since = max(now - _world.host_mtime, 0.0)
-        d = _Dyn(t=now, power_w=power_t, temp_c=temp_t, sm_mhz=sm_t, energy_j=_spec().idle_power_w * since,
-                 nvlink_kib=0.0)
-        _dyn[i] = d
-        return d, load
-    dt = now - d.t
-    if dt <= 0:
-        return d, load
-    decay = math.exp(-dt / TAU_POWER_S)
-    # energy: the exact integral of the first-order lag over dt (independent of how often anyone asks)
-    d.energy_j += power_t * dt + (d.power_w - power_t) * TAU_POWER_S * (1.0 - decay)
-    d.power_w = power_t + (d.power_w - power_t) * decay
-    d.temp_c = temp_t + (d.temp_c - temp_t) * math.exp(-dt / TAU_TEMP_S)
-    d.sm_mhz = sm_t + (d.sm_mhz - sm_t) * math.exp(-dt / TAU_CLOCK_S)
-    d.nvlink_kib += nvlink_bps * dt / 1024.0
-    d.t = now
+def _advance(i: int) -> tuple[Dynamics, Load]:
+    now, load = _world.clock(), _load(i)
+    d = advance(_dyn.get(i), now, load, _spec(), _world.count, now - _world.host_mtime)
+    _dyn[i] = d
     return d, load
 
 

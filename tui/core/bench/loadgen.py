@@ -26,8 +26,9 @@ from typing import Any
 from tui.core.bench import stats
 from tui.core.bench.arrivals import send_offsets
 from tui.core.bench.dataset import Prompt
-from tui.core.bench.httpstream import StreamClient, StreamResult
+from tui.core.bench.httpstream import StreamResult
 from tui.core.bench.metrics import pack_floats
+from tui.core.bench.streamclient import StreamClient
 
 Sink = Callable[[dict[str, Any]], None]
 _perf = time.perf_counter

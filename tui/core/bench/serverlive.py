@@ -19,6 +19,7 @@ import httpx
 
 from tui.core.bench import serverside
 from tui.core.telemetry import prom
+from tui.core.telemetry.deltas import merge_histograms
 from tui.core.telemetry.derive import (
     GENERATION_TOKENS,
     ITL,
@@ -27,7 +28,6 @@ from tui.core.telemetry.derive import (
     TTFT,
     WAITING,
     MetricsWindow,
-    merge_histograms,
     quantiles,
 )
 

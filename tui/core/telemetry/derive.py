@@ -14,13 +14,11 @@ decode server that silently re-does the prefill shows none.
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
 
-from tui.core.telemetry.prom import Bucket, Exposition, Histogram, histogram_quantile
+from tui.core.telemetry.deltas import Scrape, counter_delta, histogram_delta
+from tui.core.telemetry.prom import Exposition, Histogram, histogram_quantile
 
 # families the figures read (the poller parses only these: see KEEP_PREFIXES)
 RUNNING = "vllm:num_requests_running"
@@ -135,205 +133,6 @@ class ServerFigures:
     unavailable: tuple[tuple[str, str], ...] = ()
 
 
-SeriesKey = tuple[tuple[str, str], ...]
-MemoKey = tuple[str, str, tuple[tuple[str, str], ...]]
-_HistSum = tuple[dict[float, float], float, float]  # bucket counts, sum, count
-_HistStep = tuple[dict[float, float], float, float, bool]  # the same between two scrapes, and "any series"
-T = TypeVar("T")
-D = TypeVar("D")
-
-
-@dataclass(eq=False, slots=True)
-class _Scrape:
-    """One scrape, with what the figures read from it memoised (a scrape serves many figures while it is in the
-    window), linked to the scrape before it so counters and histograms keep running totals: the figures of a
-    window are then the newest total minus the oldest, whatever the window's length."""
-
-    ts: float
-    exp: Exposition
-    prev: _Scrape | None = field(default=None, repr=False)
-    memo: dict[MemoKey, object] = field(default_factory=dict, repr=False)
-
-    def series(self, name: str, match: dict[str, str]) -> dict[SeriesKey, float]:
-        key = ("series", name, tuple(sorted(match.items())))
-        hit = self.memo.get(key)
-        if hit is None:
-            hit = {s.labels: s.value for s in self.exp.samples(name, **match)}
-            self.memo[key] = hit
-        return hit  # type: ignore[return-value]
-
-    def buckets(self, name: str, match: dict[str, str]) -> dict[SeriesKey, dict[float, float]]:
-        """``name_bucket`` per series (labels without ``le``) → {le: cumulative count}."""
-        key = ("buckets", name, tuple(sorted(match.items())))
-        hit = self.memo.get(key)
-        if hit is None:
-            out: dict[SeriesKey, dict[float, float]] = {}
-            for s in self.exp.samples(name + "_bucket", **match):
-                le = s.label("le")
-                if le is None:
-                    continue
-                series = tuple(kv for kv in s.labels if kv[0] != "le")
-                out.setdefault(series, {})[float(le)] = s.value
-            hit = out
-            self.memo[key] = hit
-        return hit  # type: ignore[return-value]
-
-    def _running(self, key: MemoKey, first: T, step: Callable[[_Scrape, _Scrape], D],
-                 add: Callable[[T, D], T]) -> T:
-        chain: list[_Scrape] = []
-        node: _Scrape | None = self
-        while node is not None and key not in node.memo:
-            chain.append(node)
-            node = node.prev
-        total: T | None = cast(T, node.memo[key]) if node is not None else None
-        for n in reversed(chain):
-            total = first if (total is None or n.prev is None) else add(total, step(n.prev, n))
-            n.memo[key] = total
-        assert total is not None
-        return total
-
-    def counter_total(self, name: str, match: dict[str, str]) -> float:
-        """The counter's increase since the start of this scrape's chain (resets counted from zero)."""
-        key = ("counter_total", name, tuple(sorted(match.items())))
-        return self._running(key, 0.0, lambda a, b: _counter_step(a, b, name, match) or 0.0, _add_float)
-
-    def histogram_total(self, name: str, match: dict[str, str]) -> _HistSum:
-        """Observations since the start of this scrape's chain: bucket counts, sum, count."""
-        key = ("histogram_total", name, tuple(sorted(match.items())))
-        empty: _HistSum = ({}, 0.0, 0.0)
-        return self._running(key, empty, lambda a, b: _histogram_step(a, b, name, match), _add_histogram)
-
-
-def _add_float(total: float, delta: float) -> float:
-    return total + delta
-
-
-def _add_histogram(total: _HistSum, delta: _HistStep) -> _HistSum:
-    buckets, tsum, tcount = total
-    dbuckets, dsum, dcount, _ = delta
-    merged = dict(buckets)
-    for le, c in dbuckets.items():
-        merged[le] = merged.get(le, 0.0) + c
-    return merged, tsum + dsum, tcount + dcount
-
-
-def _linked(scrapes: list[_Scrape] | tuple[_Scrape, ...]) -> bool:
-    return all(b.prev is a for a, b in itertools.pairwise(scrapes))
-
-
-def _counter_step(prev: _Scrape, cur: _Scrape, name: str, match: dict[str, str]) -> float | None:
-    """Increase of a counter from ``prev`` to ``cur``; None when neither has it."""
-    before_all = prev.series(name, match)
-    now_all = cur.series(name, match)
-    if not before_all and not now_all:
-        return None
-    total = 0.0
-    for labels, value in now_all.items():
-        before = before_all.get(labels)
-        if before is None or value < before:  # created in between, or reset: counts from zero
-            total += value
-        else:
-            total += value - before
-    return total
-
-
-def counter_delta(scrapes: list[_Scrape] | tuple[_Scrape, ...], name: str, **match: str) -> float | None:
-    """Increase of a counter (summed over matching series) across ``scrapes``, oldest first; resets handled.
-
-    None when no scrape has the counter. A series absent from the previous scrape counts from zero (it was
-    created in between); a series that went down was reset, and counts from zero too.
-    """
-    if not scrapes:
-        return None
-    if _linked(scrapes):
-        if not scrapes[0].series(name, match) and not scrapes[-1].series(name, match):
-            return None
-        return scrapes[-1].counter_total(name, match) - scrapes[0].counter_total(name, match)
-    seen = bool(scrapes[0].series(name, match))
-    total = 0.0
-    for prev, cur in itertools.pairwise(scrapes):
-        d = _counter_step(prev, cur, name, match)
-        if d is not None:
-            seen = True
-            total += d
-    return total if seen else None
-
-
-def _histogram_step(prev: _Scrape, cur: _Scrape, name: str, match: dict[str, str]) -> _HistStep:
-    """Observations between two scrapes: bucket deltas, sum delta, count delta, whether any series exists."""
-    inf = float("inf")
-    acc: dict[float, float] = {}
-    acc_sum = 0.0
-    acc_count = 0.0
-    prev_b = prev.buckets(name, match)
-    prev_s = prev.series(name + "_sum", match)
-    prev_c = prev.series(name + "_count", match)
-    cur_b = cur.buckets(name, match)
-    cur_s = cur.series(name + "_sum", match)
-    cur_c = cur.series(name + "_count", match)
-    for series, buckets in cur_b.items():
-        before = prev_b.get(series)
-        inf_now = buckets.get(inf, max(buckets.values(), default=0.0))
-        inf_before = None if before is None else before.get(inf, max(before.values(), default=0.0))
-        if before is None or inf_before is None or inf_now < inf_before:  # new series, or reset
-            for le, c in buckets.items():
-                acc[le] = acc.get(le, 0.0) + c
-            acc_sum += cur_s.get(series, 0.0)
-            acc_count += cur_c.get(series, inf_now)
-            continue
-        for le, c in buckets.items():
-            acc[le] = acc.get(le, 0.0) + c - before.get(le, 0.0)
-        acc_sum += cur_s.get(series, 0.0) - prev_s.get(series, 0.0)
-        acc_count += cur_c.get(series, inf_now) - prev_c.get(series, inf_before)
-    return acc, acc_sum, acc_count, bool(prev_b) or bool(cur_b)
-
-
-def histogram_delta(scrapes: list[_Scrape] | tuple[_Scrape, ...], name: str, **match: str) -> Histogram | None:
-    """The histogram of observations made across ``scrapes`` (bucket deltas summed over series), resets handled."""
-    if len(scrapes) < 2:
-        return None
-    if not any(sc.buckets(name, match) for sc in scrapes):
-        return None
-    acc: dict[float, float] = {}
-    if _linked(scrapes):
-        end_b, end_s, end_c = scrapes[-1].histogram_total(name, match)
-        start_b, start_s, start_c = scrapes[0].histogram_total(name, match)
-        acc = {le: c - start_b.get(le, 0.0) for le, c in end_b.items()}
-        acc_sum, acc_count = end_s - start_s, end_c - start_c
-    else:
-        acc_sum = acc_count = 0.0
-        for prev, cur in itertools.pairwise(scrapes):
-            buckets, d_sum, d_count, _ = _histogram_step(prev, cur, name, match)
-            for le, c in buckets.items():
-                acc[le] = acc.get(le, 0.0) + c
-            acc_sum += d_sum
-            acc_count += d_count
-    buckets_t = tuple(Bucket(le, max(c, 0.0)) for le, c in sorted(acc.items()))
-    return Histogram(buckets_t, acc_sum, max(acc_count, 0.0))
-
-
-def merge_histograms(hs: Iterable[Histogram | None]) -> Histogram | None:
-    """Several servers' histograms as one (equal ``le`` buckets summed; a bound one lacks counts as its next lower
-    bucket, as the cumulative counts say). None when none is given."""
-    present = [h for h in hs if h is not None]
-    if not present:
-        return None
-    if len(present) == 1:
-        return present[0]
-    bounds = sorted({b.le for h in present for b in h.buckets})
-
-    def at(h: Histogram, le: float) -> float:
-        count = 0.0
-        for b in h.buckets:
-            if b.le > le:
-                break
-            count = b.count
-        return count
-
-    return Histogram(tuple(Bucket(le, sum(at(h, le) for h in present)) for le in bounds),
-                     sum(h.sum for h in present), sum(h.count for h in present))
-
-
 def quantiles(h: Histogram | None) -> Quantiles | None:
     if h is None:
         return None
@@ -373,7 +172,7 @@ class MetricsWindow:
         self.window_s = window_s
         self.rate_window_s = rate_window_s
         self.min_external_share = min_external_share
-        self._scrapes: deque[_Scrape] = deque()
+        self._scrapes: deque[Scrape] = deque()
 
     def __len__(self) -> int:
         return len(self._scrapes)
@@ -381,14 +180,14 @@ class MetricsWindow:
     def add(self, ts: float, exp: Exposition) -> None:
         if self._scrapes and ts <= self._scrapes[-1].ts:
             self._scrapes.clear()  # clock went back: start afresh rather than divide by zero
-        self._scrapes.append(_Scrape(ts, exp, prev=self._scrapes[-1] if self._scrapes else None))
+        self._scrapes.append(Scrape(ts, exp, prev=self._scrapes[-1] if self._scrapes else None))
         horizon = ts - max(self.window_s, self.rate_window_s)
         # keep one scrape at or before the horizon as the window's base
         while len(self._scrapes) >= 2 and self._scrapes[1].ts <= horizon:
             self._scrapes.popleft()
             self._scrapes[0].prev = None  # the running totals stay valid; the chain no longer grows forever
 
-    def _since(self, seconds: float) -> list[_Scrape]:
+    def _since(self, seconds: float) -> list[Scrape]:
         if not self._scrapes:
             return []
         newest = self._scrapes[-1].ts
@@ -469,7 +268,7 @@ class MetricsWindow:
         )
         return figures
 
-    def _kv_transfer(self, sc: list[_Scrape], exp: Exposition) -> KvTransferFigures | None:
+    def _kv_transfer(self, sc: list[Scrape], exp: Exposition) -> KvTransferFigures | None:
         if exp.family(NIXL_XFER_TIME) is None and not any(exp.samples(NIXL_XFER_TIME + "_count")):
             return None
         if len(sc) < 2:
@@ -490,7 +289,7 @@ class MetricsWindow:
             failed_transfers_total=exp.total(NIXL_FAILED_TRANSFERS),
         )
 
-    def _disagg(self, sc: list[_Scrape], exp: Exposition) -> DisaggProof | None:
+    def _disagg(self, sc: list[Scrape], exp: Exposition) -> DisaggProof | None:
         if not any(exp.samples(PROMPT_BY_SOURCE)):
             return None
         if len(sc) < 2:
