@@ -13,10 +13,10 @@ from tui.core.plan.planner import PlanOptions, plan
 from tui.core.plan.preflight import FAIL, WARN
 from tui.core.playbook import MatchContext, load_playbook
 from tui.core.playbook.events import Diagnosis
+from tui.core.playbook.learn import learn_line
 from tui.core.playbook.loader import parse_playbook_file, shipped_playbook_path
 from tui.core.playbook.model import SEVERITIES
 from tui.core.playbook.offline import LogDiagnosis, diagnose_lines, read_log_line, read_log_lines
-from tui.core.playbook.store import append_entry, entry_from_line
 from tui.core.topology import parse_topology
 from tui.core.yamlio import dump
 
@@ -198,31 +198,17 @@ def run_add(args: argparse.Namespace, ctx: CliContext) -> int:
     else:
         line = args.text
         origin = ""
-    book = load_playbook()
-    claimer = book.claim(line)
-    data = entry_from_line(
+    learned = learn_line(
         line, title=args.title, entry_id=args.entry_id, explain=args.explain, severity=args.severity,
         set_env=parse_pairs(args.set_env, "--set-env"), unset_env=args.unset_env, add_args=args.add_arg,
-        remove_args=args.remove_arg, not_fixable=args.not_fixable, auto=args.auto, origin=origin)
-    priority = args.priority
-    if priority is None and claimer is not None and claimer.id != data["id"]:
-        priority = min(100, claimer.priority + 1)
-    if priority is not None:
-        if not 0 <= priority <= 100:
-            raise InputError(f"must be 0..100, got {priority}", field="--priority")
-        data = {**{k: v for k, v in data.items() if k in ("id", "title", "severity")}, "priority": priority,
-                **{k: v for k, v in data.items() if k not in ("id", "title", "severity")}}
-    same = book.get(data["id"])
-    if same is not None and same.source == str(shipped_playbook_path()):
-        ctx.warn(f"your entry {data['id']!r} replaces the shipped entry with that id")
-    entry, target = append_entry(data)
-    check = load_playbook().matcher().feed(line, 1)
-    if not any(d.entry_id == entry.id for d in check):
-        raise InputError(f"saved to {target}, but the reloaded playbook does not recognise the line with it "
-                         "(another entry claims it first): give --priority", field="--priority")
+        remove_args=args.remove_arg, not_fixable=args.not_fixable, auto=args.auto, origin=origin,
+        priority=args.priority)
+    for w in learned.warnings:
+        ctx.warn(w)
+    entry, target, claimer = learned.entry, learned.path, learned.claimer
     ctx.print(f"added {entry.id} to {target}")
     ctx.print(f"  pattern: {entry.lines.patterns[0].text if entry.lines else ''}")
-    if claimer is not None and claimer.id != entry.id:
+    if claimer is not None:
         ctx.print(f"  it takes this line from {claimer.id} (priority {entry.priority} > {claimer.priority})")
     ctx.print(f"  fix: {entry.fix_text()}")
     return EXIT_OK

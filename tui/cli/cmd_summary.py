@@ -1,4 +1,4 @@
-"""Bare ``disagg-tui``: help and a one-screen host summary (until the console exists)."""
+"""Bare ``disagg-tui`` without a terminal (a pipe, CI): help and a one-screen host summary."""
 
 from __future__ import annotations
 

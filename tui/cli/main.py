@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tui.cli.cmd_run",
     "tui.cli.cmd_results",
     "tui.cli.cmd_playbook",
+    "tui.cli.cmd_console",
 )
 
 
@@ -62,6 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         handler = getattr(args, "handler", None)
         if handler is None:
+            from tui.cli.cmd_console import on_terminal
+
+            if on_terminal():
+                from tui.cli.cmd_console import run as console
+
+                return console(args, ctx)
             from tui.cli.cmd_summary import run as summary
 
             return summary(args, ctx, parser)

@@ -181,7 +181,7 @@ def comparison_frame(cells: Sequence[Cell]) -> Any:
     return pl.DataFrame(data, schema={k: schema[k] for k in data}).select(list(data))
 
 
-def _cell_text(df_row: dict[str, Any], col: Column, *, markdown: bool) -> str:
+def cell_text(df_row: dict[str, Any], col: Column, *, markdown: bool) -> str:
     v = df_row[col.key]
     if v is None:
         return "—"
@@ -209,7 +209,7 @@ def render_text(df: Any) -> str:
     headers = [*lead, *[c.title for c in COLUMNS], "flags"]
     rows = []
     for r in df.iter_rows(named=True):
-        rows.append([*_lead_cells(r, lead), *[_cell_text(r, c, markdown=False) for c in COLUMNS], r["flags"] or ""])
+        rows.append([*_lead_cells(r, lead), *[cell_text(r, c, markdown=False) for c in COLUMNS], r["flags"] or ""])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
     numeric = set(range(len(lead), len(lead) + len(COLUMNS)))
 
@@ -228,7 +228,7 @@ def render_markdown(df: Any) -> str:
     headers = [*lead, *[c.title for c in COLUMNS], "flags"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(lead) + "---:|" * len(COLUMNS) + "---|"]
     for r in df.iter_rows(named=True):
-        cells = [*_lead_cells(r, lead), *[_cell_text(r, c, markdown=True) for c in COLUMNS], r["flags"] or ""]
+        cells = [*_lead_cells(r, lead), *[cell_text(r, c, markdown=True) for c in COLUMNS], r["flags"] or ""]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -30,6 +30,11 @@ class ServerLaunched(Event):
     url: str
     command: str  # the plan's shell line (secrets redacted)
     log: str
+    gpus: tuple[int, ...] = ()
+    started: float = 0.0  # epoch seconds the process was started
+    #: how long its start should take (``tui.core.launch.history``): seconds and where the figure comes from
+    expected_s: float | None = None
+    expected_source: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

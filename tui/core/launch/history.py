@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tui.core import paths
+from tui.core.launch.state import redact_argv, redact_env
 from tui.core.plan.spec import LaunchPlan
 
 HISTORY_FILE = "startups.jsonl"
@@ -30,10 +31,12 @@ MAX_BYTES = 1 << 20
 
 
 def plan_key(plan: LaunchPlan) -> str:
-    """``topology/profile/digest``: the same plan on this host gives the same key in every process."""
+    """``topology/profile/digest``: the same plan on this host gives the same key in every process, whether it
+    comes from the planner or from a layout's record (whose secrets are redacted: so is what the key digests)."""
     h = hashlib.sha256()
     for s in plan.servers:
-        h.update(json.dumps([s.name, list(s.argv), sorted(s.env_dict().items()), list(s.gpus)]).encode())
+        env = sorted(redact_env(s.env_dict()).items())
+        h.update(json.dumps([s.name, redact_argv(list(s.argv)), env, list(s.gpus)]).encode())
     return f"{plan.topology}/{plan.profile_id}/{h.hexdigest()[:12]}"
 
 

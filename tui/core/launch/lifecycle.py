@@ -34,7 +34,7 @@ from tui.core.launch.events import (
     ServerReady,
     ServerStalled,
 )
-from tui.core.launch.history import StartupHistory, StartupRecord, plan_key
+from tui.core.launch.history import StartupHistory, StartupRecord, expected_startup, plan_key
 from tui.core.launch.phases import PhaseTracker
 from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore, new_layout_id, redact_argv, redact_env
 from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
@@ -225,9 +225,13 @@ class Launch:
             self._save()
             self.trackers[name] = PhaseTracker()
             follower.follow(name, log)
-            self.bus.publish_threadsafe(ServerLaunched(layout_id=self.layout_id, server=name, role=role,
-                                                       pid=popen.pid, url=url, command=_shell(env, shown_argv),
-                                                       log=str(log)))
+            expected = expected_startup(self.history, self.plan, name, sim_startup_s=self.host.sim_startup_s()) \
+                if name != "proxy" else None
+            self.bus.publish_threadsafe(ServerLaunched(
+                layout_id=self.layout_id, server=name, role=role, pid=popen.pid, url=url,
+                command=_shell(env, shown_argv), log=str(log), gpus=tuple(gpus), started=rec.started,
+                expected_s=expected.seconds if expected else None,
+                expected_source=expected.describe() if expected else ""))
 
     def _on_line(self, name: str, lineno: int, text: str) -> None:
         """In the follower thread: phases, log lines and hooks (the playbook matcher)."""

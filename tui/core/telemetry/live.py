@@ -138,7 +138,7 @@ class LiveTelemetry:
             label = self._info.label(self.facts.names if self.facts else ())
             self.thread = SamplerThread(sampler, self.bus, rate_hz=self.rate_hz, host_label=label,
                                         simulated=self.host.simulated)
-        await self._ensure_poller()
+        await self.follow_layout()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -149,7 +149,8 @@ class LiveTelemetry:
             await self.poller.stop()
             self.poller = None
 
-    async def _ensure_poller(self) -> None:
+    async def follow_layout(self) -> None:
+        """Poll the servers of the layout the state file shows now (a front end calls it every few seconds)."""
         if self._fixed_endpoints is not None:
             wanted = self._fixed_endpoints
         else:
@@ -163,6 +164,12 @@ class LiveTelemetry:
                                    starting=self.active.starting, transport=self._transport)
         await self.poller.start()
         await self.poller.first_health()  # so the first tick already says whether each server is up
+
+    def start_sampling(self) -> None:
+        """Start the GPU sampler thread (its ``GpuSampled`` events go to the bus) without ``ticks()``: for a
+        front end that subscribes to the bus itself."""
+        if self.thread is not None:
+            self.thread.start()  # idempotent
 
     def statuses(self) -> list[ServerStatus]:
         return self.poller.statuses() if self.poller is not None else []
@@ -183,7 +190,7 @@ class LiveTelemetry:
             nonlocal next_layout_check
             if loop.time() >= next_layout_check:
                 next_layout_check = loop.time() + LAYOUT_RECHECK_S
-                await self._ensure_poller()
+                await self.follow_layout()
 
         if self.thread is None:
             period = 1.0 / self.rate_hz

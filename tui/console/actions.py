@@ -1,0 +1,260 @@
+"""What the console asks of the host: the headless commands, started detached, and a look at what is running.
+
+Launching (``up``), stopping (``down``) and campaigns (``run``) are the CLI's own commands, started in their own
+session with their output in a file: the console only watches them (the state file, the logs, the run
+directories). Whatever happens to the console (quit, a dropped SSH connection, a crash), a start goes on to ready
+or failure, a stop completes, an overnight campaign keeps running, and a console opened later finds them all.
+No Textual here: the screens call these from workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tui.core import paths
+from tui.core.bench.campaign import CAMPAIGN_FILE
+from tui.core.bench.store import RUN_FILE
+from tui.core.host.base import HostOptions
+from tui.core.procs import pid_alive
+
+#: where the detached commands' output goes
+JOBS_DIR = "console-jobs"
+
+
+def global_args(options: HostOptions) -> list[str]:
+    """The console's host options as the CLI's global flags (a detached command sees the same host)."""
+    out: list[str] = []
+    if options.sim:
+        out.append("--sim")
+    if options.sim_gpu:
+        out += ["--sim-gpu", options.sim_gpu]
+    if options.sim_gpus:
+        out += ["--sim-gpus", str(options.sim_gpus)]
+    for f in options.sim_faults:
+        out += ["--sim-fault", f]
+    if options.sim_startup_s is not None:
+        out += ["--sim-startup", f"{options.sim_startup_s:g}"]
+    if options.sim_clock is not None:
+        out += ["--sim-clock", f"{options.sim_clock:g}"]
+    if options.vllm:
+        out += ["--vllm", options.vllm]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchKnobs:
+    """The plan's common knobs the launch screen edits (the same flags ``up``/``plan``/``run`` take)."""
+
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    extra_args: tuple[str, ...] = ()  # each one ``--arg`` value ("--flag value")
+    extra_env: tuple[tuple[str, str], ...] = ()
+    gpus: str | None = None
+
+    def args(self) -> list[str]:
+        out: list[str] = []
+        if self.gpus:
+            out += ["--gpus", self.gpus]
+        if self.gpu_memory_utilization is not None:
+            out += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
+        if self.max_model_len is not None:
+            out += ["--max-model-len", str(self.max_model_len)]
+        for a in self.extra_args:
+            out.append(f"--arg={a}")
+        for k, v in self.extra_env:
+            out += ["--env", f"{k}={v}"]
+        return out
+
+
+@dataclass
+class Job:
+    """A detached CLI command: its argv, pid, and the file its output goes to."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+    started: float = field(default_factory=time.time)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid if self.popen is not None else 0
+
+    def poll(self) -> int | None:
+        return self.popen.poll() if self.popen is not None else None
+
+    def shell(self) -> str:
+        return " ".join(shlex.quote(a) for a in ["disagg-tui", *self.argv])
+
+    def last_error(self) -> str:
+        """The command's own one-line error (``disagg-tui: error: ...``), else its last non-empty line."""
+        try:
+            lines = [ln for ln in self.log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        errors = [ln for ln in lines if "error:" in ln]
+        return (errors or lines or [""])[-1].strip()
+
+
+def start_job(name: str, argv: Sequence[str], *, jobs_dir: Path | None = None) -> Job:
+    """``disagg-tui ARGV`` in its own session (an SSH drop or a crashed console leaves it running), stdin closed,
+    stdout and stderr to ``<state>/console-jobs/<time>-<name>.log``. Blocking (a fork): call it from a thread."""
+    folder = jobs_dir or (paths.state_dir() / JOBS_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{name}.log"
+    job = Job(name=name, argv=list(argv), log=log)
+    with open(log, "ab", buffering=0) as out:
+        out.write(f"$ {job.shell()}\n".encode())
+        job.popen = subprocess.Popen([*paths.python_module_argv("tui"), *argv], env=paths.child_env(),
+                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True, close_fds=True)
+    return job
+
+
+def up_argv(model: str, topology: str, knobs: LaunchKnobs, options: HostOptions, *,
+            apply_fix: str | None = None, replace: bool = False) -> list[str]:
+    argv = ["up", "--model", model, "--topology", topology, *knobs.args()]
+    if apply_fix:
+        argv += ["--apply-fix", apply_fix]
+    if replace:
+        argv.append("--replace")
+    return [*argv, *global_args(options)]
+
+
+def down_argv(options: HostOptions, *, all_layouts: bool = False) -> list[str]:
+    return ["down", *(["--all"] if all_layouts else []), *global_args(options)]
+
+
+def run_argv(model: str, topologies: Sequence[str], workloads: Sequence[str], options: HostOptions, *,
+             knobs: LaunchKnobs | None = None, rates: str | None = None, repeat: int = 1,
+             campaign: str | None = None, num_prompts: int | None = None, runner: str = "ours") -> list[str]:
+    argv = ["run", "--model", model, "--topology", ",".join(topologies), "--workload", ",".join(workloads),
+            "--repeat", str(repeat), "--quiet"]
+    if rates:
+        argv += ["--rates", rates]
+    if campaign:
+        argv += ["--campaign", campaign]
+    if num_prompts:
+        argv += ["--num-prompts", str(num_prompts)]
+    if runner != "ours":
+        argv += ["--runner", runner]
+    if knobs is not None:
+        argv += knobs.args()
+    return [*argv, *global_args(options)]
+
+
+# --- campaigns on this host ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CellState:
+    topology: str
+    workload: str
+    rate: str
+    repeat: int
+    status: str  # complete | incomplete | failed | running | pending
+    run_dir: str = ""
+    message: str = ""
+    output_tps: float | None = None
+    mean_tpot_ms: float | None = None
+    mean_ttft_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignState:
+    name: str
+    directory: Path
+    spec: dict[str, Any]
+    cells: tuple[CellState, ...]
+    created: float
+    running: bool  # some run of it is being measured now (its client's process is alive)
+
+    @property
+    def done(self) -> int:
+        return sum(1 for c in self.cells if c.status in ("complete", "failed", "incomplete"))
+
+    @property
+    def total(self) -> int:
+        spec_cells = len(self.spec.get("topologies", [])) * len(self.spec.get("workloads", [])) \
+            * max(int(self.spec.get("repeat", 1) or 1), 1) * max(len(self.spec.get("rates") or [None])
+                                                                   if isinstance(self.spec.get("rates"), list)
+                                                                   else 1, 1)
+        return max(spec_cells, len(self.cells))
+
+
+def _cell_of(run_dir: Path) -> CellState | None:
+    try:
+        meta = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    status = str(meta.get("status", "?"))
+    if status == "running" and not pid_alive(int(meta.get("pid", 0) or 0)):
+        status = "incomplete"
+    summary: dict[str, Any] = {}
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    rate = meta.get("request_rate", meta.get("rate", ""))
+
+    def num(key: str) -> float | None:
+        v = summary.get(key)
+        return float(v) if isinstance(v, int | float) else None
+
+    return CellState(topology=str(meta.get("topology", "")), workload=str(meta.get("workload", "")),
+                     rate=str(rate if rate not in (None, "") else "inf"), repeat=int(meta.get("repeat", 1) or 1),
+                     status=status, run_dir=str(run_dir), message=str(meta.get("message", "")),
+                     output_tps=num("output_throughput"), mean_tpot_ms=num("mean_tpot_ms"),
+                     mean_ttft_ms=num("mean_ttft_ms"))
+
+
+def read_campaign(directory: Path) -> CampaignState | None:
+    """A campaign directory's state from its files (blocking: call from a thread)."""
+    try:
+        spec = json.loads((directory / CAMPAIGN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    cells = tuple(c for c in (_cell_of(p.parent) for p in sorted(directory.glob(f"*/{RUN_FILE}"))) if c is not None)
+    return CampaignState(name=directory.name, directory=directory, spec=spec, cells=cells,
+                         created=float(spec.get("created", 0.0) or 0.0),
+                         running=any(c.status == "running" for c in cells))
+
+
+def campaigns(root: Path | None = None, limit: int = 20) -> list[CampaignState]:
+    """The newest campaigns of the runs directory, newest first."""
+    base = root or paths.runs_dir()
+    if not base.is_dir():
+        return []
+    dirs = [d for d in base.iterdir() if (d / CAMPAIGN_FILE).is_file()]
+    dirs.sort(key=lambda d: (d / CAMPAIGN_FILE).stat().st_mtime, reverse=True)
+    out = [read_campaign(d) for d in dirs[:limit]]
+    return [c for c in out if c is not None]
+
+
+def campaign_jobs_alive(jobs_dir: Path | None = None) -> list[str]:
+    """Names of campaigns whose ``run`` command (started by a console) still runs, from the job logs' pids."""
+    folder = jobs_dir or (paths.state_dir() / JOBS_DIR)
+    out = []
+    for f in sorted(folder.glob("*-run.json")) if folder.is_dir() else []:
+        try:
+            d = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if pid_alive(int(d.get("pid", 0))):
+            out.append(str(d.get("campaign", "")))
+    return out
+
+
+def remember_campaign_job(job: Job, campaign: str, jobs_dir: Path | None = None) -> None:
+    folder = jobs_dir or (paths.state_dir() / JOBS_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{job.log.stem}.json").write_text(json.dumps({"pid": job.pid, "campaign": campaign,
+                                                              "argv": job.argv, "log": str(job.log)}))

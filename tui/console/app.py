@@ -1,0 +1,227 @@
+"""The operator console: one Textual app over the core, the same for a live host and a replayed recording.
+
+``make_console`` is the one factory the CLI, the tests and the benchmarks use. The app owns one ``EventBus``;
+every source publishes on it (the GPU sampler thread and the server poller of ``LiveTelemetry``, the
+``LayoutFollower`` thread for launches and logs, the benchmark runner, or a recording), the ``ConsoleModel`` folds
+each event in as it arrives (cheap), and a 4 Hz timer draws what changed on the screen that is visible. Long work
+runs in workers; their failures reach one handler that turns them into a notification.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.worker import Worker, WorkerState
+
+from tui.console.actions import Job, LaunchKnobs, campaigns, down_argv, start_job
+from tui.console.commands import ConsoleCommands
+from tui.console.model import ConsoleModel
+from tui.console.screens.bench import BenchScreen
+from tui.console.screens.campaign import CampaignScreen
+from tui.console.screens.dashboard import DashboardScreen
+from tui.console.screens.launch import LaunchScreen
+from tui.console.screens.playbook import PlaybookScreen
+from tui.console.screens.results import ResultsScreen
+from tui.core.errors import AppError
+from tui.core.events import Event, EventBus
+from tui.core.follow import LayoutFollower
+from tui.core.host.base import Host, HostOptions
+from tui.core.launch.history import StartupHistory
+from tui.core.launch.state import StateStore
+from tui.core.playbook import Playbook, load_playbook
+from tui.core.profiles import Catalog
+
+FLUSH_S = 0.25
+LAYOUT_RECHECK_S = 2.0
+
+
+@dataclass
+class ConsoleContext:
+    """What the console drives: the host (real or simulated), profiles, the state file, the playbook."""
+
+    options: HostOptions
+    host: Host | None
+    catalog: Catalog
+    store: StateStore
+    book: Playbook | None
+    bus: EventBus = field(default_factory=EventBus)
+    live: bool = True
+    #: label of a replayed recording (None: live)
+    replay: str | None = None
+
+
+def make_console(options: HostOptions | None = None, *, live: bool = True, clock: Callable[[], float] | None = None,
+                 host: Host | None = None, catalog: Catalog | None = None, book: Playbook | None = None,
+                 events: Iterable[Event] = ()) -> ConsoleApp:
+    """The console on the host ``options`` select (``live``), or fed only by ``events`` (tests, replay)."""
+    opts = options or HostOptions()
+    if host is None and live:
+        from tui.hosts import select_host
+
+        host = select_host(opts)
+    ctx = ConsoleContext(options=opts, host=host, catalog=catalog or Catalog.load(), store=StateStore(),
+                         book=book if book is not None else (load_playbook() if live else None), live=live)
+    app = ConsoleApp(ctx, clock=clock)
+    for ev in events:
+        app.model.apply(ev)
+    return app
+
+
+class ConsoleApp(App[int]):
+    CSS_PATH = "console.tcss"
+    TITLE = "disagg-tui"
+    ENABLE_COMMAND_PALETTE = True
+    COMMANDS: ClassVar[set[Any]] = App.COMMANDS | {ConsoleCommands}
+    MODES: ClassVar[dict[str, Any]] = {
+        "dashboard": DashboardScreen, "launch": LaunchScreen, "bench": BenchScreen, "results": ResultsScreen,
+        "campaign": CampaignScreen, "playbook": PlaybookScreen,
+    }
+    DEFAULT_MODE: ClassVar[str] = "dashboard"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("l", "mode('launch')", "launch"),
+        Binding("b", "mode('bench')", "bench"),
+        Binding("c", "mode('campaign')", "campaign"),
+        Binding("r", "mode('results')", "results"),
+        Binding("p", "mode('playbook')", "playbook"),
+        Binding("escape", "mode('dashboard')", "dashboard", show=False),
+        Binding("q", "quit_console", "quit"),
+        Binding("ctrl+c", "quit_console", "quit", show=False, priority=True),
+    ]
+
+    def __init__(self, ctx: ConsoleContext, *, clock: Callable[[], float] | None = None) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.clock = clock or time.time
+        self.model = ConsoleModel(self.clock)
+        self._unsubscribe = ctx.bus.subscribe(self.model.apply)
+        self.follower: LayoutFollower | None = None
+        self.telemetry: Any = None
+        self.jobs: list[Job] = []
+        #: (profile, topology, knobs) of the last launch from this console (what apply-fix and restart repeat)
+        self.last_launch: tuple[str, str, LaunchKnobs] | None = None
+        self.draws = 0
+        self.last_draw_ms = 0.0
+
+    # --- modes -------------------------------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        if self.ctx.replay:
+            self.sub_title = f"REPLAY {self.ctx.replay}"
+        self.ctx.bus.attach_loop(asyncio.get_running_loop())
+        self.set_interval(FLUSH_S, self.flush)
+        if self.ctx.live:
+            self.start_sources()
+
+    def action_mode(self, mode: str) -> None:
+        if mode != self.current_mode:
+            self.switch_mode(mode)
+
+    # --- sources ---------------------------------------------------------------------------------------------
+    def start_sources(self) -> None:
+        host = self.ctx.host
+        assert host is not None
+        self.follower = LayoutFollower(self.ctx.bus, self.ctx.store, self.ctx.book,
+                                       history=StartupHistory(self.ctx.store.root),
+                                       sim_startup_s=host.sim_startup_s())
+        self.follower.start()
+        self.run_telemetry()
+        self.run_reattach_check()
+
+    @work(exclusive=True, group="telemetry", exit_on_error=False, description="GPU sampler and server poller")
+    async def run_telemetry(self) -> None:
+        from tui.core.telemetry.live import LiveTelemetry
+
+        host = self.ctx.host
+        assert host is not None
+        telemetry = LiveTelemetry(host, self.ctx.store, bus=self.ctx.bus)
+        async with telemetry:
+            self.telemetry = telemetry
+            for err in telemetry.errors:
+                self.notify(err, title="GPUs", severity="warning")
+            telemetry.start_sampling()
+            while True:
+                await asyncio.sleep(LAYOUT_RECHECK_S)
+                await telemetry.follow_layout()
+
+    @work(exclusive=True, group="reattach", exit_on_error=False, description="what runs on this host already")
+    async def run_reattach_check(self) -> None:
+        running = await asyncio.to_thread(lambda: [c for c in campaigns(limit=10) if c.running])
+        for c in running:
+            self.notify(f"campaign {c.name} is running: {c.done}/{c.total} cells done (c to watch it)",
+                        title="Reattached")
+
+    # --- drawing ---------------------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Draw what changed on the visible screen; the model's dirty parts are cleared once drawn."""
+        screen = self.screen
+        draw = getattr(screen, "draw", None)
+        if draw is None:
+            return
+        t0 = time.perf_counter()
+        with self.batch_update():
+            draw(self.model)
+        self.model.dirty.clear()
+        self.draws += 1
+        self.last_draw_ms = (time.perf_counter() - t0) * 1000
+
+    # --- detached commands ----------------------------------------------------------------------------------
+    @work(group="jobs", exit_on_error=False, description="a detached disagg-tui command")
+    async def run_job(self, name: str, argv: list[str], done_message: str = "") -> int | None:
+        """Start ``disagg-tui ARGV`` detached and tell the operator how it ended (its own error line if it
+        failed). The command goes on if the console quits."""
+        job = await asyncio.to_thread(start_job, name, argv)
+        self.jobs.append(job)
+        self.notify(job.shell(), title=f"{name} started", timeout=4)
+        assert job.popen is not None
+        code = await asyncio.to_thread(job.popen.wait)
+        if code == 0:
+            if done_message:
+                self.notify(done_message, title=name)
+        else:
+            err = await asyncio.to_thread(job.last_error)
+            self.notify(err or f"exit code {code}", title=f"{name} failed (exit {code})", severity="error",
+                        timeout=12)
+        return code
+
+    def stop_layout(self) -> None:
+        self.run_job("down", down_argv(self.ctx.options), "every server of the layout stopped")
+
+    # --- errors ------------------------------------------------------------------------------------------------
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Every worker's failure becomes one notification with a title and a hint; never a traceback."""
+        if event.state != WorkerState.ERROR:
+            return
+        err = event.worker.error
+        if isinstance(err, AppError):
+            self.notify(err.hint or "", title=err.title, severity="error", timeout=10)
+        else:
+            what = event.worker.description or event.worker.group
+            self.notify(f"{type(err).__name__}: {err}", title=f"{what} failed", severity="error", timeout=10)
+
+    # --- quitting --------------------------------------------------------------------------------------------
+    def action_quit_console(self) -> None:
+        from tui.console.screens.modals import QuitModal
+
+        if self.model.layout is None or self.model.layout.status not in ("starting", "ready"):
+            self.exit(0)
+            return
+
+        def answer(choice: str | None) -> None:
+            if choice == "leave":
+                self.exit(0)
+            elif choice == "stop":
+                self.run_job("down", down_argv(self.ctx.options))
+                self.set_timer(0.5, lambda: self.exit(0))
+
+        self.push_screen(QuitModal(self.model), answer)
+
+    def on_unmount(self) -> None:
+        self._unsubscribe()
+        if self.follower is not None:
+            self.follower.stop()

@@ -1,0 +1,109 @@
+"""Numbers, bars and ages as the console prints them (plain Rich text; colour only says state)."""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+
+GIB = 1024**3
+BLOCKS = " ▏▎▍▌▋▊▉█"
+SPARKS = "▁▂▃▄▅▆▇█"
+
+# state styles (16-colour names: they read on a 16-colour terminal, and NO_COLOR keeps the words)
+OK, WARN, BAD, DIM, BUSY = "green", "yellow", "bold red", "dim", "cyan"
+
+
+def bar(fraction: float | None, width: int, style: str = "", empty_style: str = "dim") -> Text:
+    """A horizontal bar of ``width`` cells with eighth-cell resolution."""
+    t = Text()
+    if width <= 0:
+        return t
+    if fraction is None or math.isnan(fraction):
+        t.append("·" * width, style=empty_style)
+        return t
+    f = min(max(fraction, 0.0), 1.0)
+    eighths = round(f * width * 8)
+    full, part = divmod(eighths, 8)
+    t.append("█" * full, style=style)
+    if part and full < width:
+        t.append(BLOCKS[part], style=style)
+        full += 1
+    t.append("░" * (width - full), style=empty_style)
+    return t
+
+
+def split_bar(parts: list[tuple[float, str]], width: int) -> Text:
+    """A bar of several segments (fractions of the whole), each in its style; the rest empty."""
+    t = Text()
+    used = 0
+    for frac, style in parts:
+        n = min(round(max(frac, 0.0) * width), width - used)
+        if n > 0:
+            t.append("█" * n, style=style)
+            used += n
+    t.append("░" * (width - used), style="dim")
+    return t
+
+
+def sparkline(values: list[float], width: int, top: float = 100.0) -> str:
+    """The last ``width`` values as block characters, 0..``top``."""
+    if width <= 0:
+        return ""
+    vals = values[-width:]
+    out = []
+    for v in vals:
+        f = min(max(v / top, 0.0), 1.0) if top > 0 else 0.0
+        out.append(SPARKS[min(int(f * len(SPARKS)), len(SPARKS) - 1)])
+    return "".join(out).rjust(width, " ")
+
+
+def num(v: float | None, digits: int = 0, unit: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return f"{v:,.{digits}f}{unit}"
+
+
+def ms(seconds: float | None) -> str:
+    """Seconds as a latency: 8.9 ms, 312 ms, 3.2 s."""
+    if seconds is None:
+        return "—"
+    if seconds >= 10:
+        return f"{seconds:.0f} s"
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    v = seconds * 1000
+    return f"{v:.1f} ms" if v < 100 else f"{v:.0f} ms"
+
+
+def ms_value(milliseconds: float | None) -> str:
+    return "—" if milliseconds is None else ms(milliseconds / 1000.0)
+
+
+def duration(seconds: float | None) -> str:
+    """12 s, 3m05s, 1h02m."""
+    if seconds is None or math.isinf(seconds):
+        return "—"
+    s = int(max(seconds, 0))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def gib(b: float | None, digits: int = 1) -> str:
+    return "—" if b is None else f"{b / GIB:.{digits}f}"
+
+
+def pct(fraction: float | None, digits: int = 0) -> str:
+    return "—" if fraction is None else f"{fraction * 100:.{digits}f}%"
+
+
+def rate_bps(bps: float | None) -> str:
+    if bps is None:
+        return "—"
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.1f} {unit}"
+    return f"{bps:.0f} B/s"

@@ -1,0 +1,11 @@
+"""Running the console in the foreground: the app on the host the options select, its exit code."""
+
+from __future__ import annotations
+
+from tui.console.app import make_console
+from tui.core.host.base import Host, HostOptions
+
+
+def run_console(options: HostOptions, *, host: Host | None = None) -> int | None:
+    app = make_console(options, host=host)
+    return app.run()

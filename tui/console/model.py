@@ -1,0 +1,352 @@
+"""What the console shows, folded from the event stream: plain data, no Textual.
+
+Every event that reaches the console goes through :meth:`ConsoleModel.apply` (O(1) work each: keep the newest
+reading of a kind, append to a bounded history); the screens draw from the model at most four times a second,
+only the parts marked dirty. Live and replayed sessions are the same events, so the console cannot tell them
+apart. Histories are bounded (``deque(maxlen=...)``): memory does not grow with time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tui.core.bench.events import BenchDone, BenchLine, BenchStarted, BenchTick, CampaignStep
+from tui.core.events import Event, Notice
+from tui.core.launch.events import (
+    LayoutChanged,
+    LogLine,
+    ServerExited,
+    ServerLaunched,
+    ServerPhase,
+    ServerReady,
+    ServerStalled,
+)
+from tui.core.playbook import Diagnosis
+from tui.core.telemetry.derive import ServerFigures
+from tui.core.telemetry.events import GpuSampled, ServerHealth, ServerMetrics
+from tui.core.telemetry.gpu import GpuSample
+
+#: 60 s of GPU history at 4 Hz
+GPU_HISTORY = 240
+#: a bench chart's window: 10 minutes of 4 Hz ticks
+BENCH_HISTORY = 2400
+LOG_LINES = 1000
+#: a reading older than this many of its periods is stale (drawn grey, with its age)
+STALE_PERIODS = 4.0
+GPU_PERIOD_S = 0.25
+SERVER_PERIOD_S = 1.0
+
+# what changed since the last draw
+GPUS, SERVERS, BAND, LOG, HEADER, BENCH, CAMPAIGN = "gpus", "servers", "band", "log", "header", "bench", "campaign"
+
+
+@dataclass
+class GpuView:
+    sample: GpuSample
+    received: float
+    util: deque[float] = field(default_factory=lambda: deque(maxlen=GPU_HISTORY))
+
+
+@dataclass
+class ServerView:
+    name: str
+    role: str = ""
+    url: str = ""
+    pid: int = 0
+    gpus: tuple[int, ...] = ()
+    started: float = 0.0
+    expected_s: float | None = None
+    expected_source: str = ""
+    health: ServerHealth | None = None
+    health_at: float = 0.0
+    figures: ServerFigures | None = None
+    metrics_error: str | None = None
+    metrics_at: float = 0.0
+    phase: str = ""
+    phase_label: str = ""
+    progress: float = 0.0
+    detail: str = ""
+    phase_at: float = 0.0
+    ready_s: float | None = None
+    exited: ServerExited | None = None
+    stalled: ServerStalled | None = None
+    last_line: str = ""
+    logs: deque[tuple[int, str, str | None]] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+    #: counts the lines appended (the log pane appends only those new since it last drew)
+    log_serial: int = 0
+    #: counts the playbook marks placed on lines already shown (the pane redraws then)
+    marks: int = 0
+
+    @property
+    def port(self) -> str:
+        tail = self.url.rsplit(":", 1)[-1] if self.url else ""
+        return tail if tail.isdigit() else ""
+
+
+@dataclass
+class LayoutView:
+    id: str
+    status: str
+    topology: str
+    profile_id: str
+    endpoint: str
+    simulated: bool
+    note: str = ""
+    since: float = 0.0
+
+
+@dataclass
+class BenchView:
+    started: BenchStarted | None = None
+    tick: BenchTick | None = None
+    done: BenchDone | None = None
+    #: (elapsed s, value) per series name: output_tps, ttft_p50, ttft_p99, tpot_p50, tpot_p99, itl_p50, itl_p99
+    series: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
+    lines: deque[str] = field(default_factory=lambda: deque(maxlen=200))
+
+    def add(self, name: str, t: float, v: float | None) -> None:
+        if v is None:
+            return
+        self.series.setdefault(name, deque(maxlen=BENCH_HISTORY)).append((t, float(v)))
+
+    @property
+    def running(self) -> bool:
+        return self.started is not None and self.done is None
+
+
+@dataclass
+class CampaignView:
+    name: str = ""
+    step: CampaignStep | None = None
+    steps: deque[CampaignStep] = field(default_factory=lambda: deque(maxlen=200))
+
+
+class ConsoleModel:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.host_label = ""
+        self.simulated = False
+        self.gpus: dict[int, GpuView] = {}
+        self.gpu_error: str | None = None
+        self.gpu_at = 0.0
+        self.servers: dict[str, ServerView] = {}
+        self.layout: LayoutView | None = None
+        self.diagnoses: list[Diagnosis] = []
+        self.dismissed: set[tuple[str, str]] = set()
+        self.bench = BenchView()
+        self.campaign = CampaignView()
+        self.notices: deque[Notice] = deque(maxlen=50)
+        self.dirty: set[str] = {GPUS, SERVERS, BAND, LOG, HEADER, BENCH, CAMPAIGN}
+        self.events = 0
+
+    # --- folding ---------------------------------------------------------------------------------------------
+    def apply(self, ev: Event) -> None:
+        self.events += 1
+        handler = _HANDLERS.get(type(ev))
+        if handler is not None:
+            handler(self, ev)
+
+    def server(self, name: str) -> ServerView:
+        view = self.servers.get(name)
+        if view is None:
+            view = self.servers[name] = ServerView(name=name)
+            self.dirty.add(SERVERS)
+        return view
+
+    def _gpu(self, ev: GpuSampled) -> None:
+        now = self.clock()
+        self.host_label, self.simulated = ev.host, ev.simulated
+        self.gpu_error, self.gpu_at = ev.error, now
+        for g in ev.gpus:
+            view = self.gpus.get(g.index)
+            if view is None:
+                view = self.gpus[g.index] = GpuView(sample=g, received=now)
+            view.sample, view.received = g, now
+            view.util.append(g.util_gpu or 0.0)
+        self.dirty.update((GPUS, HEADER))
+
+    def _known(self, name: str) -> bool:
+        """Readings of a server count while a layout is shown (a poller's last reading of a layout that just
+        stopped must not bring its rows back)."""
+        return name in self.servers or self.layout is not None
+
+    def _health(self, ev: ServerHealth) -> None:
+        if not self._known(ev.server):
+            return
+        v = self.server(ev.server)
+        v.health, v.health_at = ev, self.clock()
+        v.role = v.role or ev.role
+        v.url = v.url or ev.endpoint
+        self.dirty.add(SERVERS)
+
+    def _metrics(self, ev: ServerMetrics) -> None:
+        if not self._known(ev.server):
+            return
+        v = self.server(ev.server)
+        v.metrics_at = self.clock()
+        v.metrics_error = ev.error
+        if ev.figures is not None:
+            v.figures = ev.figures
+        self.dirty.add(SERVERS)
+
+    def _layout(self, ev: LayoutChanged) -> None:
+        if self.layout is None or self.layout.id != ev.layout_id:
+            self.servers = {}
+            self.diagnoses = []
+            self.dirty.update((LOG, SERVERS))
+        since = self.layout.since if self.layout is not None and self.layout.id == ev.layout_id \
+            and self.layout.status == ev.status else ev.ts
+        self.layout = LayoutView(id=ev.layout_id, status=ev.status, topology=ev.topology, profile_id=ev.profile_id,
+                                 endpoint=ev.endpoint, simulated=ev.simulated, note=ev.note, since=since)
+        if ev.status == "stopped":
+            self.layout = None
+            self.servers = {}
+            self.diagnoses = []
+        self.dirty.update((HEADER, BAND, SERVERS))
+
+    def _launched(self, ev: ServerLaunched) -> None:
+        v = self.server(ev.server)
+        v.role, v.url, v.pid, v.gpus = ev.role, ev.url, ev.pid, ev.gpus
+        v.started = ev.started or ev.ts
+        v.expected_s, v.expected_source = ev.expected_s, ev.expected_source
+        v.exited = None
+        v.stalled = None
+        self.dirty.update((SERVERS, BAND))
+
+    def _log(self, ev: LogLine) -> None:
+        v = self.server(ev.server)
+        v.logs.append((ev.lineno, ev.text, None))
+        v.log_serial += 1
+        if ev.text.strip():
+            v.last_line = ev.text
+        self.dirty.add(LOG)
+
+    def _phase(self, ev: ServerPhase) -> None:
+        v = self.server(ev.server)
+        v.phase, v.phase_label, v.progress, v.detail = ev.phase, ev.label, ev.progress, ev.detail
+        v.phase_at = ev.ts
+        self.dirty.update((SERVERS, BAND))
+
+    def _ready(self, ev: ServerReady) -> None:
+        v = self.server(ev.server)
+        v.ready_s = ev.startup_s
+        v.phase, v.progress = "ready", 1.0
+        self.dirty.update((SERVERS, BAND))
+
+    def _exited(self, ev: ServerExited) -> None:
+        v = self.server(ev.server)
+        v.exited = ev
+        self.dirty.update((SERVERS, BAND))
+
+    def _stalled(self, ev: ServerStalled) -> None:
+        self.server(ev.server).stalled = ev
+        self.dirty.update((SERVERS, BAND))
+
+    def _diagnosis(self, ev: Diagnosis) -> None:
+        if any(d.server == ev.server and d.entry_id == ev.entry_id and d.line_no == ev.line_no
+               for d in self.diagnoses):
+            return
+        self.diagnoses.append(ev)
+        v = self.servers.get(ev.server)
+        if v is not None and ev.line_no is not None:  # mark the line in the log pane
+            for i, (n, text, _) in enumerate(v.logs):
+                if n == ev.line_no:
+                    v.logs[i] = (n, text, ev.entry_id)
+                    v.marks += 1
+                    break
+        self.dirty.update((BAND, LOG))
+
+    def _bench_started(self, ev: BenchStarted) -> None:
+        self.bench = BenchView(started=ev)
+        self.dirty.update((BENCH, BAND))
+
+    def _bench_tick(self, ev: BenchTick) -> None:
+        b = self.bench
+        b.tick = ev
+        if ev.phase == "run":
+            t = ev.elapsed_s
+            b.add("output_tps", t, ev.output_tps)
+            for name in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99"):
+                b.add(name, t, getattr(ev, name + "_ms"))
+        self.dirty.update((BENCH, BAND))
+
+    def _bench_done(self, ev: BenchDone) -> None:
+        self.bench.done = ev
+        self.dirty.update((BENCH, BAND))
+
+    def _bench_line(self, ev: BenchLine) -> None:
+        self.bench.lines.append(ev.text)
+        self.dirty.add(BENCH)
+
+    def _campaign(self, ev: CampaignStep) -> None:
+        c = self.campaign
+        c.name, c.step = ev.campaign, ev
+        c.steps.append(ev)
+        self.dirty.update((CAMPAIGN, BAND))
+
+    def _notice(self, ev: Notice) -> None:
+        self.notices.append(ev)
+
+    # --- questions the screens ask -------------------------------------------------------------------------
+    def age(self, at: float) -> float:
+        return max(self.clock() - at, 0.0) if at else float("inf")
+
+    def gpu_stale(self, view: GpuView) -> bool:
+        return self.age(view.received) > STALE_PERIODS * GPU_PERIOD_S * 4  # 4 s without a sample
+
+    def server_stale(self, view: ServerView) -> bool:
+        return bool(view.health_at) and self.age(view.health_at) > STALE_PERIODS * SERVER_PERIOD_S
+
+    def owners_on(self, index: int) -> list[tuple[str, str, int]]:
+        """(owner, role, bytes) of the processes on a GPU, the servers' first (summed per owner)."""
+        view = self.gpus.get(index)
+        if view is None:
+            return []
+        acc: dict[tuple[str, str], int] = {}
+        for p in view.sample.processes:
+            owner = p.owner or (p.name or f"pid {p.pid}")
+            role = p.role or ""
+            if p.tp_rank is not None:
+                role = f"{role} TP{p.tp_rank}".strip()
+            if p.dp_rank is not None:
+                role = f"{role} DP{p.dp_rank}".strip()
+            acc[(owner, role)] = acc.get((owner, role), 0) + int(p.memory or 0)
+        return sorted(((o, r, b) for (o, r), b in acc.items()), key=lambda t: (t[0].startswith("pid"), t[0]))
+
+    def active_diagnosis(self) -> Diagnosis | None:
+        """The failure to show in the banner: the most severe one not dismissed."""
+        open_ = [d for d in self.diagnoses if (d.server, d.entry_id) not in self.dismissed]
+        if not open_:
+            return None
+        return sorted(open_, key=lambda d: d.sort_key())[0]
+
+    def starting(self) -> bool:
+        return self.layout is not None and self.layout.status == "starting"
+
+    def dismiss(self, d: Diagnosis) -> None:
+        self.dismissed.add((d.server, d.entry_id))
+        self.dirty.add(BAND)
+
+
+_HANDLERS: dict[type[Event], Callable[[ConsoleModel, Event], None]] = {
+    GpuSampled: ConsoleModel._gpu,  # type: ignore[dict-item]
+    ServerHealth: ConsoleModel._health,  # type: ignore[dict-item]
+    ServerMetrics: ConsoleModel._metrics,  # type: ignore[dict-item]
+    LayoutChanged: ConsoleModel._layout,  # type: ignore[dict-item]
+    ServerLaunched: ConsoleModel._launched,  # type: ignore[dict-item]
+    LogLine: ConsoleModel._log,  # type: ignore[dict-item]
+    ServerPhase: ConsoleModel._phase,  # type: ignore[dict-item]
+    ServerReady: ConsoleModel._ready,  # type: ignore[dict-item]
+    ServerExited: ConsoleModel._exited,  # type: ignore[dict-item]
+    ServerStalled: ConsoleModel._stalled,  # type: ignore[dict-item]
+    Diagnosis: ConsoleModel._diagnosis,  # type: ignore[dict-item]
+    BenchStarted: ConsoleModel._bench_started,  # type: ignore[dict-item]
+    BenchTick: ConsoleModel._bench_tick,  # type: ignore[dict-item]
+    BenchDone: ConsoleModel._bench_done,  # type: ignore[dict-item]
+    BenchLine: ConsoleModel._bench_line,  # type: ignore[dict-item]
+    CampaignStep: ConsoleModel._campaign,  # type: ignore[dict-item]
+    Notice: ConsoleModel._notice,  # type: ignore[dict-item]
+}

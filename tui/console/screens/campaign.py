@@ -1,0 +1,257 @@
+"""Campaign: a bake-off (topologies × workloads × rates × repeats), its grid filling in, the current cell live.
+
+A campaign started here is ``disagg-tui run`` started detached: it keeps running when the console exits or the
+SSH connection drops, and this screen (in any console, later) shows it from its directory (``campaign.json`` and
+each cell's run), the live figures of the cell being measured from the servers' ``/metrics``. Resume is ``run``'s:
+the same campaign again skips the cells already complete.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Input, Label, OptionList, SelectionList, Static
+from textual.widgets.option_list import Option
+
+from tui.console import fmt
+from tui.console.actions import CampaignState, campaigns, remember_campaign_job, run_argv, start_job
+from tui.console.model import ConsoleModel
+from tui.console.screens.launch import candidate_topologies
+from tui.console.widgets.header import HeaderBar
+
+if TYPE_CHECKING:
+    from tui.console.app import ConsoleApp
+
+REFRESH_S = 2.0
+STATUS_STYLE = {"complete": fmt.OK, "failed": fmt.BAD, "incomplete": fmt.WARN, "running": fmt.BUSY}
+
+
+def grid(state: CampaignState) -> Table:
+    """Topologies down, workloads (and rates) across; each cell its status and output tokens/s."""
+    spec = state.spec
+    topos = list(spec.get("topologies", [])) or sorted({c.topology for c in state.cells})
+    columns: list[tuple[str, str]] = []
+    for c in state.cells:
+        key = (c.workload, c.rate)
+        if key not in columns:
+            columns.append(key)
+    for w in spec.get("workloads", []):
+        if not any(k[0] == w for k in columns):
+            columns.append((w, ""))
+    t = Table(expand=True, box=None, pad_edge=False)
+    t.add_column("topology", style="bold")
+    for w, r in columns:
+        t.add_column(f"{w}" + (f" @{r}" if r and r != "inf" else ""), justify="right")
+    for topo in topos:
+        row: list[Text | str] = [topo]
+        for w, r in columns:
+            cells = [c for c in state.cells if c.topology == topo and c.workload == w and (not r or c.rate == r)]
+            if not cells:
+                row.append(Text("pending", style=fmt.DIM))
+                continue
+            parts = Text()
+            for i, c in enumerate(sorted(cells, key=lambda c: c.repeat)):
+                if i:
+                    parts.append(" ")
+                label = fmt.num(c.output_tps) + " tok/s" if c.status == "complete" and c.output_tps else c.status
+                parts.append(label, style=STATUS_STYLE.get(c.status, ""))
+            row.append(parts)
+        t.add_row(*row)
+    return t
+
+
+class CampaignScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+s", "start", "start campaign", priority=True),
+        Binding("ctrl+r", "resume", "resume selected", priority=True),
+        Binding("escape", "app.mode('dashboard')", "dashboard"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.states: list[CampaignState] = []
+        self.selected: str | None = None
+
+    @property
+    def console(self) -> ConsoleApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        with Horizontal(id="campaign-body"):
+            with VerticalScroll(id="campaign-form"):
+                yield Label("model")
+                yield OptionList(id="c-model")
+                yield Label("topologies")
+                yield SelectionList[str](id="c-topologies")
+                yield Label("workloads")
+                yield SelectionList[str](id="c-workloads")
+                yield Label("rates (empty: the workload's; auto; or 1,2,4)")
+                yield Input(id="c-rates", compact=True)
+                yield Label("repeats · prompts per run (empty: the workload's)")
+                with Horizontal(classes="knob-row"):
+                    yield Input(value="1", id="c-repeat", compact=True)
+                    yield Input(id="c-prompts", compact=True)
+                yield Button("Start (ctrl+s)", id="c-start", variant="primary")
+            with Vertical(id="campaign-live"):
+                cl = OptionList(id="c-list")
+                cl.border_title = "Campaigns on this host"
+                yield cl
+                yield Static(id="c-grid")
+                yield Static(id="c-current")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        ctx = self.console.ctx
+        models = self.query_one("#c-model", OptionList)
+        for mid in sorted(ctx.catalog.models):
+            models.add_option(Option(mid, id=mid))
+        lay = self.console.model.layout
+        ids = sorted(ctx.catalog.models)
+        if ids:
+            models.highlighted = ids.index(lay.profile_id) if lay is not None and lay.profile_id in ids else 0
+        gpus = len(ctx.host.facts.gpus) if ctx.host is not None else 2
+        topos = self.query_one("#c-topologies", SelectionList)
+        for t in candidate_topologies(gpus):
+            topos.add_option((t, t, t in ("dp2", "tp2", "1p1d")))
+        wls = self.query_one("#c-workloads", SelectionList)
+        for name in sorted(ctx.catalog.workloads):
+            wls.add_option((name, name, name in ("decode-heavy", "prefill-heavy")))
+        self.refresh_list()
+        self.set_interval(REFRESH_S, self.refresh_list)
+
+    def draw(self, model: ConsoleModel) -> None:
+        self.query_one(HeaderBar).draw(model, replay=self.console.ctx.replay, screen="campaign")
+        self.query_one("#c-current", Static).update(self._current(model))
+
+    # --- the campaigns ---------------------------------------------------------------------------------------
+    def refresh_list(self) -> None:
+        if self.is_current or not self.states:
+            self._read()
+
+    @work(exclusive=True, group="campaigns", thread=True, exit_on_error=False, description="reading campaigns")
+    def _read(self) -> None:
+        states = campaigns(limit=15)
+        self.app.call_from_thread(self._show, states)
+
+    def _show(self, states: list[CampaignState]) -> None:
+        self.states = states
+        ol = self.query_one("#c-list", OptionList)
+        keep = self.selected
+        ol.clear_options()
+        for s in states:
+            mark = Text("● running  ", style=fmt.BUSY) if s.running else Text("           ")
+            ol.add_option(Option(mark + Text(f"{s.name}  {s.done}/{s.total} cells"), id=s.name))
+        names = [s.name for s in states]
+        if names:
+            pick = keep if keep in names else names[0]
+            ol.highlighted = names.index(pick)
+            self.selected = pick
+        self._show_grid()
+
+    @on(OptionList.OptionHighlighted, "#c-list")
+    def _pick(self, event: OptionList.OptionHighlighted) -> None:
+        self.selected = event.option.id
+        self._show_grid()
+
+    def _show_grid(self) -> None:
+        state = next((s for s in self.states if s.name == self.selected), None)
+        g = self.query_one("#c-grid", Static)
+        if state is None:
+            g.update(Text("No campaign on this host yet: choose topologies and workloads, then ctrl+s.",
+                          style="dim"))
+            return
+        head = Text()
+        head.append(f"{state.name}", style="bold")
+        head.append(f"  {state.spec.get('model', '')} · {state.done}/{state.total} cells · ")
+        head.append("running" if state.running else "not running (ctrl+r resumes)",
+                    style=fmt.BUSY if state.running else fmt.DIM)
+        head.append(f"\n{state.directory}\n", style="dim")
+        g.update(_stack(head, grid(state)))
+
+    def _current(self, model: ConsoleModel) -> Text:
+        state = next((s for s in self.states if s.name == self.selected), None)
+        if state is None or not state.running:
+            return Text()
+        cell = next((c for c in state.cells if c.status == "running"), None)
+        t = Text("\nNow: ", style="bold")
+        if cell is not None:
+            t.append(f"{cell.topology} × {cell.workload} @ {cell.rate} (repeat {cell.repeat})\n")
+        gen = sum(v.figures.generation_tps or 0.0 for v in model.servers.values()
+                  if v.figures is not None and v.role != "proxy")
+        running = sum(v.figures.running or 0.0 for v in model.servers.values()
+                      if v.figures is not None and v.role != "proxy")
+        ttfts = [v.figures.ttft.p50 for v in model.servers.values() if v.figures is not None and v.figures.ttft
+                 and v.figures.ttft.p50 is not None and v.role != "proxy"]
+        t.append(f"servers: {fmt.num(gen)} gen tok/s · {running:.0f} running · TTFT p50 "
+                 f"{fmt.ms(max(ttfts)) if ttfts else '—'} (from /metrics)")
+        return t
+
+    # --- starting ------------------------------------------------------------------------------------------
+    @on(Button.Pressed, "#c-start")
+    def _start_button(self) -> None:
+        self.action_start()
+
+    def action_start(self) -> None:
+        ctx = self.console.ctx
+        ol = self.query_one("#c-model", OptionList)
+        if ol.highlighted is None:
+            return
+        model = ol.get_option_at_index(ol.highlighted).id
+        topos = list(self.query_one("#c-topologies", SelectionList).selected)
+        wls = list(self.query_one("#c-workloads", SelectionList).selected)
+        if not topos or not wls or model is None:
+            self.notify("choose at least one topology and one workload", severity="warning", timeout=4)
+            return
+        repeat_text = self.query_one("#c-repeat", Input).value.strip() or "1"
+        prompts_text = self.query_one("#c-prompts", Input).value.strip()
+        if not repeat_text.isdigit() or int(repeat_text) < 1 or (prompts_text and not prompts_text.isdigit()):
+            self.notify("repeats and prompts are positive integers", severity="error", timeout=5)
+            return
+        lay = self.console.model.layout
+        if lay is not None and lay.status in ("starting", "ready"):
+            self.notify("a layout is up: the campaign brings up its own; stop this one first (s on the dashboard)",
+                        title="one layout at a time", severity="warning", timeout=6)
+            return
+        rates = self.query_one("#c-rates", Input).value.strip() or None
+        argv = run_argv(model, topos, wls, ctx.options, rates=rates, repeat=int(repeat_text),
+                        num_prompts=int(prompts_text) if prompts_text else None)
+        self._spawn(argv, "")
+
+    def action_resume(self) -> None:
+        state = next((s for s in self.states if s.name == self.selected), None)
+        if state is None:
+            return
+        if state.running:
+            self.notify(f"{state.name} is running", timeout=3)
+            return
+        spec = state.spec
+        rates = spec.get("rates")
+        argv = run_argv(str(spec.get("model", "")), list(spec.get("topologies", [])),
+                        list(spec.get("workloads", [])), self.console.ctx.options,
+                        rates=",".join(rates) if isinstance(rates, list) else rates,
+                        repeat=int(spec.get("repeat", 1) or 1), campaign=state.name,
+                        num_prompts=spec.get("num_prompts"), runner=str(spec.get("client", "ours")))
+        self._spawn(argv, state.name)
+
+    @work(group="campaign-start", thread=True, exit_on_error=False, description="starting a campaign")
+    def _spawn(self, argv: list[str], name: str) -> None:
+        job = start_job("run", argv)
+        remember_campaign_job(job, name or "(new)")
+        self.app.call_from_thread(self.notify, f"{job.shell()}\noutput: {job.log}", title="campaign started",
+                                  timeout=6)
+        self.app.call_from_thread(self._read)
+
+
+def _stack(head: Text, body: Table) -> Table:
+    outer = Table.grid(expand=True)
+    outer.add_row(head)
+    outer.add_row(body)
+    return outer

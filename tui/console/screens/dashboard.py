@@ -1,0 +1,173 @@
+"""The dashboard (home): GPUs and servers on top, the one thing going on in the middle, the log at the bottom."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer
+
+from tui.console.actions import LaunchKnobs, up_argv
+from tui.console.model import BAND, GPUS, HEADER, LOG, SERVERS, ConsoleModel
+from tui.console.widgets.band import Band
+from tui.console.widgets.gpus import GpuPanel
+from tui.console.widgets.header import HeaderBar
+from tui.console.widgets.logpane import LogPane
+from tui.console.widgets.servers import ServerTable
+
+if TYPE_CHECKING:
+    from tui.console.app import ConsoleApp
+
+
+class DashboardScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "stop", "stop layout"),
+        Binding("a", "apply_fix", "apply fix", show=False),
+        Binding("d", "details", "details", show=False),
+        Binding("x", "dismiss", "dismiss", show=False),
+        Binding("R", "restart", "restart", show=False),
+        Binding("f", "follow", "follow log", show=False),
+        Binding("A", "add_entry", "add to playbook", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tick = 0
+
+    @property
+    def console(self) -> ConsoleApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        gpus = GpuPanel(id="gpus")
+        gpus.border_title = "GPUs"
+        yield gpus
+        servers = ServerTable(id="servers")
+        servers.border_title = "Servers"
+        yield servers
+        yield Band(id="band")
+        log = LogPane(id="log")
+        log.border_title = "Log"
+        yield log
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.draw(self.console.model, full=True)
+
+    def on_screen_resume(self) -> None:
+        self.draw(self.console.model, full=True)
+
+    def draw(self, model: ConsoleModel, *, full: bool = False) -> None:
+        """Called by the app's 4 Hz flush; ages and clocks move once a second even when nothing changed."""
+        self._tick += 1
+        second = self._tick % 4 == 0
+        dirty = model.dirty
+        if full or second or HEADER in dirty:
+            self.query_one(HeaderBar).draw(model, replay=self.console.ctx.replay)
+        if full or second or GPUS in dirty:
+            self.query_one(GpuPanel).draw(model)
+        table = self.query_one(ServerTable)
+        if full or second or SERVERS in dirty:
+            table.draw(model)
+        if full or second or BAND in dirty:
+            self.query_one(Band).draw(model)
+        if full or LOG in dirty:
+            self.query_one(LogPane).show(model, table.selected)
+
+    # --- selection ---------------------------------------------------------------------------------------------
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        name = str(event.row_key.value) if event.row_key is not None else None
+        self.query_one(LogPane).show(self.console.model, name)
+
+    # --- actions -----------------------------------------------------------------------------------------------
+    def action_stop(self) -> None:
+        if self.console.model.layout is None:
+            self.notify("no layout is up", timeout=3)
+            return
+        self.console.stop_layout()
+
+    def _launch_again(self, apply_fix: str | None = None) -> None:
+        model = self.console.model
+        lay = model.layout
+        last = self.console.last_launch
+        if lay is None and last is None:
+            self.notify("no layout to launch again: press l to launch one", timeout=4)
+            return
+        if last is not None and (lay is None or (last[0], last[1]) == (lay.profile_id, lay.topology)):
+            profile, topology, knobs = last
+        else:
+            assert lay is not None
+            profile, topology, knobs = lay.profile_id, lay.topology, LaunchKnobs()
+        replace = lay is not None and lay.status in ("starting", "ready")
+        argv = up_argv(profile, topology, knobs, self.console.ctx.options, apply_fix=apply_fix, replace=replace)
+        if lay is not None and lay.status == "failed" and self.console.follower is not None:
+            self.console.follower.dismiss(lay.id)
+        self.console.last_launch = (profile, topology, knobs)
+        self.console.run_job("up", argv)
+
+    def action_apply_fix(self) -> None:
+        d = self.console.model.active_diagnosis()
+        if d is None:
+            self.notify("no diagnosis to fix", timeout=3)
+            return
+        if not d.fixable:
+            self.notify(f"{d.entry_id} has no fix to apply: {d.fix}", title="no automatic fix", timeout=8)
+            return
+        self.console.model.dismiss(d)
+        self._launch_again(apply_fix=d.entry_id)
+
+    def action_restart(self) -> None:
+        self._launch_again()
+
+    def action_dismiss(self) -> None:
+        model = self.console.model
+        d = model.active_diagnosis()
+        if d is not None:
+            model.dismiss(d)
+        elif model.layout is not None and model.layout.status == "failed" and self.console.follower is not None:
+            self.console.follower.dismiss(model.layout.id)
+        self.draw(model, full=True)
+
+    def action_details(self) -> None:
+        from tui.console.screens.modals import TextModal
+
+        d = self.console.model.active_diagnosis()
+        if d is None:
+            self.notify("no diagnosis", timeout=3)
+            return
+        body = Text()
+        body.append(d.headline() + "\n\n", style="bold")
+        if d.line:
+            body.append("The line:\n", style="bold")
+            body.append(d.line.strip() + "\n\n", style="red")
+        body.append(d.explanation.strip() + "\n\n")
+        body.append("Fix: ", style="bold")
+        body.append(d.fix + "\n")
+        for c in d.changes:
+            body.append(f"  · {c}\n")
+        if d.fixable:
+            body.append("\nPress a on the dashboard to apply it and relaunch (up --apply-fix "
+                        f"{d.entry_id}).\n", style="dim")
+        self.app.push_screen(TextModal(f"{d.entry_id}: {d.title}", body))
+
+    def action_follow(self) -> None:
+        log = self.query_one(LogPane)
+        log.auto_scroll = not log.auto_scroll
+        self.notify("following the log" if log.auto_scroll else "log paused (f to follow)", timeout=2)
+
+    def action_add_entry(self) -> None:
+        from tui.console.screens.playbook import AddEntryModal
+
+        model = self.console.model
+        name = self.query_one(LogPane).server
+        view = model.servers.get(name) if name else None
+        if view is None or not view.logs:
+            self.notify("no log line to learn from", timeout=3)
+            return
+        lines = [t for _, t, _ in view.logs if t.strip()]
+        error_lines = [t for t in lines if " ERROR " in t or "Error" in t]
+        self.app.push_screen(AddEntryModal((error_lines or lines)[-1]))

@@ -1,0 +1,77 @@
+"""Modal dialogs: quitting (leave the servers running, the default, or stop them), and a text viewer for
+details (a diagnosis in full, a plan as shell) that copies its text with ``c``."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label, Static
+
+from tui.console.model import ConsoleModel
+
+
+class QuitModal(ModalScreen[str | None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "choose(None)", "cancel"),
+        Binding("l", "choose('leave')", "leave running"),
+        Binding("s", "choose('stop')", "stop servers"),
+    ]
+
+    def __init__(self, model: ConsoleModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def compose(self) -> ComposeResult:
+        lay = self.model.layout
+        what = f"{lay.topology} of {lay.profile_id} ({lay.status})" if lay else "the layout"
+        with Vertical(id="quit-dialog", classes="dialog"):
+            yield Label(Text.assemble(("Quit the console?", "bold")))
+            yield Label(f"{what} is running on this host.")
+            yield Label("Its servers keep running unless you stop them; a console opened later reattaches.")
+            with Horizontal(classes="buttons"):
+                yield Button("Leave running (l)", id="leave", variant="primary")
+                yield Button("Stop servers (s)", id="stop", variant="error")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#leave", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(None if event.button.id == "cancel" else event.button.id)
+
+    def action_choose(self, choice: str | None) -> None:
+        self.dismiss(choice)
+
+
+class TextModal(ModalScreen[None]):
+    """A titled, scrolling text; ``c`` copies it (OSC 52), any other key or a click outside closes it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,enter", "close", "close"),
+        Binding("c", "copy", "copy"),
+    ]
+
+    def __init__(self, title: str, body: str | Text) -> None:
+        super().__init__()
+        self.title_text = title
+        self.body = body
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="text-dialog", classes="dialog"):
+            yield Label(Text(self.title_text, style="bold"))
+            with VerticalScroll():
+                yield Static(self.body, id="text-body")
+            yield Label(Text("c copy · esc close", style="dim"))
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_copy(self) -> None:
+        plain = self.body.plain if isinstance(self.body, Text) else str(self.body)
+        self.app.copy_to_clipboard(plain)
+        self.app.notify("copied to the clipboard (OSC 52)", timeout=2)

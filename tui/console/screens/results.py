@@ -1,0 +1,284 @@
+"""Results: every stored run compared (topology × workload, and rate for sweeps) with the best per column marked
+and the setup column, the recommendation per objective with its reasons, a latency–throughput chart for rate
+sweeps, a run's details (plan, fingerprint, per-request distributions), and export to CSV or Markdown.
+
+The table and the recommendation are the core's (``tui.core.bench.table``, ``tui.core.bench.recommend``), the
+same the CLI prints; they are built in a thread (the runs are files) and only drawn here.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from tui.console.model import ConsoleModel
+from tui.console.widgets.charts import XYChart
+from tui.console.widgets.header import HeaderBar
+from tui.core import paths
+from tui.core.bench import recommend as rec_mod
+from tui.core.bench import table
+from tui.core.bench.store import Run, find_runs, load_run
+from tui.core.errors import AppError
+from tui.core.profiles import Catalog, Workload
+
+if TYPE_CHECKING:
+    from tui.console.app import ConsoleApp
+
+REFRESH_S = 5.0
+
+
+@dataclass
+class ResultsData:
+    runs: list[Run] = field(default_factory=list)
+    cells: list[table.Cell] = field(default_factory=list)
+    frame: Any = None
+    recommendation: rec_mod.Recommendation | None = None
+    note: str = ""
+    errors: list[str] = field(default_factory=list)
+    stamp: tuple[int, float] = (0, 0.0)
+
+
+def workloads_of(runs: list[Run], catalog: Catalog) -> dict[str, Workload]:
+    """The workloads the runs used: the run's own ``workload.json`` (an edited one too), else the catalog's."""
+    out: dict[str, Workload] = {}
+    for r in runs:
+        name = r.meta.workload
+        if name in out:
+            continue
+        try:
+            d = json.loads((r.path / "workload.json").read_text(encoding="utf-8"))
+            known = set(Workload.__dataclass_fields__)
+            d = {k: v for k, v in d.items() if k in known}
+            if d.get("request_rate") in (None, "inf"):
+                d["request_rate"] = float("inf")
+            out[name] = Workload(**d)
+            continue
+        except (OSError, ValueError, TypeError):
+            pass
+        try:
+            out[name] = catalog.workload(name)
+        except AppError:
+            continue
+    return out
+
+
+def load_results(catalog: Catalog, gpus: int | None, root: Path | None = None) -> ResultsData:
+    """Every stored run, its comparison cells and the recommendation (blocking: call from a thread)."""
+    data = ResultsData()
+    for p in find_runs([], root):
+        try:
+            data.runs.append(load_run(p))
+        except AppError as err:
+            data.errors.append(err.one_line())
+    if not data.runs:
+        return data
+    data.cells = table.build_cells(data.runs)
+    data.frame = table.comparison_frame(data.cells)
+    workloads = workloads_of(data.runs, catalog)
+    repeats = max((len(c.runs) for c in data.cells), default=1)
+    try:
+        rec = rec_mod.recommend(data.cells, workloads, gpus=gpus, repeats=repeats)
+        if rec.slo_derived:
+            data.cells = table.build_cells(data.runs, slo_by_workload=rec.slo)
+            data.frame = table.comparison_frame(data.cells)
+        data.recommendation = rec
+    except (AppError, KeyError, ValueError) as err:
+        data.errors.append(f"no recommendation: {err}")
+    data.note = table.simulated_note(data.runs)
+    return data
+
+
+def request_distribution(run: Run) -> str:
+    """Per-request TTFT, TPOT and E2E latency quantiles of a run, from its records."""
+    recs = [r for r in run.records() if getattr(r, "success", True)]
+    if not recs:
+        return "no finished requests stored"
+    lines = [f"{len(recs)} finished requests"]
+    for name, getter in (("TTFT", lambda r: r.ttft), ("TPOT", lambda r: r.tpot), ("E2E", lambda r: r.latency)):
+        vals = sorted(v for v in (getter(r) for r in recs) if isinstance(v, int | float) and v > 0)
+        if not vals:
+            continue
+        qs = statistics.quantiles(vals, n=100) if len(vals) > 1 else [vals[0]] * 99
+        lines.append(f"  {name:<5} p50 {qs[49] * 1000:9.1f} ms   p90 {qs[89] * 1000:9.1f} ms   "
+                     f"p99 {qs[98] * 1000:9.1f} ms   max {vals[-1] * 1000:9.1f} ms")
+    return "\n".join(lines)
+
+
+class ResultsScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+r", "reload", "reload"),
+        Binding("ctrl+e", "export('csv')", "export CSV"),
+        Binding("ctrl+k", "export('md')", "export Markdown"),
+        Binding("enter", "details", "details", show=False),
+        Binding("escape", "app.mode('dashboard')", "dashboard"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data = ResultsData()
+        self._keys: list[table.Cell] = []
+
+    @property
+    def console(self) -> ConsoleApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        with Vertical(id="results-body"):
+            t = DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
+            t.border_title = "Runs compared (* best in its workload and rate; ± 95% interval over repeats)"
+            yield t
+            with Horizontal(id="results-lower"):
+                with VerticalScroll(id="recommendation"):
+                    yield Static(id="rec-text")
+                yield XYChart("latency–throughput (rate sweeps)", "output tok/s", "mean TPOT ms", id="sweep")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#recommendation").border_title = "Recommendation"
+        self.action_reload()
+        self.set_interval(REFRESH_S, self._maybe_reload)
+
+    def on_screen_resume(self) -> None:
+        self.action_reload()
+
+    def draw(self, model: ConsoleModel) -> None:
+        self.query_one(HeaderBar).draw(model, replay=self.console.ctx.replay, screen="results")
+
+    def _maybe_reload(self) -> None:
+        if self.is_current:
+            self.action_reload()
+
+    def action_reload(self) -> None:
+        host = self.console.ctx.host
+        gpus = len(host.facts.gpus) if host is not None else None
+        self._load(gpus)
+
+    @work(exclusive=True, group="results", thread=True, exit_on_error=False, description="reading results")
+    def _load(self, gpus: int | None) -> None:
+        data = load_results(self.console.ctx.catalog, gpus)
+        self.app.call_from_thread(self._show, data)
+
+    def _show(self, data: ResultsData) -> None:
+        stamp = (len(data.runs), max((r.meta.ended or r.meta.started for r in data.runs), default=0.0))
+        if stamp == self.data.stamp and self.data.frame is not None:
+            return
+        data.stamp = stamp
+        self.data = data
+        t = self.query_one("#results-table", DataTable)
+        t.clear(columns=True)
+        rec_text = self.query_one("#rec-text", Static)
+        if data.frame is None:
+            t.add_column("no runs stored yet")
+            rec_text.update(Text("Run a benchmark (b) or a campaign (c): their results appear here.", style="dim"))
+            return
+        lead = ["topology", *(["setup"] if "setup" in data.frame.columns else []), "workload", "rate"]
+        for k in lead:
+            t.add_column(k, key=k)
+        for c in table.COLUMNS:
+            t.add_column(c.title, key=c.key)
+        t.add_column("flags", key="flags")
+        self._keys = list(data.cells)
+        for i, r in enumerate(data.frame.iter_rows(named=True)):
+            cells: list[Any] = [str(r[k]) + (f" (n={r['runs']})" if k == "topology" and r["runs"] > 1 else "")
+                                for k in lead]
+            for c in table.COLUMNS:
+                text = table.cell_text(r, c, markdown=False)
+                cells.append(Text(text, style="bold green" if r[f"{c.key}_best"] else "", justify="right"))
+            cells.append(Text(r["flags"] or "", style="yellow"))
+            t.add_row(*cells, key=str(i))
+        body = Text()
+        if data.note:
+            body.append(data.note + "\n", style="bold yellow")
+        if data.recommendation is not None:
+            body.append(rec_mod.render(data.recommendation))
+        for e in data.errors:
+            body.append(f"\n{e}", style="red")
+        rec_text.update(body)
+        self._sweep(data)
+
+    def _sweep(self, data: ResultsData) -> None:
+        series: dict[str, list[tuple[float, float]]] = {}
+        for c in data.cells:
+            tps, tpot = c.values.get("output_throughput"), c.values.get("mean_tpot_ms")
+            if tps is None or tpot is None:
+                continue
+            series.setdefault(f"{c.topology} {c.workload}", []).append((tps.mean, tpot.mean))
+        sweeps = {k: sorted(v) for k, v in series.items() if len(v) > 1}
+        self.query_one("#sweep", XYChart).set_series(sweeps)
+
+    def _current_cell(self) -> table.Cell | None:
+        t = self.query_one("#results-table", DataTable)
+        if not self._keys or t.cursor_row < 0 or t.cursor_row >= len(self._keys):
+            return None
+        return self._keys[t.cursor_row]
+
+    @on(DataTable.RowSelected, "#results-table")
+    def _selected(self, _: DataTable.RowSelected) -> None:
+        self.action_details()
+
+    def action_details(self) -> None:
+        cell = self._current_cell()
+        if cell is not None:
+            self._details(cell)
+
+    @work(exclusive=True, group="details", thread=True, exit_on_error=False, description="a run's details")
+    def _details(self, cell: table.Cell) -> None:
+        from tui.console.screens.modals import TextModal
+
+        body = Text()
+        for run in cell.runs:
+            body.append(f"{run.id}  ({run.meta.status})\n", style="bold")
+            body.append(f"  {run.path}\n", style="dim")
+            if run.meta.flags:
+                body.append(f"  flags: {', '.join(run.meta.flags)}\n", style="yellow")
+            body.append(request_distribution(run) + "\n")
+            fp = run.meta.fingerprint or {}
+            if fp:
+                body.append("  fingerprint: " + ", ".join(f"{k}={v}" for k, v in sorted(fp.items())
+                                                          if not isinstance(v, dict | list)) + "\n", style="dim")
+            plan_file = run.path / "plan.json"
+            if plan_file.is_file():
+                try:
+                    from tui.core.plan.spec import LaunchPlan
+
+                    body.append("  plan:\n", style="bold")
+                    plan_shell = LaunchPlan.from_dict(json.loads(plan_file.read_text())).shell()
+                    body.append("    " + plan_shell.replace("\n", "\n    ") + "\n", style="cyan")
+                except (ValueError, KeyError, TypeError):
+                    body.append("  plan.json unreadable\n", style="red")
+            body.append("\n")
+        title = f"{cell.topology} × {cell.workload} @ {table.rate_label(cell.rate)}"
+        self.app.call_from_thread(self.app.push_screen, TextModal(title, body))
+
+    def action_export(self, kind: str) -> None:
+        if self.data.frame is None:
+            self.notify("nothing to export", timeout=3)
+            return
+        self._export(kind)
+
+    @work(group="export", thread=True, exit_on_error=False, description="export")
+    def _export(self, kind: str) -> None:
+        folder = paths.data_dir() / "exports"
+        folder.mkdir(parents=True, exist_ok=True)
+        out = folder / f"results-{time.strftime('%Y%m%d-%H%M%S')}.{kind}"
+        text = table.render_csv(self.data.frame) if kind == "csv" else table.render_markdown(self.data.frame)
+        if kind == "md" and self.data.recommendation is not None:
+            text += "\n\n```\n" + rec_mod.render(self.data.recommendation) + "\n```"
+        try:
+            out.write_text(text + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise AppError(f"cannot write {out}: {exc.strerror or exc}") from None
+        self.app.call_from_thread(self.notify, str(out), title=f"exported {kind}")

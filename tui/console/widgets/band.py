@@ -1,0 +1,177 @@
+"""The band in the middle of the dashboard: the one thing going on.
+
+A failure the playbook recognised (the diagnosis banner, with the fix one key away) comes first; then a start in
+progress (one line per server: phase, progress, elapsed against the expected time, the last log line); then a
+benchmark (progress, live figures); then a campaign; else what to do next.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from tui.console import fmt
+from tui.console.model import ConsoleModel, ServerView
+
+
+class Band(Static):
+    DEFAULT_CSS = "Band { height: auto; min-height: 3; }"
+
+    def draw(self, model: ConsoleModel) -> None:
+        width = max(self.size.width or (self.app.size.width - 4), 40)
+        text, kind = render_band(model, width)
+        self.set_class(kind == "diagnosis", "-diagnosis")
+        self.set_class(kind == "startup", "-startup")
+        self.set_class(kind == "bench", "-bench")
+        self.update(text)
+
+
+def render_band(model: ConsoleModel, width: int) -> tuple[Text, str]:
+    d = model.active_diagnosis()
+    if d is not None and (d.is_failure or (model.layout is not None and model.layout.status == "failed")):
+        return _diagnosis(model, width), "diagnosis"
+    starting = [v for v in model.servers.values() if v.role != "proxy" and v.phase != "ready"
+                and v.exited is None] if model.starting() else []
+    if starting or (model.layout is not None and model.layout.status == "starting"):
+        return _startup(model, width), "startup"
+    if model.bench.started is not None:
+        return _bench(model, width), "bench"
+    c = model.campaign
+    if c.step is not None:
+        s = c.step
+        t = Text(f"Campaign {c.name}: ", style="bold")
+        t.append(f"{s.done}/{s.total} cells  ")
+        t.append(s.text)
+        return t, "campaign"
+    return _idle(model), "idle"
+
+
+def _idle(model: ConsoleModel) -> Text:
+    lay = model.layout
+    if lay is None:
+        return Text.assemble(("No layout is up. ", "bold"), "Press ", ("l", "bold"), " to pick a model and a "
+                             "topology and launch it, ", ("c", "bold"), " for a campaign, ", ("r", "bold"),
+                             " for stored results.")
+    if lay.status == "ready":
+        t = Text.assemble((f"{lay.topology} of {lay.profile_id} is ready", fmt.OK), f" at {lay.endpoint}. ",
+                          "Press ", ("b", "bold"), " to benchmark it, ", ("s", "bold"), " to stop it.")
+        started = [f"{v.name} in {fmt.duration(v.ready_s)}" for v in model.servers.values()
+                   if v.ready_s is not None and v.role != "proxy"]
+        if started:
+            t.append("\nStarted: " + ", ".join(started), style=fmt.DIM)
+        return t
+    if lay.status == "failed":
+        return Text.assemble((f"{lay.topology} of {lay.profile_id} failed to start", fmt.BAD),
+                             f": {lay.note}. " if lay.note else ". ", "Press ", ("l", "bold"), " to launch again.")
+    return Text(f"{lay.topology} of {lay.profile_id}: {lay.status}", style=fmt.BUSY)
+
+
+def _diagnosis(model: ConsoleModel, width: int) -> Text:
+    d = model.active_diagnosis()
+    assert d is not None
+    t = Text()
+    t.append("✖ " if d.is_failure else "▲ ", style=fmt.BAD if d.is_failure else fmt.WARN)
+    t.append(f"{d.server} " if d.server else "", style="bold")
+    t.append("failed: " if d.is_failure else "warning: ")
+    t.append(d.entry_id, style="bold")
+    t.append(f" · {d.title}")
+    first = d.explanation.strip().splitlines()[0] if d.explanation.strip() else ""
+    if first:
+        t.append("\n" + first)
+    t.append("\nFix: ", style="bold")
+    t.append(d.fix or "no fix known: see the details")
+    keys = Text("\n")
+    if d.fixable:
+        keys.append("a", style="bold reverse")
+        keys.append(" apply the fix and relaunch   ")
+    keys.append("d", style="bold reverse")
+    keys.append(" details   ")
+    keys.append("x", style="bold reverse")
+    keys.append(" dismiss")
+    more = len([x for x in model.diagnoses if (x.server, x.entry_id) not in model.dismissed]) - 1
+    if more > 0:
+        keys.append(f"   (+{more} more: p for the playbook)", style=fmt.DIM)
+    t.append_text(keys)
+    return t
+
+
+def _server_eta(model: ConsoleModel, v: ServerView) -> str:
+    elapsed = model.age(v.started) if v.started else None
+    if v.expected_s:
+        left = v.expected_s - (elapsed or 0.0)
+        eta = f"ETA {fmt.duration(left)}" if left > 0 else f"over by {fmt.duration(-left)}"
+        return f"{fmt.duration(elapsed)} / ~{fmt.duration(v.expected_s)}  {eta}"
+    return f"{fmt.duration(elapsed)} (first start here: no ETA yet)"
+
+
+def _startup(model: ConsoleModel, width: int) -> Text:
+    lay = model.layout
+    t = Text()
+    t.append("Starting ", style="bold")
+    if lay is not None:
+        t.append(f"{lay.topology} of {lay.profile_id}")
+    servers = [v for v in model.servers.values() if v.role != "proxy"]
+    if not servers:
+        t.append("\nlaunching…", style=fmt.DIM)
+    bar_w = 24 if width >= 120 else 12
+    for v in servers:
+        t.append("\n")
+        t.append(f"{v.name:<10} ", style="bold")
+        if v.exited is not None:
+            t.append(f"exited {v.exited.returncode} during {v.exited.during}", style=fmt.BAD)
+            continue
+        done = v.phase == "ready"
+        t.append_text(fmt.bar(v.progress, bar_w, style=fmt.OK if done else fmt.BUSY))
+        t.append(f" {v.progress * 100:3.0f}% ")
+        label = "ready" if done else (v.phase_label or "launching")
+        t.append(f"{label:<28}"[:28], style=fmt.OK if done else "")
+        if done and v.ready_s is not None:
+            t.append(f" in {fmt.duration(v.ready_s)}")
+        else:
+            t.append(" " + _server_eta(model, v))
+        if width >= 120 and v.last_line and not done:
+            room = width - len(t.plain.splitlines()[-1]) - 4
+            if room > 20:
+                tail = v.last_line.strip()
+                t.append("  " + (tail[: room - 1] + "…" if len(tail) > room else tail), style=fmt.DIM)
+    return t
+
+
+def _bench(model: ConsoleModel, width: int) -> Text:
+    b = model.bench
+    s = b.started
+    assert s is not None
+    tick = b.tick
+    t = Text()
+    t.append("Benchmark ", style="bold")
+    t.append(f"{s.workload} on {s.topology} · {s.total} prompts · rate {s.request_rate} · "
+             f"{'ours' if s.runner == 'disagg-tui' else s.runner}")
+    if b.done is not None:
+        style = fmt.OK if b.done.status == "complete" else fmt.WARN
+        t.append(f"  {b.done.status}", style=style)
+        summ = b.done.summary
+        t.append(f"\nout {fmt.num(summ.get('output_throughput'))} tok/s   TPOT mean "
+                 f"{fmt.ms_value(summ.get('mean_tpot_ms'))}   TTFT mean {fmt.ms_value(summ.get('mean_ttft_ms'))}"
+                 f"   failed {summ.get('failed', 0)}   r for results")
+        return t
+    if tick is None:
+        t.append("\nsetting up…", style=fmt.DIM)
+        return t
+    total = tick.total or s.total
+    frac = tick.done / total if total else 0.0
+    t.append(f"   {tick.phase}  {tick.done}/{total} ")
+    t.append_text(fmt.bar(frac, 20 if width >= 120 else 10, style=fmt.BUSY))
+    t.append(f" {frac * 100:.0f}%")
+    tps = [v for _, v in b.series.get("output_tps", [])]
+    t.append("\nout tok/s ")
+    if width >= 100 and tps:
+        t.append(fmt.sparkline(tps, 12, top=max(tps) or 1.0), style=fmt.BUSY)
+    t.append(f" {fmt.num(tick.output_tps)}   TPOT p50/p99 {fmt.ms_value(tick.tpot_p50_ms)} / "
+             f"{fmt.ms_value(tick.tpot_p99_ms)}   TTFT p50/p99 {fmt.ms_value(tick.ttft_p50_ms)} / "
+             f"{fmt.ms_value(tick.ttft_p99_ms)}   in flight {tick.inflight}   failed {tick.failed}")
+    lag = tick.loop_lag_ms
+    t.append("   client ")
+    t.append("ok" if lag < 50 else f"lag {lag:.0f} ms", style=fmt.OK if lag < 50 else fmt.WARN)
+    if tick.source == "server":
+        t.append("  (servers' /metrics)", style=fmt.DIM)
+    return t

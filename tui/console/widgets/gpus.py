@@ -1,0 +1,103 @@
+"""The GPU panel: two lines a GPU — utilisation, memory split by owning server, power against its limit,
+temperature, clocks, a 60-second utilisation sparkline; then who owns the memory, with role and rank."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from tui.console import fmt
+from tui.console.model import ConsoleModel, GpuView
+
+ROLE_STYLES = {"prefill": "magenta", "decode": "cyan", "single": "blue", "proxy": "yellow"}
+OTHER_STYLES = ("bright_blue", "bright_magenta", "bright_cyan", "bright_yellow")
+
+
+def owner_style(owner: str, role: str, index: int) -> str:
+    base = role.split(" ", 1)[0] if role else ""
+    return ROLE_STYLES.get(base, OTHER_STYLES[index % len(OTHER_STYLES)])
+
+
+class GpuPanel(Static):
+    """Draws every GPU of the model; ``draw`` is called by the screen when GPUs changed (or to age them)."""
+
+    DEFAULT_CSS = "GpuPanel { height: auto; }"
+
+    def draw(self, model: ConsoleModel) -> None:
+        width = max(self.size.width or (self.app.size.width - 4), 40)
+        self.update(render_gpus(model, width))
+
+
+def render_gpus(model: ConsoleModel, width: int) -> Text:
+    out = Text()
+    if model.gpu_error and not model.gpus:
+        out.append(f"GPUs cannot be read: {model.gpu_error}", style=fmt.BAD)
+        return out
+    if not model.gpus:
+        out.append("waiting for the first GPU sample…", style=fmt.DIM)
+        return out
+    for i, (_, view) in enumerate(sorted(model.gpus.items())):
+        if i:
+            out.append("\n")
+        out.append_text(_gpu_lines(model, view, width))
+    if model.gpu_error:
+        out.append(f"\nlast sample failed: {model.gpu_error}", style=fmt.BAD)
+    return out
+
+
+def _gpu_lines(model: ConsoleModel, view: GpuView, width: int) -> Text:
+    g = view.sample
+    stale = model.gpu_stale(view)
+    wide = width >= 120
+    medium = width >= 96
+    name = g.name.replace("NVIDIA ", "").split(" ")[0] if g.name else "?"
+    line = Text()
+    line.append(f"GPU{g.index} ", style="bold")
+    line.append(f"{name:<6}", style="bold")
+    util = (g.util_gpu or 0.0) / 100.0 if g.util_gpu is not None else None
+    bar_w = 12 if wide else (10 if medium else 6)
+    line.append(" util " if medium else " ")
+    line.append_text(fmt.bar(util, bar_w, style=fmt.OK if (util or 0) < 0.95 else fmt.WARN))
+    line.append(f" {fmt.pct(util):>4}")
+    owners = model.owners_on(g.index)
+    line.append("  mem " if medium else " ")
+    total = g.mem_total or 0
+    parts = [(b / total if total else 0.0, owner_style(o, r, k)) for k, (o, r, b) in enumerate(owners)]
+    known = sum(b for _, _, b in owners)
+    if g.mem_used is not None and total and g.mem_used > known:
+        parts.append(((g.mem_used - known) / total, "white"))
+    line.append_text(fmt.split_bar(parts, bar_w))
+    line.append(f" {fmt.gib(g.mem_used, 0 if not medium else 1)}/{fmt.gib(g.mem_total, 0)} GiB")
+    if g.power_w is not None:
+        limit = f"/{g.power_limit_w:.0f}" if (g.power_limit_w and medium) else ""
+        line.append(f"  {g.power_w:.0f}{limit} W")
+    if g.temp_c is not None:
+        line.append(f"  {g.temp_c:.0f}°C")
+    if wide and g.sm_clock_mhz is not None:
+        line.append(f"  {g.sm_clock_mhz} MHz")
+    if wide:
+        line.append("  ")
+        line.append(fmt.sparkline(list(view.util), 16), style=fmt.BUSY)
+    if g.throttle and wide:
+        reasons = [r for r in g.throttle if r != "gpu_idle"]  # idle is not a slowdown
+        if reasons:
+            line.append("  " + ",".join(reasons), style=fmt.WARN)
+    if stale:
+        line.stylize("dim")
+        line.append(f"  stale {fmt.duration(model.age(view.received))}", style=fmt.WARN)
+    second = Text("      ")
+    if owners:
+        for k, (o, r, b) in enumerate(owners):
+            if k:
+                second.append(" · ")
+            second.append(o, style=owner_style(o, r, k))
+            if r:
+                second.append(f" ({r})")
+            second.append(f" {fmt.gib(b)} GiB")
+    else:
+        second.append("no processes", style=fmt.DIM)
+    if stale:
+        second.stylize("dim")
+    second.truncate(width, overflow="ellipsis")
+    line.truncate(width, overflow="ellipsis")
+    return line + Text("\n") + second

@@ -1,0 +1,52 @@
+"""The top line: the host (SIMULATED where it is, so it cannot be missed), the layout and its state, the clock."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.widgets import Static
+
+from tui.console import fmt
+from tui.console.model import ConsoleModel
+
+STATUS_STYLE = {"ready": fmt.OK, "starting": fmt.BUSY, "failed": fmt.BAD, "stopping": fmt.WARN}
+
+
+class HeaderBar(Static):
+    DEFAULT_CSS = "HeaderBar { height: 1; }"
+
+    def draw(self, model: ConsoleModel, *, replay: str | None = None, screen: str = "") -> None:
+        width = self.size.width or self.app.size.width
+        self.update(render_header(model, width, replay=replay, screen=screen))
+
+
+def render_header(model: ConsoleModel, width: int, *, replay: str | None = None, screen: str = "") -> Text:
+    t = Text()
+    t.append(" disagg-tui ", style="bold reverse")
+    if replay:
+        t.append(" REPLAY ", style="bold reverse magenta")
+        t.append(f" {replay}")
+    if model.simulated:
+        t.append(" SIMULATED ", style="bold reverse yellow")
+    label = model.host_label.replace("SIMULATED ", "").replace("SIMULATED", "").strip(" ·")
+    if label:
+        t.append(f" {label}" if width >= 100 else f" {label[:28]}")
+    if screen:
+        t.append(f" │ {screen}", style="bold")
+    lay = model.layout
+    t.append(" │ ")
+    if lay is None:
+        t.append("no layout", style=fmt.DIM)
+    else:
+        t.append(f"{lay.topology} {lay.profile_id if width >= 100 else ''}".rstrip() + " · ")
+        t.append(lay.status, style=STATUS_STYLE.get(lay.status, ""))
+        if width >= 120 and lay.since:
+            t.append(" since " + time.strftime("%H:%M:%S", time.localtime(lay.since)))
+    clock = time.strftime("%H:%M:%S", time.localtime(model.clock()))
+    pad = width - len(t.plain) - len(clock) - 1
+    if pad > 0:
+        t.append(" " * pad)
+        t.append(clock, style=fmt.DIM)
+    t.truncate(width, overflow="ellipsis")
+    return t

@@ -1,0 +1,238 @@
+"""Following the layout a host runs, whoever launched it: the source of lifecycle events for a front end that
+watches (the console), or reattaches over SSH.
+
+A :class:`LayoutFollower` thread reads the state file (lock-free ``peek``) twice a second, and for the layout it
+shows (the active one; else the newest that failed, until another starts) publishes the same events ``up``
+publishes while it launches: ``LayoutChanged``, one ``ServerLaunched`` per process (with its GPUs and the ETA from
+this host's start-up history), every ``LogLine`` of every log from its first line (so a console opened later sees
+the whole start), ``ServerPhase``, ``ServerReady``, ``ServerExited`` and the playbook's ``Diagnosis`` events as
+lines arrive and, for a failed start, the diagnoses ``up`` saved with the layout. A recorder on the same bus
+records what the operator saw; a replay publishes the same events again.
+
+Everything here runs in the follower's thread (state file, logs, regular expressions); events cross to the
+front end's event loop through ``EventBus.publish_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tui.core.errors import InputError
+from tui.core.events import EventBus, event_from_dict
+from tui.core.launch.events import LayoutChanged, LogLine, ServerExited, ServerLaunched, ServerPhase, ServerReady
+from tui.core.launch.history import StartupHistory, expected_startup
+from tui.core.launch.phases import PhaseTracker
+from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
+from tui.core.launch.supervisor import process_alive
+from tui.core.plan.spec import LaunchPlan
+from tui.core.playbook import Diagnosis, MatchContext, Matcher, Playbook
+from tui.core.topology import parse_topology
+
+ACTIVE = ("starting", "ready", "stopping")
+#: how many of a server's last lines an exit event carries
+LAST_LINES = 25
+
+
+@dataclass
+class _Server:
+    record: ProcessRecord
+    tracker: PhaseTracker = field(default_factory=PhaseTracker)
+    matcher: Matcher | None = None
+    offset: int = 0
+    lineno: int = 0
+    partial: bytes = b""
+    last: deque[str] = field(default_factory=lambda: deque(maxlen=LAST_LINES))
+    ready_sent: bool = False
+    exit_sent: bool = False
+
+
+def shown_layout(layouts: dict[str, LayoutRecord]) -> LayoutRecord | None:
+    """The active layout, else the newest one that failed (its diagnosis stays on screen), else None."""
+    active = [r for r in layouts.values() if r.status in ACTIVE]
+    if active:
+        return max(active, key=lambda r: r.created)
+    failed = [r for r in layouts.values() if r.status == "failed"]
+    return max(failed, key=lambda r: r.created) if failed else None
+
+
+class LayoutFollower(threading.Thread):
+    def __init__(self, bus: EventBus, store: StateStore | None = None, book: Playbook | None = None, *,
+                 history: StartupHistory | None = None, sim_startup_s: float | None = None,
+                 interval_s: float = 0.5, read_chunk: int = 1 << 20,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(name="layout-follower", daemon=True)
+        self.bus = bus
+        self.store = store or StateStore()
+        self.book = book
+        self.history = history or StartupHistory(self.store.root)
+        self.sim_startup_s = sim_startup_s
+        self.interval_s = interval_s
+        self.read_chunk = read_chunk
+        self.clock = clock
+        self._stop_event = threading.Event()
+        self._layout: LayoutRecord | None = None
+        self._servers: dict[str, _Server] = {}
+        self._diagnosed: set[tuple[str, str, int | None]] = set()
+        self._dismissed: set[str] = set()
+        self._lock = threading.Lock()
+
+    # --- control (any thread) ------------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def dismiss(self, layout_id: str) -> None:
+        """Stop showing a failed layout (the operator closed its banner)."""
+        with self._lock:
+            self._dismissed.add(layout_id)
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self.poll_once()
+            self._stop_event.wait(self.interval_s)
+
+    # --- one round ---------------------------------------------------------------------------------------------
+    def poll_once(self) -> None:
+        try:
+            layouts = self.store.peek()
+        except InputError:
+            layouts = {}
+        with self._lock:
+            dismissed = set(self._dismissed)
+        rec = shown_layout({k: v for k, v in layouts.items() if k not in dismissed or v.status in ACTIVE})
+        if rec is None:
+            if self._layout is not None:
+                gone = self._layout
+                self.bus.publish_threadsafe(LayoutChanged(
+                    layout_id=gone.id, status="stopped" if gone.status in ACTIVE else gone.status,
+                    topology=gone.topology, profile_id=gone.profile_id, endpoint=gone.endpoint,
+                    simulated=gone.simulated, note="no longer in the state file"))
+                self._layout, self._servers = None, {}
+            return
+        if self._layout is None or rec.id != self._layout.id:
+            self._switch(rec)
+        elif rec.status != self._layout.status or rec.note != self._layout.note:
+            self._publish_layout(rec)
+        self._layout = rec
+        self._add_processes(rec)
+        for srv in self._servers.values():
+            self._read(srv)
+        self._check_processes(rec)
+        if rec.status == "failed":
+            self._saved_diagnoses(rec)
+
+    def _switch(self, rec: LayoutRecord) -> None:
+        self._servers = {}
+        self._diagnosed = set()
+        self._publish_layout(rec)
+
+    def _publish_layout(self, rec: LayoutRecord) -> None:
+        self.bus.publish_threadsafe(LayoutChanged(
+            layout_id=rec.id, status=rec.status, topology=rec.topology, profile_id=rec.profile_id,
+            endpoint=rec.endpoint, simulated=rec.simulated, note=rec.note))
+
+    def _context(self, rec: LayoutRecord) -> MatchContext:
+        """What the record says of the server (its topology); ``up`` saves the full context's diagnoses."""
+        try:
+            return MatchContext.for_launch(None, parse_topology(rec.topology))
+        except InputError:
+            return MatchContext()
+
+    def _add_processes(self, rec: LayoutRecord) -> None:
+        plan: LaunchPlan | None
+        try:
+            plan = LaunchPlan.from_dict(rec.plan)
+        except (KeyError, TypeError, ValueError):
+            plan = None
+        for p in rec.processes:
+            if p.name in self._servers:
+                self._servers[p.name].record = p
+                continue
+            srv = _Server(record=p)
+            if self.book is not None and p.role != "proxy":
+                srv.matcher = self.book.matcher(p.name, self._context(rec))
+            self._servers[p.name] = srv
+            expected = None
+            if plan is not None and p.role != "proxy":
+                expected = expected_startup(self.history, plan, p.name,
+                                            sim_startup_s=self.sim_startup_s if rec.simulated else None)
+            self.bus.publish_threadsafe(ServerLaunched(
+                layout_id=rec.id, server=p.name, role=p.role, pid=p.pid, url=p.url, command=" ".join(p.argv),
+                log=p.log, gpus=tuple(p.gpus), started=p.started,
+                expected_s=expected.seconds if expected else None,
+                expected_source=expected.describe() if expected else ""))
+
+    def _read(self, srv: _Server) -> None:
+        path = Path(srv.record.log)
+        try:
+            with path.open("rb") as fh:
+                fh.seek(srv.offset)
+                data = fh.read(self.read_chunk)
+        except OSError:
+            return
+        if not data:
+            return
+        srv.offset += len(data)
+        *complete, srv.partial = (srv.partial + data).split(b"\n")
+        name = srv.record.name
+        for raw in complete:
+            srv.lineno += 1
+            text = raw.decode("utf-8", errors="replace")
+            if "\r" in text:
+                segments = [s for s in text.split("\r") if s.strip()]
+                text = segments[-1] if segments else ""
+            srv.last.append(text)
+            self.bus.publish_threadsafe(LogLine(server=name, lineno=srv.lineno, text=text))
+            update = srv.tracker.feed(text)
+            if update is not None and not srv.ready_sent:
+                self.bus.publish_threadsafe(ServerPhase(
+                    server=name, phase=update.phase.key, label=update.phase.label, progress=update.progress,
+                    detail=update.detail, elapsed_s=self._elapsed(srv)))
+            if srv.matcher is not None:
+                for d in srv.matcher.feed(text, srv.lineno):
+                    self._diagnosis(d)
+
+    def _elapsed(self, srv: _Server) -> float:
+        return max(self.clock() - srv.record.started, 0.0) if srv.record.started else 0.0
+
+    def _check_processes(self, rec: LayoutRecord) -> None:
+        for srv in self._servers.values():
+            p = srv.record
+            if p.ready_at and not srv.ready_sent:
+                srv.ready_sent = True
+                upd = srv.tracker.mark_ready()
+                startup = max(p.ready_at - p.started, 0.0) if p.started else 0.0
+                self.bus.publish_threadsafe(ServerPhase(server=p.name, phase="ready", label=upd.phase.label,
+                                                        progress=1.0, elapsed_s=startup))
+                self.bus.publish_threadsafe(ServerReady(server=p.name, url=p.url, startup_s=startup))
+            if srv.exit_sent:
+                continue
+            if p.exited is not None or (rec.status != "stopping" and not process_alive(p.pid, p.create_time)):
+                self._read(srv)  # its last words first
+                srv.exit_sent = True
+                during = "serving" if srv.ready_sent else srv.tracker.phase.key
+                self.bus.publish_threadsafe(ServerExited(server=p.name, returncode=p.exited, during=during,
+                                                         last_lines=tuple(srv.last)))
+                if srv.matcher is not None and not srv.ready_sent and rec.status != "stopping":
+                    for d in srv.matcher.finish(exit_code=p.exited, ready=False):
+                        self._diagnosis(d)
+
+    def _saved_diagnoses(self, rec: LayoutRecord) -> None:
+        for d in rec.diagnoses:
+            try:
+                ev = event_from_dict(dict(d))
+            except (ValueError, TypeError, KeyError):
+                continue
+            if isinstance(ev, Diagnosis):
+                self._diagnosis(ev)
+
+    def _diagnosis(self, d: Diagnosis) -> None:
+        key = (d.server, d.entry_id, d.line_no)
+        if key in self._diagnosed:
+            return
+        self._diagnosed.add(key)
+        self.bus.publish_threadsafe(d)
