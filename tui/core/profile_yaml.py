@@ -95,4 +95,4 @@ def profile_yaml(derived: DerivedModel) -> str:
 def _wrap(text: str, width: int) -> list[str]:
     import textwrap
 
-    return textwrap.wrap(text, width) or [""]
+    return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False) or [""]
