@@ -65,6 +65,19 @@ EXPECTED = {
         + 48 * (5120 * (2 * 2048 + 2 * 6144) + 5120 * 2 * 48 + 6144 * 5120 + (2 * 2048 + 6144) * 4)
         + 64 * 3 * 5120 * 17408,
         active=None, max_len=32768),
+    "deepseek-v2-lite-chat": dict(
+        # MLA: one latent of kv_lora_rank 512 + qk_rope_head_dim 64 per layer and token (written as 1 KV head of
+        # 288), layer 0 dense (first_k_dense_replace), 64 routed experts (6 active) and 2 shared ones; own code
+        family="moe", attention="full", quantization="bf16", kv_cache_dtype="auto", layers=27, full=27,
+        kv_heads=1, head_dim=288, intermediate=1408, experts=(64, 6),
+        kv=27 * (512 + 64) * 2, weights=31412968448 / GIB,
+        params=2 * 102400 * 2048
+        + 27 * (2048 * 16 * 192 + 2048 * (512 + 64) + 512 * 16 * (128 + 128) + 16 * 128 * 2048)
+        + 3 * 2048 * 10944 + 26 * (64 * 3 * 2048 * 1408 + 3 * 2048 * 2 * 1408 + 2048 * 64),
+        active=2 * 102400 * 2048
+        + 27 * (2048 * 16 * 192 + 2048 * (512 + 64) + 512 * 16 * (128 + 128) + 16 * 128 * 2048)
+        + 3 * 2048 * 10944 + 26 * (6 * 3 * 2048 * 1408 + 3 * 2048 * 2 * 1408 + 2048 * 64),
+        max_len=32768),
     "jamba-v0.1": dict(
         # attention on layers 4, 12, 20, 28; experts on odd layers
         family="moe", attention="hybrid", quantization="bf16", kv_cache_dtype="auto", layers=32, full=4,
@@ -99,6 +112,7 @@ def test_derived_sizes_match_hand_computed(tmp_path: Path, name: str) -> None:
     assert p.active_params_b == pytest.approx(active / 1e9, abs=0.0006)
     assert p.max_model_len == e["max_len"] and p.model == str(tmp_path / name)
     assert (p.min_compute_capability == 10.0) == (p.quantization == "nvfp4")
+    assert p.trust_remote_code == (name == "deepseek-v2-lite-chat")  # auto_map: the model ships its own code
 
 
 def test_weights_from_safetensors_headers(tmp_path: Path) -> None:

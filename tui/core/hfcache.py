@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,15 +20,17 @@ from tui.core.errors import InputError
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9._/-]+)?$")
 
 
-def hub_cache_dir() -> Path:
+def hub_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The hub cache of ``env`` (default: this process's environment)."""
+    e = os.environ if env is None else env
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        value = os.environ.get(var)
+        value = e.get(var)
         if value:
             return Path(value).expanduser()
-    home = os.environ.get("HF_HOME")
+    home = e.get("HF_HOME")
     if home:
         return Path(home).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    xdg = e.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "huggingface" / "hub"
 

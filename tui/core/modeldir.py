@@ -6,6 +6,8 @@ What is read from ``config.json`` (a multimodal model's ``text_config`` first, t
 - the shape: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads`` (default: the
   attention heads), ``head_dim`` (default: hidden / heads), ``intermediate_size`` (``moe_intermediate_size`` for a
   MoE's experts), ``vocab_size``, ``max_position_embeddings``;
+- multi-head latent attention (``kv_lora_rank``, DeepSeek/Kimi): the latent (``kv_lora_rank`` +
+  ``qk_rope_head_dim``) is written as one KV head of half its width, so the KV figure is the latent's;
 - the family: MoE when it has experts (``num_experts``, ``num_local_experts``, ``n_routed_experts``) with the active
   ones (``num_experts_per_tok``, ``top_k_experts``), dense otherwise;
 - the attention: hybrid when some layers keep no growing KV cache (``layer_types`` with ``linear_attention`` or
@@ -285,7 +287,7 @@ def _params(cfg: dict[str, Any], *, layers: int, hidden: int, heads: int, kv: in
     the MLP or experts (with router and shared experts)."""
     tie = bool(cfg.get("tie_word_embeddings", False))
     embed = float(vocab * hidden) * (1 if tie else 2)
-    attn_p = float(hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2)
+    attn_p = _mla_params(cfg, hidden, heads) or float(hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2)
     linear_p = _linear_params(cfg, hidden, attn_p)
     moe_at = _moe_layers(cfg, layers) if experts > 1 else [False] * layers
     gemma_both = bool(cfg.get("enable_moe_block"))  # Gemma 4: a dense MLP beside the experts in every layer
@@ -309,6 +311,20 @@ def _params(cfg: dict[str, Any], *, layers: int, hidden: int, heads: int, kv: in
             total += 3.0 * hidden * dense_inter
             active += 3.0 * hidden * dense_inter
     return _Params(total=total, active=active)
+
+
+def _mla_params(cfg: dict[str, Any], hidden: int, heads: int) -> float | None:
+    """Multi-head latent attention's projections (q or q_a/q_b, kv_a, kv_b, o); None for other attention."""
+    rank, _ = _int(cfg, "kv_lora_rank")
+    if rank is None:
+        return None
+    rope = _int(cfg, "qk_rope_head_dim")[0] or 0
+    nope = _int(cfg, "qk_nope_head_dim")[0] or 0
+    v_dim = _int(cfg, "v_head_dim")[0] or nope
+    q_rank = _int(cfg, "q_lora_rank")[0]
+    qk = heads * (nope + rope)
+    q = hidden * q_rank + q_rank * qk if q_rank else hidden * qk
+    return float(q + hidden * (rank + rope) + rank * heads * (nope + v_dim) + heads * v_dim * hidden)
 
 
 def _linear_params(cfg: dict[str, Any], hidden: int, attn_p: float) -> float:
@@ -350,13 +366,24 @@ def derive(folder: Path, *, repo_id: str | None = None, revision: str = "", prof
     hidden = r.need("architecture.hidden_size", "hidden_size", "d_model", "n_embd")
     heads = r.need("architecture.num_attention_heads", "num_attention_heads", "n_head")
     kv_heads, kv_key = _int(cfg, "num_key_value_heads", "num_kv_heads")
+    mla_rank, _ = _int(cfg, "kv_lora_rank")
+    mla_rope, _ = _int(cfg, "qk_rope_head_dim")
+    if mla_rank is not None:
+        # multi-head latent attention (DeepSeek, Kimi): one latent of kv_lora_rank + qk_rope_head_dim per layer and
+        # token instead of K and V per head; written as 1 KV head of half that width so that 2 x heads x head_dim
+        # is the latent's size
+        kv_heads, kv_key = 1, None
+        r.comments["architecture.num_kv_heads"] = "MLA: one latent per token (kv_lora_rank + qk_rope_head_dim)"
+        r.comments["architecture.head_dim"] = "MLA: half the latent, so that K+V = the latent's width"
     if kv_heads is None and heads is not None:
         kv_heads, kv_key = heads, None
         r.comments["architecture.num_kv_heads"] = "no num_key_value_heads in config.json: one per attention head"
     elif kv_key:
         r.comments["architecture.num_kv_heads"] = f"config.json {kv_key}"
     head_dim, hd_key = _int(cfg, "head_dim")
-    if head_dim is None and hidden and heads:
+    if mla_rank is not None:
+        head_dim, hd_key = -(-(mla_rank + (mla_rope or 0)) // 2), None
+    elif head_dim is None and hidden and heads:
         if hidden % heads == 0:
             head_dim = hidden // heads
             r.comments["architecture.head_dim"] = "hidden_size / num_attention_heads"
