@@ -57,7 +57,7 @@ def hf_cache(root: Path, repo_id: str, fixture: str, *, commit: str = "012345678
     """A Hugging Face hub cache under ``root`` holding ``repo_id`` like huggingface_hub lays it out: blobs named by
     content hash, the snapshot's files linking to them, refs/main naming the commit. Returns the cache (hub) dir."""
     hub = root / "hub"
-    src = model_folder(root / "src", fixture)
+    src = model_folder(root / "src" / repo_id.replace("/", "--"), fixture)
     repo = hub / ("models--" + repo_id.replace("/", "--"))
     blobs, snap = repo / "blobs", repo / "snapshots" / commit
     blobs.mkdir(parents=True, exist_ok=True)

@@ -244,7 +244,8 @@ def test_hf_cache_lookup_and_offline_errors(tmp_path: Path, monkeypatch: pytest.
 def test_list_models_every_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_dirs: Path) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     hf_cache(tmp_path / "hf", "nvidia/Qwen3.6-27B-NVFP4", "qwen3.6-27b-nvfp4")
-    hf_cache(tmp_path / "hf", "google/qwen3-8b", "qwen3-8b")  # same name as a folder below: gets its org in front
+    hub = hf_cache(tmp_path / "hf", "google/qwen3-8b", "qwen3-8b")  # same name as a folder below
+    (hub / "models--acme--unfinished" / "blobs").mkdir(parents=True)  # a download that never made a snapshot
     models = tmp_path / "models"
     model_folder(models, "jamba-v0.1")
     model_folder(models, "qwen3-8b")
@@ -267,6 +268,8 @@ def test_list_models_every_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     folder_q = by_ref[str(models / "qwen3-8b")]
     assert folder_q.source == "folder" and folder_q.id == "models-qwen3-8b" and folder_q.problem is None
     assert by_ref[str(models / "jamba-v0.1")].id == "jamba-v0.1"
+    unfinished = by_ref["acme/unfinished"]
+    assert unfinished.source == "hf-cache" and "no snapshot in the Hugging Face cache" in str(unfinished.problem)
     half = by_ref[str(broken)]
     assert half.source == "folder" and half.problem is not None and "\n" not in half.problem
     assert "cannot derive architecture.layers" in half.problem
