@@ -354,7 +354,7 @@ def derive(folder: Path, *, repo_id: str | None = None, revision: str = "", prof
     """Derive a profile from ``folder`` (a model folder or an HF-cache snapshot). Raises InputError (one line) for
     a folder that is no model (no config.json, broken JSON, a missing shard); fields that cannot be derived are in
     ``missing``."""
-    folder = Path(folder).expanduser()
+    folder = Path(folder).expanduser().absolute()
     if repo_id is None:
         snap = repo_of_snapshot(folder)
         if snap is not None:

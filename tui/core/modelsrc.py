@@ -176,6 +176,7 @@ def derive_ref(ref: str, catalog: Catalog | None = None) -> DerivedModel | None:
     if path.name == "config.json" and path.is_file():
         path = path.parent
     if path.is_dir():
+        path = path.absolute()
         return derive(path, profile_id=_id_for_folder(path, taken))
     if looks_like_repo_id(ref):
         repo = find_repo(ref)
