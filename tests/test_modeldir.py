@@ -135,6 +135,16 @@ def test_weights_from_safetensors_headers(tmp_path: Path) -> None:
     assert p.max_model_len == 32768  # 131072 in config.json, capped
 
 
+def test_pytorch_bin_checkpoint_is_sized_by_its_files(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path, "llama-3.1-8b-instruct")
+    (folder / "pytorch_model-00001-of-00002.bin").write_bytes(b"\0" * 3000)
+    (folder / "pytorch_model-00002-of-00002.bin").write_bytes(b"\0" * 1000)
+    (folder / "training_args.bin").write_bytes(b"\0" * 500)  # not weights
+    info = weights_info(folder)
+    assert info is not None and info.how == "file sizes" and info.total_bytes == 4000
+    assert "the sizes of 2 .bin file(s)" in derive(folder).comments["weights_gib"]
+
+
 def test_tiny_real_safetensors_file_with_data(tmp_path: Path) -> None:
     path = tmp_path / "t.safetensors"
     n = write_safetensors(path, {"w": ("F16", [3, 5]), "b": ("F32", [5])}, with_data=True)

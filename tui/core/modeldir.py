@@ -426,8 +426,7 @@ def derive(folder: Path, *, repo_id: str | None = None, revision: str = "", prof
         r.missing.append(("architecture.full_attention_layers", "no attention layer found in config.json"))
     weights = weights_info(folder)
     if weights is None:
-        extra = " (.bin weights are not sized: convert to safetensors)" if any(folder.glob("*.bin")) else ""
-        r.missing.append(("weights_gib", f"no *.safetensors weights in the folder{extra}"))
+        r.missing.append(("weights_gib", "no weights in the folder (*.safetensors or *.bin)"))
     elif weights.total_bytes <= 0:
         r.missing.append(("weights_gib", "the safetensors files hold no tensors"))
     if not any((folder / name).exists() for name in TOKENIZER_FILES):
@@ -476,7 +475,9 @@ def derive(folder: Path, *, repo_id: str | None = None, revision: str = "", prof
         r.comments["weights_gib"] = (f"metadata.total_size of the safetensors index ({weights.total_bytes:,} bytes "
                                      f"in {len(weights.files)} shards)" if weights.how == "index" else
                                      f"the headers of {len(weights.files)} safetensors file(s): "
-                                     f"{weights.tensors} tensors, {weights.total_bytes:,} bytes")
+                                     f"{weights.tensors} tensors, {weights.total_bytes:,} bytes"
+                                     if weights.how == "headers" else
+                                     f"the sizes of {len(weights.files)} .bin file(s): {weights.total_bytes:,} bytes")
     data["checked_with_vllm"] = []
     vllm: dict[str, Any] = {"gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION,
                             "max_model_len": min(max_pos, DEFAULT_MAX_MODEL_LEN) if max_pos else None}

@@ -4,7 +4,8 @@ A ``*.safetensors`` file starts with an 8-byte little-endian header length N and
 tensor's dtype, shape and byte range; the index ``*.safetensors.index.json`` of a sharded checkpoint has the total
 in ``metadata.total_size`` and the shard of every tensor in ``weight_map``. Only those bytes are read here, never
 the tensors, so a 100 GB checkpoint costs a few kilobytes of reading (and a folder of header-only files, as the
-tests use, reads the same as the real one).
+tests use, reads the same as the real one). A PyTorch ``*.bin`` checkpoint (no header to read) is sized by its
+index's ``total_size`` or, without one, by its files' sizes.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class WeightsInfo:
 
     total_bytes: int
     files: tuple[str, ...]  # the weight files (names relative to the folder)
-    how: str  # "index" (model.safetensors.index.json) or "headers" (the files' own headers)
+    how: str  # "index" (its total_size), "headers" (the safetensors files' own), "file sizes" (*.bin checkpoints)
     tensors: int = 0  # tensors counted (headers only)
 
     @property
@@ -136,7 +137,7 @@ def weights_info(folder: Path) -> WeightsInfo | None:
         return WeightsInfo(total_bytes=total, files=tuple(shards), how="index")
     files = sorted(p for p in folder.glob("*.safetensors") if p.exists() or p.is_symlink())
     if not files:
-        return None
+        return _bin_weights(folder)
     total = 0
     tensors = 0
     for f in files:
@@ -144,3 +145,23 @@ def weights_info(folder: Path) -> WeightsInfo | None:
         total += b
         tensors += n
     return WeightsInfo(total_bytes=total, files=tuple(f.name for f in files), how="headers", tensors=tensors)
+
+
+def _bin_weights(folder: Path) -> WeightsInfo | None:
+    """PyTorch ``*.bin`` checkpoints (no headers to read): their index's ``total_size``, else the files' sizes."""
+    index = folder / "pytorch_model.bin.index.json"
+    if index.is_file():
+        total, shards = _read_index(index)
+        missing = [s for s in shards if not (folder / s).is_file()]
+        if missing:
+            raise InputError(f"shard {missing[0]} listed in {index.name} is missing (an unfinished download?)",
+                             file=folder)
+        if total is not None:
+            return WeightsInfo(total_bytes=total, files=tuple(shards), how="index")
+        return WeightsInfo(total_bytes=sum((folder / s).stat().st_size for s in shards), files=tuple(shards),
+                           how="file sizes")
+    files = sorted(p for p in folder.glob("*.bin") if p.is_file() and p.name != "training_args.bin")
+    if not files:
+        return None
+    return WeightsInfo(total_bytes=sum(p.stat().st_size for p in files), files=tuple(p.name for p in files),
+                       how="file sizes")
