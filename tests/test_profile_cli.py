@@ -74,6 +74,9 @@ def test_plan_fit_checks_use_the_derived_sizes(tmp_path: Path, capsys: pytest.Ca
                            "--max-model-len", "2000000")
     kv_need = 2 * 36 * 8 * 128 * 2 * 2000000 / GIB
     assert code == 2 and f"one request of max_model_len 2000000 needs {kv_need:.1f} GiB" in _error_line(err)
+    (qwen / "tokenizer_config.json").unlink()  # no tokenizer: planned, with a warning naming the fix
+    code, _out, err = _run(capsys, "plan", "--sim", "--model", str(qwen), "--topology", "tp1", "--no-preflight")
+    assert code == 0 and f"warning: {qwen}: no tokenizer files" in err and "--tokenizer DIR" in err
     # NVFP4 needs Blackwell: the derived profile is refused on the simulated H200
     nv = model_folder(tmp_path, "qwen3.6-27b-nvfp4")
     code, _out, err = _run(capsys, "plan", "--sim", "--sim-gpu", "h200", "--model", str(nv), "--topology", "tp1")
