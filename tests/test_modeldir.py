@@ -228,6 +228,12 @@ def test_hf_cache_lookup_and_offline_errors(tmp_path: Path, monkeypatch: pytest.
     repo = find_repo("Qwen/Qwen3-30B-A3B-FP8")
     assert repo is not None and repo.snapshot is not None and repo.revision.startswith("0123456789")
     assert (repo.snapshot / "config.json").is_symlink()
+    for rev in ("main", "0123456"):  # a branch of refs/, a commit prefix
+        again = find_repo(f"Qwen/Qwen3-30B-A3B-FP8@{rev}")
+        assert again is not None and again.snapshot == repo.snapshot
+    with pytest.raises(InputError) as ei:
+        find_repo("Qwen/Qwen3-30B-A3B-FP8@v2")
+    assert "revision 'v2' is not in the Hugging Face cache" in _one_line(ei.value)
     cat = Catalog.load()
     p = resolve_model("Qwen/Qwen3-30B-A3B-FP8", cat)
     assert p is not None and p.id == "qwen3-30b-a3b-fp8" and p.served_name == "Qwen/Qwen3-30B-A3B-FP8"
