@@ -4,6 +4,7 @@ plan the same, errors are one line with exit 2."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -15,7 +16,10 @@ import pytest
 from tests.helpers import layout_port_args
 from tests.model_fixtures import hf_cache, model_folder
 from tests.test_modeldir import EXPECTED
+from tui.cli.cmd_bench import layout_model_ref, profile_vocab
+from tui.cli.context import CliContext
 from tui.cli.main import main
+from tui.core.launch.state import StateStore
 from tui.core.modelsrc import derive_ref
 from tui.core.profiles import Catalog, parse_model_profile
 from tui.core.yamlio import load_file
@@ -178,6 +182,13 @@ def test_up_sim_runs_a_model_of_the_hf_cache(tmp_path: Path) -> None:
         text = logs[0].read_text()
         assert "Model loading took 14.00 GiB" in text  # the derived weights (15032385536 bytes)
         assert "Setting SSM conv state layout to DS" in text  # the hybrid constraint behind NIXL
+        # later commands (bench) find the derived profile again from the layout's record
+        layout = StateStore().active()
+        assert layout is not None and layout.profile_id == "nvidia-qwen3.6-27b-nvfp4"
+        ctx = CliContext(args=argparse.Namespace())
+        ref = layout_model_ref(ctx, layout)
+        assert ref.endswith("/snapshots/0123456789abcdef0123456789abcdef01234567")
+        assert profile_vocab(ctx, ref) == 248320
     finally:
         down = cli("down")
     assert down.returncode == 0, down.stderr
