@@ -137,6 +137,15 @@ def options_from_args(args: argparse.Namespace, workload: Workload, vocab: int |
     )
 
 
+def layout_model_ref(ctx: CliContext, layout: LayoutRecord) -> str:
+    """What resolves a layout's profile again: its id, or, for a model derived from a folder or the HF cache (no
+    profile of that id), the model folder the layout serves."""
+    pid = layout.profile_id
+    if pid in ctx.catalog.models:
+        return pid
+    return str(layout.plan.get("model") or "") or pid
+
+
 def profile_vocab(ctx: CliContext, profile_id: str) -> int | None:
     if not profile_id:
         return None
@@ -162,7 +171,7 @@ def active_target(args: argparse.Namespace, ctx: CliContext) -> tuple[BenchTarge
     target = BenchTarget(endpoint=layout.endpoint, topology=layout.topology or "layout", layout=layout)
     if not layout.simulated:
         _real_host_extras(ctx, target, layout)
-    return target, profile_vocab(ctx, layout.profile_id)
+    return target, profile_vocab(ctx, layout_model_ref(ctx, layout))
 
 
 def _real_host_extras(ctx: CliContext, target: BenchTarget, layout: LayoutRecord) -> None:
@@ -252,7 +261,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     target.campaign = args.campaign or "bench"
     progress = ProgressLine(ctx.err, enabled=not args.quiet)
     runs: list[Run] = []
-    vllm = vllm_bench_fn(args, ctx, target.layout.profile_id if target.layout else None,
+    vllm = vllm_bench_fn(args, ctx, layout_model_ref(ctx, target.layout) if target.layout else None,
                          on_line=None if args.json else lambda s: progress.text(f"vllm: {s}")) \
         if args.runner == "vllm" else None
 

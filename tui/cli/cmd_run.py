@@ -17,7 +17,6 @@ from typing import Any
 from tui.cli.cmd_bench import (
     add_traffic_options,
     options_from_args,
-    profile_vocab,
     run_async,
     vllm_bench_fn,
 )
@@ -91,7 +90,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     spec.name = args.campaign or default_name(spec)
     if args.fresh and not args.campaign:
         spec.name = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    vocab = profile_vocab(ctx, profile.id)
+    vocab = profile.shape.vocab_size
     lifecycle: Lifecycle = core_lifecycle
     progress = ProgressLine(ctx.err, enabled=not args.quiet)
 
@@ -108,7 +107,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
             return None
 
     # every layout of a campaign serves this profile
-    bench: BenchFn | None = vllm_bench_fn(args, ctx, profile.id) if args.runner == "vllm" else None
+    bench: BenchFn | None = vllm_bench_fn(args, ctx, args.model) if args.runner == "vllm" else None
 
     runner = CampaignRunner(spec=spec, lifecycle=lifecycle, host=host,
                             planner=lambda topo: make_plan(args, ctx, topo), workloads=workloads, options=options,

@@ -80,7 +80,9 @@ class ModelProfile:
     min_compute_capability: float | None
     overrides: tuple[tuple[str, ServeOverride], ...] = ()
     notes: str = ""
-    source: str = ""  # the file it came from
+    source: str = ""  # the file it came from (a derived profile: the model folder's config.json)
+    #: what the plan should warn about (a derived profile whose folder has no tokenizer); not part of the schema
+    warnings: tuple[str, ...] = ()
 
     @property
     def is_moe(self) -> bool:
@@ -386,15 +388,25 @@ class Catalog:
             self.workloads.update(parse_workloads_file(load_file(wl), wl))
 
     def model(self, ref: str) -> ModelProfile:
-        """A profile by id, or by path to a profile file."""
+        """A profile by id, by path to a profile file, or derived from a model: a local model folder (or its
+        ``config.json``), a repo id ``ORG/NAME`` found in the Hugging Face cache (never downloaded), or the id
+        ``disagg-tui profile list`` shows for a discovered model (see :mod:`tui.core.modelsrc`)."""
         if ref in self.models:
             return self.models[ref]
         path = Path(ref).expanduser()
-        if path.suffix in (".yaml", ".yml") or os.sep in ref or path.is_file():
+        if path.suffix in (".yaml", ".yml") or (path.is_file() and path.name != "config.json"):
             return parse_model_profile(load_file(path), path)
+        from tui.core.modelsrc import resolve_model
+
+        derived = resolve_model(ref, self)
+        if derived is not None:
+            return derived
+        if os.sep in ref:
+            raise InputError("no such profile file or model folder", file=path, field="--model")
         known = ", ".join(sorted(self.models)) or "none"
-        raise InputError(f"unknown model profile {ref!r} (known: {known}; or give a path to a profile file)",
-                         field="--model")
+        raise InputError(f"unknown model {ref!r} (known profiles: {known}; or give a profile file, a model folder "
+                         "or a repo id ORG/NAME of the Hugging Face cache; 'disagg-tui profile list' shows them "
+                         "all)", field="--model")
 
     def workload(self, ref: str) -> Workload:
         if ref in self.workloads:

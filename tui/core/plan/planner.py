@@ -154,6 +154,7 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
                         "not a performance comparison")
 
     model = opts.model_path or profile.model
+    warnings += list(profile.warnings)  # a derived profile's (a model folder without tokenizer files)
     vllm_version = facts.vllm.version if facts.vllm else None
     if profile.is_moe and topo.kind == "dp" and (vllm_version is None or vllm_version.startswith("0.24")):
         warnings.append(
