@@ -58,11 +58,16 @@ class LaunchKnobs:
     extra_args: tuple[str, ...] = ()  # each one ``--arg`` value ("--flag value")
     extra_env: tuple[tuple[str, str], ...] = ()
     gpus: str | None = None
+    #: (endpoint port, first server port, first NIXL side-channel port); None: the defaults 8000, 8100, 5600
+    ports: tuple[int, int, int] | None = None
 
     def args(self) -> list[str]:
         out: list[str] = []
         if self.gpus:
             out += ["--gpus", self.gpus]
+        if self.ports is not None:
+            out += ["--port", str(self.ports[0]), "--server-port", str(self.ports[1]),
+                    "--side-channel-port", str(self.ports[2])]
         if self.gpu_memory_utilization is not None:
             out += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
         if self.max_model_len is not None:

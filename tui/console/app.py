@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from textual import work
-from textual.app import App
+from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
 from textual.worker import Worker, WorkerState
 
@@ -55,11 +55,13 @@ class ConsoleContext:
     live: bool = True
     #: label of a replayed recording (None: live)
     replay: str | None = None
+    #: ports for the layouts this console launches (endpoint, first server, first side channel); None: defaults
+    ports: tuple[int, int, int] | None = None
 
 
 def make_console(options: HostOptions | None = None, *, live: bool = True, clock: Callable[[], float] | None = None,
                  host: Host | None = None, catalog: Catalog | None = None, book: Playbook | None = None,
-                 events: Iterable[Event] = ()) -> ConsoleApp:
+                 events: Iterable[Event] = (), ports: tuple[int, int, int] | None = None) -> ConsoleApp:
     """The console on the host ``options`` select (``live``), or fed only by ``events`` (tests, replay)."""
     opts = options or HostOptions()
     if host is None and live:
@@ -67,7 +69,8 @@ def make_console(options: HostOptions | None = None, *, live: bool = True, clock
 
         host = select_host(opts)
     ctx = ConsoleContext(options=opts, host=host, catalog=catalog or Catalog.load(), store=StateStore(),
-                         book=book if book is not None else (load_playbook() if live else None), live=live)
+                         book=book if book is not None else (load_playbook() if live else None), live=live,
+                         ports=ports)
     app = ConsoleApp(ctx, clock=clock)
     for ev in events:
         app.model.apply(ev)
@@ -159,7 +162,10 @@ class ConsoleApp(App[int]):
     # --- drawing ---------------------------------------------------------------------------------------------
     def flush(self) -> None:
         """Draw what changed on the visible screen; the model's dirty parts are cleared once drawn."""
-        screen = self.screen
+        try:
+            screen = self.screen
+        except ScreenStackError:  # shutting down: nothing left to draw on
+            return
         draw = getattr(screen, "draw", None)
         if draw is None:
             return

@@ -21,7 +21,7 @@ from textual.widgets import Button, Footer, Input, Label, OptionList, SelectionL
 from textual.widgets.option_list import Option
 
 from tui.console import fmt
-from tui.console.actions import CampaignState, campaigns, remember_campaign_job, run_argv, start_job
+from tui.console.actions import CampaignState, LaunchKnobs, campaigns, remember_campaign_job, run_argv, start_job
 from tui.console.model import ConsoleModel
 from tui.console.screens.launch import candidate_topologies
 from tui.console.widgets.header import HeaderBar
@@ -222,7 +222,8 @@ class CampaignScreen(Screen[None]):
             return
         rates = self.query_one("#c-rates", Input).value.strip() or None
         argv = run_argv(model, topos, wls, ctx.options, rates=rates, repeat=int(repeat_text),
-                        num_prompts=int(prompts_text) if prompts_text else None)
+                        num_prompts=int(prompts_text) if prompts_text else None,
+                        knobs=LaunchKnobs(ports=ctx.ports))
         self._spawn(argv, "")
 
     def action_resume(self) -> None:
@@ -238,7 +239,8 @@ class CampaignScreen(Screen[None]):
                         list(spec.get("workloads", [])), self.console.ctx.options,
                         rates=",".join(rates) if isinstance(rates, list) else rates,
                         repeat=int(spec.get("repeat", 1) or 1), campaign=state.name,
-                        num_prompts=spec.get("num_prompts"), runner=str(spec.get("client", "ours")))
+                        num_prompts=spec.get("num_prompts"), runner=str(spec.get("client", "ours")),
+                        knobs=LaunchKnobs(ports=self.console.ctx.ports))
         self._spawn(argv, state.name)
 
     @work(group="campaign-start", thread=True, exit_on_error=False, description="starting a campaign")

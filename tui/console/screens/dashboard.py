@@ -101,7 +101,7 @@ class DashboardScreen(Screen[None]):
             profile, topology, knobs = last
         else:
             assert lay is not None
-            profile, topology, knobs = lay.profile_id, lay.topology, LaunchKnobs()
+            profile, topology, knobs = lay.profile_id, lay.topology, LaunchKnobs(ports=self.console.ctx.ports)
         replace = lay is not None and lay.status in ("starting", "ready")
         argv = up_argv(profile, topology, knobs, self.console.ctx.options, apply_fix=apply_fix, replace=replace)
         if lay is not None and lay.status == "failed" and self.console.follower is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
@@ -26,6 +26,7 @@ from tui.console.actions import LaunchKnobs, up_argv
 from tui.console.model import ConsoleModel
 from tui.console.widgets.header import HeaderBar
 from tui.core.errors import AppError
+from tui.core.modelsrc import ModelEntry, list_models
 from tui.core.plan.planner import PlanOptions, plan
 from tui.core.plan.preflight import FAIL, WARN, Check, preflight
 from tui.core.plan.spec import LaunchPlan
@@ -123,6 +124,8 @@ class LaunchScreen(Screen[None]):
         self.current: LaunchPlan | None = None
         self.checks: list[Check] = []
         self.knobs = LaunchKnobs()
+        self._gen = 0
+        self._checks: dict[str, list[Check]] = {}
 
     @property
     def console(self) -> ConsoleApp:
@@ -153,13 +156,30 @@ class LaunchScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        models = self.query_one("#models", OptionList)
-        for mid, prof in sorted(self.console.ctx.catalog.models.items()):
-            models.add_option(Option(Text.assemble((mid, "bold"), f"  {prof.title}"[:60]), id=mid))
         self.query_one("#plan-view").border_title = "Plan"
-        if models.option_count:
-            models.highlighted = 0
-            self.model_id = models.get_option_at_index(0).id
+        self._list_models()
+
+    @work(exclusive=True, group="models", thread=True, exit_on_error=False, description="listing models")
+    def _list_models(self) -> None:
+        entries = list_models(self.console.ctx.catalog)
+        self.app.call_from_thread(self._show_models, entries)
+
+    def _show_models(self, entries: list[ModelEntry]) -> None:
+        """Shipped and operator profiles, then what the Hugging Face cache and the model folders hold."""
+        models = self.query_one("#models", OptionList)
+        models.clear_options()
+        for e in entries:
+            label = Text.assemble((e.id, "bold" if e.problem is None else "dim"))
+            label.append(f"  {e.source}", style="cyan" if e.source in ("hf-cache", "folder") else "dim")
+            if e.problem:
+                label.append(f"  {e.problem}"[:70], style="red")
+            models.add_option(Option(label, id=e.ref, disabled=e.problem is not None))
+        ok = [i for i, e in enumerate(entries) if e.problem is None]
+        lay = self.console.model.layout
+        pick = next((i for i in ok if lay is not None and entries[i].id == lay.profile_id), ok[0] if ok else None)
+        if pick is not None:
+            models.highlighted = pick
+            self.model_id = entries[pick].ref
         self.replan()
 
     def draw(self, model: ConsoleModel) -> None:
@@ -201,20 +221,23 @@ class LaunchScreen(Screen[None]):
         knobs = self._read_knobs()
         if knobs is None or self.model_id is None:
             return
-        self.knobs = knobs
-        self._plan_all(self.model_id, knobs)
+        self.knobs = replace(knobs, ports=self.console.ctx.ports)
+        self._gen += 1
+        self._plan_all(self.model_id, self.knobs, self._gen)
 
     @work(exclusive=True, group="plan", thread=True, exit_on_error=False, description="planning")
-    def _plan_all(self, model_id: str, knobs: LaunchKnobs) -> None:
+    def _plan_all(self, model_id: str, knobs: LaunchKnobs, gen: int) -> None:
         ctx = self.console.ctx
         host = ctx.host
         if host is None:
             return
         profile = ctx.catalog.model(model_id)
         facts = host.facts
+        ports = {} if knobs.ports is None else {"port": knobs.ports[0], "server_base_port": knobs.ports[1],
+                                                "side_channel_base": knobs.ports[2]}
         opts = PlanOptions(gpu_memory_utilization=knobs.gpu_memory_utilization, max_model_len=knobs.max_model_len,
                            extra_args=tuple(a for item in knobs.extra_args for a in shlex.split(item)),
-                           extra_env=knobs.extra_env, vllm_executable=ctx.options.vllm or "vllm")
+                           extra_env=knobs.extra_env, vllm_executable=ctx.options.vllm or "vllm", **ports)
         choices = []
         for topo in candidate_topologies(len(facts.gpus)):
             try:
@@ -228,10 +251,10 @@ class LaunchScreen(Screen[None]):
         for c in choices:
             if c.plan is not None:
                 checks[c.name] = preflight(c.plan, facts, nvml)
-        self.app.call_from_thread(self._planned, model_id, choices, checks)
+        self.app.call_from_thread(self._planned, gen, choices, checks)
 
-    def _planned(self, model_id: str, choices: list[TopologyChoice], checks: dict[str, list[Check]]) -> None:
-        if model_id != self.model_id:
+    def _planned(self, gen: int, choices: list[TopologyChoice], checks: dict[str, list[Check]]) -> None:
+        if gen != self._gen:  # a later choice or knob is being planned: this one is stale
             return
         self.choices = choices
         self._checks = checks
@@ -257,7 +280,7 @@ class LaunchScreen(Screen[None]):
             view.update(Text(choice.refused if choice else "pick a model and a topology", style="red"))
             return
         self.current = choice.plan
-        checks = getattr(self, "_checks", {}).get(choice.name, [])
+        checks = self._checks.get(choice.name, [])
         t = Text()
         for w in choice.plan.warnings:
             t.append(f"▲ {w}\n", style="bold yellow")
@@ -282,7 +305,7 @@ class LaunchScreen(Screen[None]):
         if self.current is None or self.model_id is None or self.topology is None:
             self.notify("pick a model and a topology the planner accepts", severity="warning", timeout=4)
             return
-        bad = [c for c in getattr(self, "_checks", {}).get(self.topology, []) if c.status == FAIL]
+        bad = [c for c in self._checks.get(self.topology, []) if c.status == FAIL]
         if bad:
             self.notify("; ".join(f"{c.name}: {c.reason}" for c in bad), title="preflight fails",
                         severity="error", timeout=8)
