@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import subprocess
 import sys
@@ -23,7 +22,7 @@ def console_ports() -> tuple[int, int, int]:
     return int(a[1]), int(a[3]), int(a[5])
 
 
-async def wait_for(pilot: Pilot[object], predicate: Callable[[], object], timeout: float = 60.0,
+async def wait_for(pilot: Pilot[object], predicate: Callable[[], object], timeout: float = 60.0,  # noqa: ASYNC109
                    what: str = "") -> None:
     """Let the app run until ``predicate()`` holds (the console is live: sources, timers, workers)."""
     end = time.monotonic() + timeout
@@ -31,10 +30,6 @@ async def wait_for(pilot: Pilot[object], predicate: Callable[[], object], timeou
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
         await pilot.pause(0.1)
-
-
-async def until_idle(seconds: float) -> None:
-    await asyncio.sleep(seconds)
 
 
 def _our_jobs(state_dir: str) -> list[int]:
