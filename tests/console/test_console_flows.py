@@ -8,7 +8,10 @@ relaunch becomes ready.
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from rich.console import Console
 from textual.widgets import Input, OptionList
 
 from tests.console.conftest import console_ports, wait_for
@@ -116,3 +119,43 @@ async def test_a_failed_start_is_diagnosed_and_fixed_with_one_key() -> None:
         await wait_for(pilot, lambda: app.model.layout is not None and app.model.layout.status == "ready", 90,
                        "the relaunch")
         assert app.model.active_diagnosis() is None
+
+
+async def test_a_campaign_outlives_the_console_and_a_new_console_finds_it() -> None:
+    from textual.widgets import SelectionList
+
+    from tui.console.screens.campaign import CampaignScreen, grid
+
+    ports = console_ports()
+    app = make_console(HostOptions(sim=True, sim_startup_s=0.5), ports=ports)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: len(app.model.gpus) == 2, 20, "two GPUs")
+        await pilot.press("c")
+        screen = app.screen
+        assert isinstance(screen, CampaignScreen)
+        topos = screen.query_one("#c-topologies", SelectionList)
+        topos.deselect_all()
+        topos.select("dp2")
+        topos.select("1p1d")
+        wls = screen.query_one("#c-workloads", SelectionList)
+        wls.deselect_all()
+        wls.select("prefill-heavy")
+        screen.query_one("#c-prompts", Input).value = "4"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: any(s.running for s in screen.states), 90, "the campaign's first cell")
+        name = next(s.name for s in screen.states if s.running)
+    # the console is gone; the campaign is not
+    app2 = make_console(HostOptions(sim=True, sim_startup_s=0.5), ports=ports)
+    async with app2.run_test(size=(160, 48)) as pilot:
+        await pilot.press("c")
+        screen2 = app2.screen
+        assert isinstance(screen2, CampaignScreen)
+        await wait_for(pilot, lambda: any(s.name == name for s in screen2.states), 20, "the campaign listed")
+        await wait_for(pilot, lambda: next(s for s in screen2.states if s.name == name).done == 2, 180,
+                       "both cells done")
+        state = next(s for s in screen2.states if s.name == name)
+        assert {c.topology for c in state.cells} == {"dp2", "1p1d"}
+        assert all(c.status == "complete" for c in state.cells), state.cells
+        out = Console(width=160, record=True, file=io.StringIO())
+        out.print(grid(state))
+        assert out.export_text().count("tok/s") == 2  # the grid: both cells with their output throughput

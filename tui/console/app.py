@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from textual import work
 from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.worker import Worker, WorkerState
 
 from tui.console.actions import Job, LaunchKnobs, campaigns, down_argv, start_job
@@ -170,8 +171,11 @@ class ConsoleApp(App[int]):
         if draw is None:
             return
         t0 = time.perf_counter()
-        with self.batch_update():
-            draw(self.model)
+        try:
+            with self.batch_update():
+                draw(self.model)
+        except NoMatches:  # the screen is still being composed: the next flush draws it
+            return
         self.model.dirty.clear()
         self.draws += 1
         self.last_draw_ms = (time.perf_counter() - t0) * 1000

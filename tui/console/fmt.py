@@ -47,10 +47,16 @@ def split_bar(parts: list[tuple[float, str]], width: int) -> Text:
 
 
 def sparkline(values: list[float], width: int, top: float = 100.0) -> str:
-    """The last ``width`` values as block characters, 0..``top``."""
+    """``values`` (oldest first) as ``width`` block characters, 0..``top``: each cell the mean of its share of the
+    history, so the whole history shows, right-aligned while it is shorter than the width."""
     if width <= 0:
         return ""
-    vals = values[-width:]
+    if len(values) > width:
+        step = len(values) / width
+        vals = [sum(values[int(i * step):max(int((i + 1) * step), int(i * step) + 1)])
+                / max(int((i + 1) * step) - int(i * step), 1) for i in range(width)]
+    else:
+        vals = list(values)
     out = []
     for v in vals:
         f = min(max(v / top, 0.0), 1.0) if top > 0 else 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -36,6 +37,7 @@ class DashboardScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self._tick = 0
+        self._diag_key: tuple[str, str] | None = None
 
     @property
     def console(self) -> ConsoleApp:
@@ -73,6 +75,14 @@ class DashboardScreen(Screen[None]):
         table = self.query_one(ServerTable)
         if full or second or SERVERS in dirty:
             table.draw(model)
+        d = model.active_diagnosis()
+        key = (d.server, d.entry_id) if d is not None else None
+        if key != self._diag_key:  # a new diagnosis: its server's log, with the line marked, comes to the pane
+            self._diag_key = key
+            if d is not None and d.server in model.servers:
+                with contextlib.suppress(Exception):
+                    table.move_cursor(row=table.get_row_index(d.server))
+                self.query_one(LogPane).show(model, d.server)
         if full or second or BAND in dirty:
             self.query_one(Band).draw(model)
         if full or LOG in dirty:

@@ -95,13 +95,15 @@ def _diagnosis(model: ConsoleModel, width: int) -> Text:
     return t
 
 
-def _server_eta(model: ConsoleModel, v: ServerView) -> str:
+def _server_eta(model: ConsoleModel, v: ServerView, *, short: bool = False) -> str:
     elapsed = model.age(v.started) if v.started else None
     if v.expected_s:
         left = v.expected_s - (elapsed or 0.0)
         eta = f"ETA {fmt.duration(left)}" if left > 0 else f"over by {fmt.duration(-left)}"
+        if short:
+            return f"{fmt.duration(elapsed)} {eta}"
         return f"{fmt.duration(elapsed)} / ~{fmt.duration(v.expected_s)}  {eta}"
-    return f"{fmt.duration(elapsed)} (first start here: no ETA yet)"
+    return fmt.duration(elapsed) if short else f"{fmt.duration(elapsed)} (first start here: no ETA yet)"
 
 
 def _startup(model: ConsoleModel, width: int) -> Text:
@@ -124,11 +126,12 @@ def _startup(model: ConsoleModel, width: int) -> Text:
         t.append_text(fmt.bar(v.progress, bar_w, style=fmt.OK if done else fmt.BUSY))
         t.append(f" {v.progress * 100:3.0f}% ")
         label = "ready" if done else (v.phase_label or "launching")
-        t.append(f"{label:<28}"[:28], style=fmt.OK if done else "")
+        lw = 28 if width >= 100 else 16
+        t.append(f"{label:<{lw}}"[:lw], style=fmt.OK if done else "")
         if done and v.ready_s is not None:
             t.append(f" in {fmt.duration(v.ready_s)}")
         else:
-            t.append(" " + _server_eta(model, v))
+            t.append(" " + _server_eta(model, v, short=width < 100))
         if width >= 120 and v.last_line and not done:
             room = width - len(t.plain.splitlines()[-1]) - 4
             if room > 20:
@@ -143,8 +146,9 @@ def _bench(model: ConsoleModel, width: int) -> Text:
     assert s is not None
     tick = b.tick
     t = Text()
+    narrow = width < 100
     t.append("Benchmark ", style="bold")
-    t.append(f"{s.workload} on {s.topology} · {s.total} prompts · rate {s.request_rate} · "
+    t.append(s.workload if narrow else f"{s.workload} on {s.topology} · {s.total} prompts · rate {s.request_rate} · "
              f"{'ours' if s.runner == 'disagg-tui' else s.runner}")
     if b.done is not None:
         style = fmt.OK if b.done.status == "complete" else fmt.WARN
@@ -159,13 +163,17 @@ def _bench(model: ConsoleModel, width: int) -> Text:
         return t
     total = tick.total or s.total
     frac = tick.done / total if total else 0.0
-    t.append(f"   {tick.phase}  {tick.done}/{total} ")
+    t.append(f"  {tick.phase} {tick.done}/{total} ")
     t.append_text(fmt.bar(frac, 20 if width >= 120 else 10, style=fmt.BUSY))
     t.append(f" {frac * 100:.0f}%")
     tps = [v for _, v in b.series.get("output_tps", [])]
-    t.append("\nout tok/s ")
+    t.append("\nout " if narrow else "\nout tok/s ")
     if width >= 100 and tps:
         t.append(fmt.sparkline(tps, 12, top=max(tps) or 1.0), style=fmt.BUSY)
+    if narrow:
+        t.append(f"{fmt.num(tick.output_tps)}  TPOT {fmt.ms_value(tick.tpot_p50_ms)}/{fmt.ms_value(tick.tpot_p99_ms)}"
+                 f"  TTFT {fmt.ms_value(tick.ttft_p50_ms)}/{fmt.ms_value(tick.ttft_p99_ms)}  fail {tick.failed}")
+        return t
     t.append(f" {fmt.num(tick.output_tps)}   TPOT p50/p99 {fmt.ms_value(tick.tpot_p50_ms)} / "
              f"{fmt.ms_value(tick.tpot_p99_ms)}   TTFT p50/p99 {fmt.ms_value(tick.ttft_p50_ms)} / "
              f"{fmt.ms_value(tick.ttft_p99_ms)}   in flight {tick.inflight}   failed {tick.failed}")

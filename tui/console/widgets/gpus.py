@@ -9,8 +9,9 @@ from textual.widgets import Static
 from tui.console import fmt
 from tui.console.model import ConsoleModel, GpuView
 
-ROLE_STYLES = {"prefill": "magenta", "decode": "cyan", "single": "blue", "proxy": "yellow"}
-OTHER_STYLES = ("bright_blue", "bright_magenta", "bright_cyan", "bright_yellow")
+#: owners by role; never green, yellow or red, which mean ok, warning and failure
+ROLE_STYLES = {"prefill": "blue", "decode": "cyan", "single": "bright_blue", "proxy": "magenta"}
+OTHER_STYLES = ("bright_cyan", "bright_magenta", "bright_blue", "white")
 
 
 def owner_style(owner: str, role: str, index: int) -> str:
@@ -57,7 +58,7 @@ def _gpu_lines(model: ConsoleModel, view: GpuView, width: int) -> Text:
     util = (g.util_gpu or 0.0) / 100.0 if g.util_gpu is not None else None
     bar_w = 12 if wide else (10 if medium else 6)
     line.append(" util " if medium else " ")
-    line.append_text(fmt.bar(util, bar_w, style=fmt.OK if (util or 0) < 0.95 else fmt.WARN))
+    line.append_text(fmt.bar(util, bar_w, style=fmt.BUSY))
     line.append(f" {fmt.pct(util):>4}")
     owners = model.owners_on(g.index)
     line.append("  mem " if medium else " ")
@@ -85,6 +86,12 @@ def _gpu_lines(model: ConsoleModel, view: GpuView, width: int) -> Text:
     if stale:
         line.stylize("dim")
         line.append(f"  stale {fmt.duration(model.age(view.received))}", style=fmt.WARN)
+    if not medium:  # 80 columns: one line a GPU, its owners at the end
+        tail = " ".join(o for o, _, _ in owners) or "idle"
+        line.append("  ")
+        line.append(tail, style=owner_style(owners[0][0], owners[0][1], 0) if owners else fmt.DIM)
+        line.truncate(width, overflow="ellipsis")
+        return line
     second = Text("      ")
     if owners:
         for k, (o, r, b) in enumerate(owners):

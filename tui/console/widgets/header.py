@@ -42,7 +42,7 @@ def render_header(model: ConsoleModel, width: int, *, replay: str | None = None,
         t.append(f"{lay.topology} {lay.profile_id if width >= 100 else ''}".rstrip() + " · ")
         t.append(lay.status, style=STATUS_STYLE.get(lay.status, ""))
         if width >= 120 and lay.since:
-            t.append(" since " + time.strftime("%H:%M:%S", time.localtime(lay.since)))
+            t.append(" since " + time.strftime("%H:%M:%S", time.localtime(lay.since)), style=fmt.DIM)
     clock = time.strftime("%H:%M:%S", time.localtime(model.clock()))
     pad = width - len(t.plain) - len(clock) - 1
     if pad > 0:

@@ -11,8 +11,8 @@ from tui.console import fmt
 from tui.console.model import ConsoleModel, ServerView
 
 WIDE = (("server", 11), ("role", 8), ("GPU", 4), ("port", 5), ("state", 22), ("run/wait", 9), ("KV %", 6),
-        ("prompt tok/s", 12), ("gen tok/s", 10), ("KV in", 20))
-COMPACT = (("server", 10), ("GPU", 3), ("state", 16), ("r/w", 7), ("KV%", 5), ("gen t/s", 8))
+        ("prompt tok/s", 12), ("gen tok/s", 10), ("KV in", 22))
+COMPACT = (("server", 10), ("GPU", 3), ("state", 20), ("r/w", 7), ("KV%", 5), ("gen t/s", 8))
 
 
 def state_cell(model: ConsoleModel, v: ServerView) -> Text:
@@ -46,7 +46,7 @@ def kv_in_cell(v: ServerView) -> str:
         return ""
     parts = []
     if f.disagg is not None and f.disagg.external_share is not None:
-        parts.append(f"{f.disagg.external_share * 100:.0f}% by xfer")
+        parts.append(f"{f.disagg.external_share * 100:.0f}% xfer")
     if f.kv_transfer is not None and f.kv_transfer.bytes_per_s is not None:
         parts.append(fmt.rate_bps(f.kv_transfer.bytes_per_s))
     return " · ".join(parts)
