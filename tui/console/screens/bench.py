@@ -68,6 +68,7 @@ def workload_from_form(base: Workload, values: dict[str, str]) -> tuple[Workload
 
 
 class BenchScreen(Screen[None]):
+    AUTO_FOCUS = "#workloads"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "start", "start", priority=True),
         Binding("ctrl+x", "stop", "stop run", priority=True),

@@ -68,6 +68,7 @@ def grid(state: CampaignState) -> Table:
 
 
 class CampaignScreen(Screen[None]):
+    AUTO_FOCUS = "#c-topologies"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "start", "start campaign", priority=True),
         Binding("ctrl+r", "resume", "resume selected", priority=True),

@@ -110,6 +110,7 @@ def knobs_from(gmu: str, mml: str, args: str, env: str) -> LaunchKnobs:
 
 
 class LaunchScreen(Screen[None]):
+    AUTO_FOCUS = "#models"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+l", "launch", "launch", priority=True),
         Binding("ctrl+y", "copy_plan", "copy plan"),

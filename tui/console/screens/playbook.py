@@ -48,6 +48,7 @@ def entry_text(e: Entry) -> Text:
 
 
 class PlaybookScreen(Screen[None]):
+    AUTO_FOCUS = "#pb-entries"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "search", "search"),
         Binding("escape", "app.mode('dashboard')", "dashboard"),

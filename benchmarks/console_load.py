@@ -1,0 +1,154 @@
+"""The console under load: key-press latency, its own CPU share and memory over time, on the simulated host.
+
+Two simulated B200s sampled at 4 Hz, the three processes of a 1P1D layout (prefill, decode, proxy) polled at 1 Hz,
+and a benchmark of ``--streams`` concurrent streams (1,000 by default) run from the console's bench screen against
+the layout, the console headless at 160×48 (``App.run_test``: the same app, the same 4 Hz drawing; a headless
+driver instead of a terminal). Measured in the console's own process (the load generator is a process of its own
+and is excluded; the run's parent side, which stores records and publishes ticks, is the console's):
+
+- key-press latency: from a key (a cursor move in the servers table, which redraws the table and the log pane)
+  until the app has processed it and its screen is idle (``Pilot.press``), p50/p99 over many presses;
+- CPU share: the console process's CPU time over wall time;
+- memory: the process's RSS, sampled along the run (flat means bounded histories).
+
+The reference, measured in the same run: the same console with the layout up and no benchmark (telemetry only).
+Targets (the console issue): p99 ≤ 50 ms, CPU ≤ 10 % of a core, memory flat.
+
+    python benchmarks/console_load.py [--minutes 2] [--streams 1000] [--output-len 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _free_ports() -> tuple[int, int, int]:
+    from tests.helpers import layout_port_args
+
+    a = layout_port_args()
+    return int(a[1]), int(a[3]), int(a[5])
+
+
+def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tui", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+async def _phase(app, pilot, seconds: float, label: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    import psutil
+
+    proc = psutil.Process()
+    lat: list[float] = []
+    rss: list[float] = []
+    c0 = proc.cpu_times()
+    t0 = time.monotonic()
+    end = t0 + seconds
+    next_rss = t0
+    down = True
+    while time.monotonic() < end:
+        k0 = time.perf_counter()
+        await pilot.press("down" if down else "up")
+        lat.append((time.perf_counter() - k0) * 1000)
+        down = not down
+        if time.monotonic() >= next_rss:
+            rss.append(proc.memory_info().rss / 2**20)
+            next_rss += 10.0
+        await asyncio.sleep(0.25)
+    c1 = proc.cpu_times()
+    wall = time.monotonic() - t0
+    cpu = (c1.user - c0.user + c1.system - c0.system) / wall
+    lat.sort()
+    q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [lat[0]] * 99
+    return {"label": label, "presses": len(lat), "p50_ms": q[49], "p99_ms": q[98], "cpu": cpu,
+            "rss_first": rss[0], "rss_last": rss[-1], "rss_max": max(rss), "rss_samples": len(rss),
+            "draws": app.draws, "last_draw_ms": app.last_draw_ms}
+
+
+async def main_async(a: argparse.Namespace) -> int:
+    from tui.console.app import make_console
+    from tui.console.screens.bench import BenchScreen
+    from tui.core.host.base import HostOptions
+
+    ports = _free_ports()
+    up = _cli("up", "--sim", "--sim-startup", "1", "--model", "qwen3.6-27b-nvfp4", "--topology", "1p1d",
+              "--port", str(ports[0]), "--server-port", str(ports[1]), "--side-channel-port", str(ports[2]))
+    if up.returncode != 0:
+        print(up.stderr[-2000:], file=sys.stderr)
+        return 1
+    try:
+        app = make_console(HostOptions(sim=True), ports=ports)
+        async with app.run_test(size=(160, 48)) as pilot:
+            t_end = time.monotonic() + 30
+            while not (app.model.layout is not None and app.model.layout.status == "ready" and len(app.model.gpus) == 2
+                       and all(v.health is not None for v in app.model.servers.values())):
+                if time.monotonic() > t_end:
+                    print("the console never saw the layout ready", file=sys.stderr)
+                    return 1
+                await pilot.pause(0.2)
+            ref = await _phase(app, pilot, a.reference_s, "telemetry only (reference)")
+            await pilot.press("b")
+            screen = app.screen
+            assert isinstance(screen, BenchScreen)
+            base = app.ctx.catalog.workload("decode-heavy")
+            wl = base.with_overrides(num_prompts=a.streams, output_len=a.output_len, input_len=a.input_len,
+                                     name=f"load-{a.input_len}x{a.output_len}")
+            screen.run_benchmark(wl, {}, "ours")
+            await pilot.press("escape")
+            t_end = time.monotonic() + 120
+            while not (app.model.bench.tick is not None and app.model.bench.tick.phase == "run"):
+                if time.monotonic() > t_end:
+                    print("the benchmark never reached its main run", file=sys.stderr)
+                    return 1
+                await pilot.pause(0.2)
+            load = await _phase(app, pilot, a.minutes * 60, f"{a.streams} streams live")
+            tick = app.model.bench.tick
+            inflight = max((t for t in [tick.inflight] if tick is not None), default=0)
+            screen.workers.cancel_group(screen, "bench")
+            await pilot.pause(1.0)
+    finally:
+        _cli("down", "--all")
+    rows = [ref, load]
+    print(f"console under load: 2 GPUs at 4 Hz, 3 servers at 1 Hz, {a.streams} streams "
+          f"({a.input_len}→{a.output_len}), {a.minutes:g} min; in flight at the end: {inflight}")
+    print(f"{'phase':<30} {'presses':>7} {'p50 ms':>8} {'p99 ms':>8} {'CPU %':>7} {'RSS MiB first→last (max)':>26}")
+    for r in rows:
+        print(f"{r['label']:<30} {r['presses']:>7} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['cpu'] * 100:>7.1f} "
+              f"{r['rss_first']:>9.1f} → {r['rss_last']:.1f} ({r['rss_max']:.1f})")
+    print(f"ratio load/reference: p99 {load['p99_ms'] / max(ref['p99_ms'], 1e-9):.2f}×, CPU "
+          f"{load['cpu'] / max(ref['cpu'], 1e-9):.2f}×; targets: p99 ≤ 50 ms "
+          f"({'met' if load['p99_ms'] <= 50 else 'MISSED'}), CPU ≤ 10 % ({'met' if load['cpu'] <= 0.10 else 'MISSED'}),"
+          f" memory growth over the run {load['rss_last'] - load['rss_first']:+.1f} MiB")
+    if a.json:
+        print(json.dumps(rows))
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=2.0)
+    p.add_argument("--reference-s", type=float, default=30.0)
+    p.add_argument("--streams", type=int, default=1000)
+    p.add_argument("--input-len", type=int, default=512)
+    p.add_argument("--output-len", type=int, default=2048)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="console-load-") as tmp:
+        for name in ("state", "data", "config"):
+            os.environ[f"DISAGG_TUI_{name.upper()}_DIR"] = str(Path(tmp) / name)
+        return asyncio.run(main_async(a))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
