@@ -115,8 +115,6 @@ class ConsoleApp(App[int]):
 
     # --- modes -------------------------------------------------------------------------------------------------
     def on_mount(self) -> None:
-        if self.ctx.replay:
-            self.sub_title = f"REPLAY {self.ctx.replay}"
         self.ctx.bus.attach_loop(asyncio.get_running_loop())
         self.set_interval(FLUSH_S, self.flush)
         if self.ctx.live:
@@ -125,6 +123,18 @@ class ConsoleApp(App[int]):
     def action_mode(self, mode: str) -> None:
         if mode != self.current_mode:
             self.switch_mode(mode)
+
+    def replay_label(self) -> str | None:
+        """What the header says of a replay (None: live). The replay console adds its clock and timeline."""
+        return self.ctx.replay
+
+    def refuse_in_replay(self) -> bool:
+        """True (and a notification) when this console replays a recording: it shows, it launches nothing."""
+        if self.ctx.replay:
+            self.notify("this console replays a recording: nothing is launched, stopped or measured",
+                        title="replay", severity="warning", timeout=4)
+            return True
+        return False
 
     # --- sources ---------------------------------------------------------------------------------------------
     def start_sources(self) -> None:
@@ -185,6 +195,8 @@ class ConsoleApp(App[int]):
     async def run_job(self, name: str, argv: list[str], done_message: str = "") -> int | None:
         """Start ``disagg-tui ARGV`` detached and tell the operator how it ended (its own error line if it
         failed). The command goes on if the console quits."""
+        if self.refuse_in_replay():
+            return None
         job = await asyncio.to_thread(start_job, name, argv)
         self.jobs.append(job)
         self.notify(job.shell(), title=f"{name} started", timeout=4)

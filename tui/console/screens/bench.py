@@ -139,7 +139,7 @@ class BenchScreen(Screen[None]):
     # --- drawing -----------------------------------------------------------------------------------------------
     def draw(self, model: ConsoleModel, *, full: bool = False) -> None:
         self._tick += 1
-        self.query_one(HeaderBar).draw(model, replay=self.console.ctx.replay, screen="bench")
+        self.query_one(HeaderBar).draw(model, replay=self.console.replay_label(), screen="bench")
         if not (full or BENCH in model.dirty or self._tick % 4 == 0):
             return
         b = model.bench
@@ -230,6 +230,8 @@ class BenchScreen(Screen[None]):
 
     def action_start(self) -> None:
         console = self.console
+        if self.console.refuse_in_replay():
+            return
         if console.model.bench.running:
             self.notify("a benchmark is running: ctrl+x stops it", severity="warning", timeout=4)
             return

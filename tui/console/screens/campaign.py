@@ -129,7 +129,7 @@ class CampaignScreen(Screen[None]):
         self.set_interval(REFRESH_S, self.refresh_list)
 
     def draw(self, model: ConsoleModel) -> None:
-        self.query_one(HeaderBar).draw(model, replay=self.console.ctx.replay, screen="campaign")
+        self.query_one(HeaderBar).draw(model, replay=self.console.replay_label(), screen="campaign")
         self.query_one("#c-current", Static).update(self._current(model))
 
     # --- the campaigns ---------------------------------------------------------------------------------------
@@ -202,6 +202,8 @@ class CampaignScreen(Screen[None]):
 
     def action_start(self) -> None:
         ctx = self.console.ctx
+        if self.console.refuse_in_replay():
+            return
         ol = self.query_one("#c-model", OptionList)
         if ol.highlighted is None:
             return

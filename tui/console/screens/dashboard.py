@@ -69,7 +69,7 @@ class DashboardScreen(Screen[None]):
         second = self._tick % 4 == 0
         dirty = model.dirty
         if full or second or HEADER in dirty:
-            self.query_one(HeaderBar).draw(model, replay=self.console.ctx.replay)
+            self.query_one(HeaderBar).draw(model, replay=self.console.replay_label())
         if full or second or GPUS in dirty:
             self.query_one(GpuPanel).draw(model)
         table = self.query_one(ServerTable)

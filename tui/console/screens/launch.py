@@ -184,7 +184,7 @@ class LaunchScreen(Screen[None]):
         self.replan()
 
     def draw(self, model: ConsoleModel) -> None:
-        self.query_one(HeaderBar).draw(model, replay=self.console.ctx.replay, screen="launch")
+        self.query_one(HeaderBar).draw(model, replay=self.console.replay_label(), screen="launch")
 
     # --- choices -----------------------------------------------------------------------------------------------
     @on(OptionList.OptionHighlighted, "#models")
@@ -303,6 +303,8 @@ class LaunchScreen(Screen[None]):
 
     def action_launch(self) -> None:
         console = self.console
+        if self.console.refuse_in_replay():
+            return
         if self.current is None or self.model_id is None or self.topology is None:
             self.notify("pick a model and a topology the planner accepts", severity="warning", timeout=4)
             return

@@ -122,7 +122,7 @@ class PlaybookScreen(Screen[None]):
         self.query_one("#pb-search", Input).focus()
 
     def draw(self, model: ConsoleModel, *, full: bool = False) -> None:
-        self.query_one(HeaderBar).draw(model, replay=self.console.ctx.replay, screen="playbook")
+        self.query_one(HeaderBar).draw(model, replay=self.console.replay_label(), screen="playbook")
         if not (full or BAND in model.dirty):
             return
         t = Text()

@@ -155,7 +155,7 @@ class ResultsScreen(Screen[None]):
         self.action_reload()
 
     def draw(self, model: ConsoleModel) -> None:
-        self.query_one(HeaderBar).draw(model, replay=self.console.ctx.replay, screen="results")
+        self.query_one(HeaderBar).draw(model, replay=self.console.replay_label(), screen="results")
 
     def _maybe_reload(self) -> None:
         if self.is_current:

@@ -7,14 +7,16 @@ benchmark (progress, live figures); then a campaign; else what to do next.
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.text import Text
-from textual.widgets import Static
 
 from tui.console import fmt
 from tui.console.model import ConsoleModel, ServerView
+from tui.console.widgets.panel import TextPanel
 
 
-class Band(Static):
+class Band(TextPanel):
     DEFAULT_CSS = "Band { height: auto; min-height: 3; }"
 
     def draw(self, model: ConsoleModel) -> None:
@@ -23,7 +25,7 @@ class Band(Static):
         self.set_class(kind == "diagnosis", "-diagnosis")
         self.set_class(kind == "startup", "-startup")
         self.set_class(kind == "bench", "-bench")
-        self.update(text)
+        self.set_text(text)
 
 
 def render_band(model: ConsoleModel, width: int) -> tuple[Text, str]:
@@ -76,8 +78,8 @@ def _diagnosis(model: ConsoleModel, width: int) -> Text:
     t.append(d.entry_id, style="bold")
     t.append(f" · {d.title}")
     first = d.explanation.strip().splitlines()[0] if d.explanation.strip() else ""
-    if first:
-        t.append("\n" + first)
+    for line in textwrap.wrap(first, max(width - 2, 20))[:2]:
+        t.append("\n" + line)
     t.append("\nFix: ", style="bold")
     t.append(d.fix or "no fix known: see the details")
     keys = Text("\n")

@@ -4,10 +4,10 @@ temperature, clocks, a 60-second utilisation sparkline; then who owns the memory
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from tui.console import fmt
 from tui.console.model import ConsoleModel, GpuView
+from tui.console.widgets.panel import TextPanel
 
 #: owners by role; never green, yellow or red, which mean ok, warning and failure
 ROLE_STYLES = {"prefill": "blue", "decode": "cyan", "single": "bright_blue", "proxy": "magenta"}
@@ -19,14 +19,14 @@ def owner_style(owner: str, role: str, index: int) -> str:
     return ROLE_STYLES.get(base, OTHER_STYLES[index % len(OTHER_STYLES)])
 
 
-class GpuPanel(Static):
+class GpuPanel(TextPanel):
     """Draws every GPU of the model; ``draw`` is called by the screen when GPUs changed (or to age them)."""
 
     DEFAULT_CSS = "GpuPanel { height: auto; }"
 
     def draw(self, model: ConsoleModel) -> None:
         width = max(self.size.width or (self.app.size.width - 4), 40)
-        self.update(render_gpus(model, width))
+        self.set_text(render_gpus(model, width))
 
 
 def render_gpus(model: ConsoleModel, width: int) -> Text:

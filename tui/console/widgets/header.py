@@ -5,20 +5,20 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from textual.widgets import Static
 
 from tui.console import fmt
 from tui.console.model import ConsoleModel
+from tui.console.widgets.panel import TextPanel
 
 STATUS_STYLE = {"ready": fmt.OK, "starting": fmt.BUSY, "failed": fmt.BAD, "stopping": fmt.WARN}
 
 
-class HeaderBar(Static):
+class HeaderBar(TextPanel):
     DEFAULT_CSS = "HeaderBar { height: 1; }"
 
     def draw(self, model: ConsoleModel, *, replay: str | None = None, screen: str = "") -> None:
         width = self.size.width or self.app.size.width
-        self.update(render_header(model, width, replay=replay, screen=screen))
+        self.set_text(render_header(model, width, replay=replay, screen=screen))
 
 
 def render_header(model: ConsoleModel, width: int, *, replay: str | None = None, screen: str = "") -> Text:

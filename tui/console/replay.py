@@ -1,0 +1,177 @@
+"""``disagg-tui replay FILE``: the console fed by a recording instead of the host.
+
+The screens are the live console's; only the source differs: a ``ReplaySource`` publishes the recording's events
+on the console's bus at the recording's pace, and the console's clock is the recording's, so ages, ETAs and the
+header's time are those of the moment replayed. The header carries the replay's state and a timeline with the
+markers (phase changes, diagnoses, finished runs, failures). A seek rebuilds the console's state from the start of
+the recording up to the new time (off the event loop) before the pump goes on from there. Nothing is launched,
+stopped or measured from a replay.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.binding import Binding, BindingType
+
+from tui.console.app import ConsoleApp, ConsoleContext
+from tui.console.model import ConsoleModel
+from tui.core.host.base import HostOptions
+from tui.core.launch.state import StateStore
+from tui.core.playbook import load_playbook
+from tui.core.profiles import Catalog
+from tui.core.record import Recording, ReplaySource
+
+SPEEDS = (0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)
+SEEK_S = 30.0
+MARK = {"phase": "│", "diagnosis": "✖", "run": "●", "failure": "!", "operator": "·"}
+
+
+class ReplayConsoleApp(ConsoleApp):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *ConsoleApp.BINDINGS,
+        Binding("space", "toggle_pause", "pause/play"),
+        Binding("plus,equals_sign", "speed(1)", "faster"),
+        Binding("minus", "speed(-1)", "slower"),
+        Binding("right", "seek(30)", "+30 s", show=False),
+        Binding("left", "seek(-30)", "-30 s", show=False),
+        Binding("shift+right", "seek(300)", "+5 min", show=False),
+        Binding("shift+left", "seek(-300)", "-5 min", show=False),
+        Binding("n", "next_marker('')", "next mark"),
+        Binding("1", "next_marker('phase')", "next phase", show=False),
+        Binding("2", "next_marker('diagnosis')", "next diagnosis", show=False),
+        Binding("3", "next_marker('run')", "next run", show=False),
+        Binding("m", "markers", "markers"),
+    ]
+
+    def __init__(self, ctx: ConsoleContext, recording: Recording, *, speed: float = 1.0) -> None:
+        self.recording = recording
+        self.source: ReplaySource | None = None
+        self._speed = speed
+        self._was_paused = False
+        super().__init__(ctx, clock=self._now)
+
+    def _now(self) -> float:
+        return self.source.now() if self.source is not None else self.recording.start
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.source = ReplaySource(self.recording, self.ctx.bus, speed=self._speed)
+        self.source.on_seek(self._rebuild)
+        self._pump()
+
+    @work(exclusive=True, group="replay", exit_on_error=False, description="replaying the recording")
+    async def _pump(self) -> None:
+        assert self.source is not None
+        await self.source.run()
+
+    # --- the header ------------------------------------------------------------------------------------------
+    def replay_label(self) -> str | None:
+        src = self.source
+        rec = self.recording
+        name = Path(str(self.ctx.replay)).name
+        if src is None:
+            return name
+        span = max(rec.end - rec.start, 1e-9)
+        pos = (src.now() - rec.start) / span
+        width = 24
+        cells = [" "] * width
+        for m in rec.markers_of(None):
+            i = min(int((m.ts - rec.start) / span * width), width - 1)
+            if cells[i] == " " or m.kind in ("failure", "diagnosis"):
+                cells[i] = MARK.get(m.kind, "·")
+        at = min(int(pos * width), width - 1)
+        cells[at] = "▶" if not src.paused else "⏸"
+        state = "paused" if src.paused else ("end" if src.at_end else f"{src.speed:g}×")
+        clock = time.strftime("%H:%M:%S", time.localtime(src.now()))
+        return f"{name} {state} {clock} [{''.join(cells)}] {pos * 100:.0f}%"
+
+    # --- controls ------------------------------------------------------------------------------------------
+    def action_toggle_pause(self) -> None:
+        if self.source is None:
+            return
+        if self.source.paused:
+            self.source.resume()
+        else:
+            self.source.pause()
+        self.flush()
+
+    def action_speed(self, step: int) -> None:
+        if self.source is None:
+            return
+        i = min(range(len(SPEEDS)), key=lambda k: abs(SPEEDS[k] - self.source.speed))  # type: ignore[union-attr]
+        self.source.set_speed(SPEEDS[max(0, min(len(SPEEDS) - 1, i + step))])
+        self.notify(f"replay at {self.source.speed:g}×", timeout=2)
+
+    def action_seek(self, seconds: float) -> None:
+        if self.source is not None:
+            self.source.seek(self.source.now() + seconds)
+
+    def action_next_marker(self, kind: str) -> None:
+        if self.source is None:
+            return
+        m = self.source.next_marker(kind or None)
+        if m is None:
+            self.notify(f"no {kind or 'marker'} after this point", timeout=3)
+        else:
+            self.notify(m.label, title=f"{m.kind} at {time.strftime('%H:%M:%S', time.localtime(m.ts))}",
+                        timeout=4)
+
+    def action_markers(self) -> None:
+        from tui.console.screens.modals import TextModal
+
+        body = Text()
+        for m in self.recording.markers_of(None):
+            body.append(time.strftime("%H:%M:%S ", time.localtime(m.ts)), style="dim")
+            body.append(f"{m.kind:<10}", style="bold red" if m.kind in ("failure", "diagnosis") else "bold")
+            body.append(f" {m.label}\n")
+        self.push_screen(TextModal(f"markers of {Path(str(self.ctx.replay)).name} (n jumps to the next)", body))
+
+    # --- seeking ---------------------------------------------------------------------------------------------
+    def _rebuild(self, t: float) -> None:
+        """Before the pump goes on from ``t``: the console's state as it was at ``t``, folded in a thread. The
+        replay holds still meanwhile, so no event lands in the state being replaced."""
+        assert self.source is not None
+        self._was_paused = self.source.paused
+        self.source.pause()
+        self._fold_until(t)
+
+    @work(exclusive=True, group="replay-seek", thread=True, exit_on_error=False, description="seeking")
+    def _fold_until(self, t: float) -> None:
+        model = ConsoleModel(self._now)
+        for ev in self.recording.events():
+            if ev.ts > t:
+                break
+            model.apply(ev)
+        self.call_from_thread(self._swap, model)
+
+    def _swap(self, model: ConsoleModel) -> None:
+        old = self.model
+        self._unsubscribe()
+        self.model = model
+        self._unsubscribe = self.ctx.bus.subscribe(self.model.apply)
+        del old
+        if self.source is not None and not self._was_paused:
+            self.source.resume()
+        self.flush()
+
+
+def make_replay(path: Path, *, speed: float = 1.0, options: HostOptions | None = None) -> ReplayConsoleApp:
+    recording = Recording.open(path)
+    ctx = ConsoleContext(options=options or HostOptions(sim=True), host=None, catalog=Catalog.load(),
+                         store=StateStore(), book=load_playbook(), live=False, replay=str(path))
+    return ReplayConsoleApp(ctx, recording, speed=speed)
+
+
+def replay(path: Path, *, speed: float = 1.0, **_: Any) -> int:
+    app = make_replay(path, speed=speed)
+    try:
+        code = app.run()
+    finally:
+        app.recording.close()
+    return 0 if code is None else int(code)
+
