@@ -306,14 +306,14 @@ def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> i
         if line:
             print(line, file=ctx.err)
         for flag in r.meta.flags:
-            ctx.warn(f"{r.id}: {_flag_text(flag, r)}")
+            ctx.warn(f"{r.id}: {flag_text(flag, r)}")
         note = prompts_note(r)
         if note:
             ctx.warn(f"{r.id}: {note}")
     return code
 
 
-def _flag_text(flag: str, r: Run) -> str:
+def flag_text(flag: str, r: Run) -> str:
     m = r.meta
     if flag == "client-limited":
         return "the load generator may have limited this run: " + "; ".join(m.client.get("reasons", []))
@@ -325,6 +325,13 @@ def _flag_text(flag: str, r: Run) -> str:
         share = (m.prefix_cache or {}).get("share", 0.0)
         return (f"{share:.0%} of the prompt tokens came from the servers' prefix cache (prompts sent before): "
                 "TTFT is understated; run again with another --seed, or serve with --no-enable-prefix-caching")
+    if flag == "sim-overloaded":
+        pacing = m.sim_pacing or {}
+        share, clock, held = pacing.get("share", 0.0), pacing.get("clock", 1.0), pacing.get("held_clock", 1.0)
+        tail = (f"--sim-clock {held:g} would have held on this machine" if clock * (1 - share) >= 1
+                else "this machine cannot pace them even in real time")
+        return (f"the simulated servers fell {share:.0%} behind clock {clock:g}: the figures measure this machine's "
+                f"CPUs, not the simulated GPUs (kept out of the recommendation); {tail}")
     if flag == "kv-no-transfer":
         return "no prompt token arrived over the KV connector during the run"
     if flag == "failed-requests":

@@ -16,6 +16,7 @@ from typing import Any
 
 from tui.cli.cmd_bench import (
     add_traffic_options,
+    flag_text,
     options_from_args,
     profile_vocab,
     run_async,
@@ -166,6 +167,20 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
             ctx.print()
         ctx.print(rec_mod.render(rec))
         print(f"results: {result.directory}", file=ctx.err)
+    _pacing_warnings(ctx, runs)
     for line in failed:
         ctx.error(f"cell failed: {line}")
     return EXIT_FAILED if result.failed else EXIT_OK
+
+
+def _pacing_warnings(ctx: CliContext, runs: Sequence[Any]) -> None:
+    """Say which runs the simulated servers could not pace, and the clock that would have held for all of them."""
+    over = [r for r in runs if "sim-overloaded" in r.meta.flags]
+    if not over:
+        return
+    for r in over:
+        ctx.warn(f"{r.id}: {flag_text('sim-overloaded', r)}")
+    held = min(float((r.meta.sim_pacing or {}).get("held_clock", 1.0)) for r in over)
+    ctx.warn(f"{len(over)} of {len(runs)} run(s) flagged sim-overloaded and kept out of the recommendation: run the "
+             f"campaign again with --sim-clock {held:g} or lower" if held >= 1 else
+             f"{len(over)} of {len(runs)} run(s) flagged sim-overloaded: this machine cannot pace them in real time")

@@ -58,7 +58,7 @@ class ServerState:
         self.held: dict[str, Held] = {}
         self.block_cursor = 0
         self.xfer_log: list[tuple[float, float, int, int]] = []  # (xfer s, post s, bytes, descriptors)
-        cost = ModelCost(cfg.profile, cfg.hardware, cfg.tp)
+        cost = ModelCost(cfg.profile, cfg.hardware, cfg.tp, cfg.stack)
         self.cost = cost
         nixl = cfg.kv_transfer is not None and cfg.kv_transfer.is_nixl
         lease = cfg.kv_transfer.lease_s if cfg.kv_transfer else 30.0

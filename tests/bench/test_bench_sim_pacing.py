@@ -1,0 +1,84 @@
+"""The simulator knows when it falls behind: a simulated server measures how late its steps end against the
+clock it was asked to keep, exports it in ``/metrics``, and a run during which it fell behind is flagged
+``sim-overloaded``, kept out of the recommendation, with the clock that would have held."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from tests.simserver import SimServers
+from tui.core.bench import recommend as rec_mod
+from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
+from tui.core.bench.serverside import SIM_OVERLOAD_SHARE, PacingCheck, pacing_check, sim_pacing
+from tui.core.bench.table import build_cells
+from tui.core.profiles import Workload
+
+METRICS = """# TYPE disagg_sim:paced_seconds_total counter
+disagg_sim:paced_seconds_total{engine="0"} 100.0
+disagg_sim:paced_seconds_total{engine="1"} 50.0
+# TYPE disagg_sim:pacing_lag_seconds_total counter
+disagg_sim:pacing_lag_seconds_total{engine="0"} 1.0
+disagg_sim:pacing_lag_seconds_total{engine="1"} 0.0
+# TYPE disagg_sim:clock gauge
+disagg_sim:clock{engine="0"} 20.0
+disagg_sim:clock{engine="1"} 20.0
+"""
+
+
+def test_pacing_counters_and_check() -> None:
+    before = sim_pacing(METRICS)
+    assert before == {"0": (100.0, 1.0, 20.0), "1": (50.0, 0.0, 20.0)}
+    assert sim_pacing("vllm:num_requests_running 0\n") is None  # a real server: no such series
+    # over the run engine 1 paced 10 s and ran 10 s late: half behind, the worst engine
+    after = {"0": (110.0, 1.05, 20.0), "1": (60.0, 10.0, 20.0)}
+    chk = pacing_check({"u": before}, {"u": after, "real": None})
+    assert chk is not None and chk.worst == "u engine 1" and chk.share == pytest.approx(0.5)
+    assert chk.overloaded and chk.held_clock == 7.0  # 20 × 0.5 reached, with 30 % headroom
+    assert "--sim-clock 7 would have held" in chk.line()
+    ok = pacing_check({"u": before}, {"u": {"0": (110.0, 1.05, 20.0)}})
+    assert ok is not None and not ok.overloaded and ok.held_clock == 20.0
+    assert pacing_check({}, {"real": None}) is None
+    slow = PacingCheck(share=0.6, lag_s=6.0, clock=2.0, worst="u engine 0")  # reached 0.8×: not even real time
+    assert slow.overloaded and "even in real time" in slow.line()
+
+
+def _pacing_metrics(url: str) -> tuple[float, float]:
+    text = httpx.get(url + "/metrics").text
+    paced = sum(float(v) for v in re.findall(r"^disagg_sim:paced_seconds_total\{[^}]*\} (\S+)$", text, re.M))
+    lag = sum(float(v) for v in re.findall(r"^disagg_sim:pacing_lag_seconds_total\{[^}]*\} (\S+)$", text, re.M))
+    return paced, lag
+
+
+async def test_a_server_driven_past_its_pace_is_flagged(sims: SimServers) -> None:
+    # 2,000× real time: a decode step of ~5 ms is 2.5 µs of wall time, which no Python event loop keeps
+    server = sims.start(startup_s=0.2, clock=2000.0)
+    server.wait_ready()
+    wl = Workload(name="w", input_len=64, output_len=64, num_prompts=8, seed=3)
+    run = await run_bench(BenchOptions(workload=wl, model="dummy-qwen3-8b", warmup=0),
+                          BenchTarget(endpoint=server.url, campaign="pace"))
+    assert run.meta.status == "complete"
+    paced, lag = _pacing_metrics(server.url)
+    assert paced > 0 and lag > SIM_OVERLOAD_SHARE * paced  # the server measured its own lag and exports it
+    assert "sim-overloaded" in run.meta.flags
+    pacing = run.meta.sim_pacing
+    assert pacing is not None and pacing["overloaded"] and pacing["clock"] == 2000.0
+    assert pacing["held_clock"] < 2000.0
+    # kept out of the recommendation, and said so
+    cells = build_cells([run])
+    rec = rec_mod.recommend(cells, {"w": wl})
+    assert all(v.winner is None for vs in rec.objectives.values() for v in vs)
+    assert "kept out of the recommendation (sim-overloaded): endpoint/w" in rec.evidence
+
+
+async def test_a_server_at_an_easy_pace_is_not_flagged(sims: SimServers) -> None:
+    server = sims.start(startup_s=0.2, clock=1.0)
+    server.wait_ready()
+    wl = Workload(name="w", input_len=64, output_len=64, num_prompts=4, seed=4)
+    run = await run_bench(BenchOptions(workload=wl, model="dummy-qwen3-8b", warmup=0),
+                          BenchTarget(endpoint=server.url, campaign="pace"))
+    assert run.meta.status == "complete"
+    assert "sim-overloaded" not in run.meta.flags, run.meta.sim_pacing
+    assert run.meta.sim_pacing is not None and run.meta.sim_pacing["share"] < SIM_OVERLOAD_SHARE
