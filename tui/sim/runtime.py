@@ -30,7 +30,7 @@ from tui.sim.scheduler import EngineScheduler, SimRequest, StepResult
 LEASE_WALL_FLOOR_S = 10.0
 #: a step ending less than this much wall time late is on time: the next steps catch it up (event-loop wake-up
 #: jitter, a busy host descheduling the process for a moment); beyond it the lag is counted and not caught up
-LAG_TOLERANCE_WALL_S = 5e-3
+LAG_TOLERANCE_WALL_S = 20e-3
 
 
 @dataclass(eq=False)
