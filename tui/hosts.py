@@ -33,3 +33,11 @@ def host_for_layout(options: HostOptions, simulated_layout: bool | None, default
     if simulated_layout:
         return default if default is not None and default.simulated else SimHost(options)
     return default if default is not None else select_host(options)
+
+
+# --- predictions: the simulator's performance model for the front ends (the core never imports it) -------------
+# The same model and schedulers the simulated server paces its tokens with, evaluated in virtual time.
+from tui.sim import predict as predictor  # noqa: E402
+from tui.sim import runpredict  # noqa: E402
+
+__all__ = ["SIM_FAULTS", "host_for_layout", "predictor", "runpredict", "select_host"]
