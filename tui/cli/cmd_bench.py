@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tui.cli import predictions
 from tui.cli.argtypes import nonneg_int, positive_float, positive_int
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
@@ -279,6 +280,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
 
 
 def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> int:
+    predictions.attach_all(ctx, runs)
     summaries = [r.summary for r in runs if r.summary]
     if args.json:
         if len(runs) == 1:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from tui.cli import predictions
 from tui.cli.cmd_bench import (
     add_traffic_options,
     flag_text,
@@ -138,6 +139,7 @@ def _gpu_count(args: argparse.Namespace, ctx: CliContext, topologies: list[str])
 def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, workloads: dict[str, Workload],
            gpus: int | None) -> int:
     runs = result.runs()
+    predictions.attach_all(ctx, runs)
     cells = table.build_cells(runs, result.spec.goodput or None)
     failed = [f"{o.cell.topology}/{o.cell.workload}@{o.cell.rate if o.cell.rate is not None else 'default'}"
               f": {o.message}" for o in result.failed]

@@ -96,7 +96,7 @@ class RunFacts:
 
     topology: str
     profile_id: str
-    gpu: str  # NVML name ("NVIDIA H200"), "" when unknown
+    gpu: str  # NVML name ("NVIDIA H200"), else the plan's host label ("SIMULATED host …: 2× NVIDIA B200"), or ""
     input_len: int
     output_len: int
     num_prompts: int
@@ -108,6 +108,7 @@ class RunFacts:
     gpu_memory_utilization: float | None
     shared_gpus: bool
     first_run_jit: bool  # the servers logged a Triton JIT compile during the run
+    clock: float = 1.0  # a simulated run's --sim-clock: its figures are in wall time, virtual time / clock
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -144,11 +145,12 @@ def run_facts(meta: Mapping[str, Any], plan: Mapping[str, Any] | None, workload:
     return RunFacts(
         topology=str(meta.get("topology") or (plan or {}).get("topology") or ""),
         profile_id=str((plan or {}).get("profile_id") or meta.get("model") or ""),
-        gpu=gpu_names[0] if gpu_names else "", input_len=input_len, output_len=output_len, num_prompts=num,
+        gpu=gpu_names[0] if gpu_names else str((plan or {}).get("host_label") or ""), input_len=input_len, output_len=output_len, num_prompts=num,
         rate=None if rate in (None, "inf") or (isinstance(rate, float) and math.isinf(rate)) else float(rate),
         seed=int(wl.get("seed") or 0), attention_backend=att, flashinfer_sampler=sampler, nvcc=nvcc,
         gpu_memory_utilization=float(gmu) if gmu else None, shared_gpus=len(set(gpus)) < len(gpus),
-        first_run_jit="triton-jit" in (meta.get("flags") or []))
+        first_run_jit="triton-jit" in (meta.get("flags") or []),
+        clock=float((meta.get("sim_pacing") or {}).get("clock") or 1.0))
 
 
 def predict_facts(facts: RunFacts, profile: ModelProfile, spec: GpuSpec,
@@ -166,6 +168,11 @@ def predict_facts(facts: RunFacts, profile: ModelProfile, spec: GpuSpec,
         p.notes.append("the servers shared GPUs: the model gives each its own")
     if facts.first_run_jit:
         p.notes.append("with the first-run Triton sampler compile the servers logged")
+    if facts.clock != 1.0 and p.values:  # the simulated servers ran sped up: the run measured wall time
+        c = facts.clock
+        p.values = {k: (v * c if k in ("output_throughput", "request_throughput", "request_goodput") else v / c)
+                    for k, v in p.values.items()}
+        p.notes.append(f"at --sim-clock {c:g}: in the run's wall time (virtual time / {c:g})")
     return p
 
 
