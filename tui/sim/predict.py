@@ -145,7 +145,8 @@ def run_facts(meta: Mapping[str, Any], plan: Mapping[str, Any] | None, workload:
     return RunFacts(
         topology=str(meta.get("topology") or (plan or {}).get("topology") or ""),
         profile_id=str((plan or {}).get("profile_id") or meta.get("model") or ""),
-        gpu=gpu_names[0] if gpu_names else str((plan or {}).get("host_label") or ""), input_len=input_len, output_len=output_len, num_prompts=num,
+        gpu=gpu_names[0] if gpu_names else str((plan or {}).get("host_label") or ""), input_len=input_len,
+        output_len=output_len, num_prompts=num,
         rate=None if rate in (None, "inf") or (isinstance(rate, float) and math.isinf(rate)) else float(rate),
         seed=int(wl.get("seed") or 0), attention_backend=att, flashinfer_sampler=sampler, nvcc=nvcc,
         gpu_memory_utilization=float(gmu) if gmu else None, shared_gpus=len(set(gpus)) < len(gpus),
