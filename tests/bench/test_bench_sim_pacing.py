@@ -97,3 +97,28 @@ def test_the_runtime_counts_only_lag_it_cannot_catch_up(monkeypatch: pytest.Monk
     rt._measure_lag(2.0)
     assert rt.lag_v == pytest.approx(0.5) and rt.lag_max_v == pytest.approx(0.5) and rt.late_steps == 1
     assert rt.v_of_wall(now[0]) == pytest.approx(2.0)  # paced on from here, not caught up
+
+
+def test_a_kv_lease_outlasts_a_slow_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At --sim-clock 20 a 30 s lease is 1.5 s of wall time; it also holds 30 s of wall time, so a decode server or
+    proxy the host starves for a few seconds still finds the blocks."""
+    import tui.sim.runtime as rt_mod
+    from tui.core.plan.gpuspecs import H200
+    from tui.core.profiles import Catalog
+    from tui.sim.metrics import EngineMetrics
+    from tui.sim.perfmodel import Hardware, ModelCost
+    from tui.sim.scheduler import EngineScheduler, SimRequest
+
+    cost = ModelCost(Catalog.load().model("dummy-qwen3-8b"), Hardware.for_gpu(H200))
+    sched = EngineScheduler(cost, kv_tokens=10_000, max_num_seqs=8, max_num_batched_tokens=512, lease_s=30.0)
+    now = [500.0]
+    monkeypatch.setattr(rt_mod.time, "monotonic", lambda: now[0])
+    rt = rt_mod.EngineRuntime(0, sched, EngineMetrics(4096), clock=20.0)
+    req = SimRequest(rid="p", prompt_len=100, max_tokens=1, arrival=0.0, hold_after_finish=True)
+    sched.add(req)
+    res = sched.step(0.0)
+    assert res is not None and "p" in sched.held and req.lease_until == pytest.approx(res.end + 30.0)
+    rt.floor_lease(req)
+    assert req.lease_until == pytest.approx(rt.v_of_wall(500.0 + 30.0))  # 600 virtual seconds at clock 20
+    assert sched.expire_leases(res.end + 31.0) == []  # the virtual lease alone would have run out here
+    assert [r.rid for r in sched.expire_leases(rt.v_of_wall(531.0))] == ["p"]

@@ -25,9 +25,6 @@ from tui.sim.perfmodel import BLOCK_SIZE
 from tui.sim.prefixcache import PrefixCache
 from tui.sim.scheduler import EngineScheduler, SimRequest, StepResult
 
-#: a KV lease (``kv_lease_duration``, virtual seconds) holds at least its unscaled length in wall time, up to this
-#: much: at ``--sim-clock 20`` a 30 s lease is 1.5 s of wall time, which a slow host's decode side can miss
-LEASE_WALL_FLOOR_S = 10.0
 #: a step ending less than this much wall time late is on time: the next steps catch it up (event-loop wake-up
 #: jitter, a busy host descheduling the process for a moment); beyond it the lag is counted and not caught up
 LAG_TOLERANCE_WALL_S = 20e-3
@@ -235,14 +232,15 @@ class EngineRuntime:
             m.hist["inter_token_latency_seconds"].observe(res.duration, decode_itl)
         for req in res.finished:
             if req.hold_after_finish and req.rid in self.sched.held:
-                self._floor_lease(req)
+                self.floor_lease(req)
             self._finished(req)
 
-    def _floor_lease(self, req: SimRequest) -> None:
-        """Timers the clock scales must not run out because the host was slow: the lease lasts at least
-        min(lease, LEASE_WALL_FLOOR_S) of wall time from now."""
-        floor = min(self.sched.lease_s, LEASE_WALL_FLOOR_S)
-        req.lease_until = max(req.lease_until, self.v_of_wall(time.monotonic() + floor))
+    def floor_lease(self, req: SimRequest) -> None:
+        """Timers the clock scales must not run out because the host was slow: a KV lease (``kv_lease_duration``,
+        virtual seconds) also lasts its unscaled length in wall time from now. At ``--sim-clock 20`` a 30 s lease
+        is 1.5 s of wall time, which a CPU-starved proxy or decode server misses; only abandoned requests' blocks
+        stay held longer."""
+        req.lease_until = max(req.lease_until, self.v_of_wall(time.monotonic() + self.sched.lease_s))
 
     def _finished(self, req: SimRequest) -> None:
         m = self.metrics
