@@ -34,13 +34,15 @@ from dataclasses import dataclass
 
 from tui.core.profiles import ModelProfile
 from tui.sim.config import ServeConfig
+from tui.sim.perfmodel import FIRST_BATCH_JIT_S
 
 INJECTABLE = ("flashinfer-no-nvcc", "flashinfer-jit-stall", "dp-ready-timeout", "moe-dp-crash", "kv-too-small",
               "gpu-memory-taken", "port-taken", "nixl-missing", "ssm-layout", "triton-jit")
 PORT_FIX_THRESHOLD = 9000
 HOG_SHARE = 0.40  # gpu-memory-taken: the share of each GPU another process holds
 DP_COLD_START_S = 800.0  # dp-ready-timeout: the engines' cold start (torch.compile, CUDA graphs) at least this long
-JIT_STALL_S = 8.0  # triton-jit: the first batch's Triton compile, as the real H200 run showed
+#: triton-jit: the first batch's Triton compile, as the real H200 run showed (perfmodel.FIRST_BATCH_JIT_S holds it)
+JIT_STALL_S = FIRST_BATCH_JIT_S["hopper"]
 SITE = "/usr/local/lib/python3.12/dist-packages"
 
 

@@ -12,14 +12,26 @@ One step of vLLM's continuous batching runs a batch of decode tokens (one per ru
   attention over the context for prefill chunks. Not overlapped with the memory time: at vLLM's batch sizes decode
   GEMMs stream weights and then compute, and the real H200 timings (below) fit a sum, not a max.
 - **all-reduce**: two per layer (attention and MLP outputs) of the step's activations, over NVLink, for TP > 1.
-- **overhead**: a fixed per-step cost (scheduling, sampling, launches) plus per-layer and per-sequence terms.
+- **overhead**: a fixed per-step cost (scheduling, launches) plus per-layer terms (every layer; more for
+  linear-attention, MoE and Triton-attention layers), per-sequence bookkeeping and the sampler over the vocabulary
+  for every sampled sequence.
+
+What kernels run is the **stack** (:class:`Stack`), from the plan and the host's facts as vLLM 0.24 picks them:
+the attention backend (``--attention-backend``, else FlashInfer on Blackwell, FlashAttention 3 on Hopper), the
+sampler (FlashInfer's, or the Triton top-k/top-p kernel with ``VLLM_USE_FLASHINFER_SAMPLER=0``), and whether
+FlashInfer's kernels are usable at all (no nvcc: no JIT, and NVFP4 GEMMs leave their fast path). The seed's host ran
+without nvcc (:data:`SEED_STACK`); the H200 captures ran FA3 with the Triton sampler (:data:`H200_CAPTURE_STACK`).
+A host's calibration (:class:`Correction`, ``predict --calibrate``) scales the memory/overhead and the compute
+parts of a step and the KV transfer.
+
+Every constant below says where it comes from: the datasheet, the H200 captures (``fixtures/vllm-0.24.0-h200``), or
+a fit to the seed's 2×B200 table (DESIGN.md); ``benchmarks/sim_calibration.py`` prints the result against both
+(tests/test_sim_calibration.py guards the bounds: H200 within 10 %, every seed cell within 15 %).
 
 Efficiency anchors: the measured H200 ceilings (4.3 TB/s device copy, 790 TFLOP/s bf16 matmul); other GPUs take
-their datasheet figures scaled by the same measured/datasheet ratios. Calibration (tests/test_sim_calibration.py)
-against the real H200 captures: ``SERVE_COMPUTE_EFF`` makes an 8192-token prefill chunk of the Qwen3-8B-shaped
-model take the ~0.23 s the real server's 35k prompt tokens/s imply; decode at 128 sequences then lands on the real
-13.75 ms TPOT with no further fitting. The quantised-GEMM speed-ups, the MoE and linear-attention terms are
-calibrated in shape against the seed's 2×B200 table (../shared/DESIGN.md).
+their datasheet figures scaled by the same measured/datasheet ratios. ``SERVE_COMPUTE_EFF`` makes an 8192-token
+prefill chunk of the Qwen3-8B-shaped model take the ~0.23 s the real server's 35k prompt tokens/s imply; decode at
+128 sequences then lands on the real 13.75 ms TPOT within a few per cent.
 """
 
 from __future__ import annotations
