@@ -71,6 +71,19 @@ async def test_a_server_driven_past_its_pace_is_flagged(sims: SimServers) -> Non
     rec = rec_mod.recommend(cells, {"w": wl})
     assert all(v.winner is None for vs in rec.objectives.values() for v in vs)
     assert "kept out of the recommendation (sim-overloaded): endpoint/w" in rec.evidence
+    # a simulated run whose figures departed from the simulator's own prediction is kept out the same way
+    run.meta.flags[:] = ["sim-diverged"]
+    rec = rec_mod.recommend(build_cells([run]), {"w": wl})
+    assert "kept out of the recommendation (sim-diverged): endpoint/w" in rec.evidence
+
+
+def test_divergence_from_the_prediction_of_a_simulated_run() -> None:
+    from tui.hosts import runpredict
+
+    sim = {"simulated_run": True, "ratio": {"output_throughput": 0.48, "mean_tpot_ms": 1.02, "mean_ttft_ms": 30.0}}
+    assert runpredict.divergence(sim) == "output_throughput 0.48×"  # TTFT is not judged (small, client-bound)
+    assert runpredict.divergence({**sim, "ratio": {"output_throughput": 0.9, "mean_tpot_ms": 1.1}}) == ""
+    assert runpredict.divergence({**sim, "simulated_run": False}) == ""  # a real run departs for real reasons
 
 
 def test_the_runtime_counts_only_lag_it_cannot_catch_up(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -334,6 +334,11 @@ def flag_text(flag: str, r: Run) -> str:
                 else "this machine cannot pace them even in real time")
         return (f"the simulated servers fell {share:.0%} behind clock {clock:g}: the figures measure this machine's "
                 f"CPUs, not the simulated GPUs (kept out of the recommendation); {tail}")
+    if flag == "sim-diverged":
+        off = (m.sim_pacing or {}).get("diverged")
+        return (f"the simulated run departed from the simulator's own prediction ({off} measured/predicted): the "
+                "proxy, the client or this machine's CPUs shaped it, not the simulated GPUs (kept out of the "
+                "recommendation)")
     if flag == "kv-no-transfer":
         return "no prompt token arrived over the KV connector during the run"
     if flag == "failed-requests":

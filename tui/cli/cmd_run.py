@@ -177,6 +177,9 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
 
 def _pacing_warnings(ctx: CliContext, runs: Sequence[Any]) -> None:
     """Say which runs the simulated servers could not pace, and the clock that would have held for all of them."""
+    for r in runs:
+        if "sim-diverged" in r.meta.flags:
+            ctx.warn(f"{r.id}: {flag_text('sim-diverged', r)}")
     over = [r for r in runs if "sim-overloaded" in r.meta.flags]
     if not over:
         return

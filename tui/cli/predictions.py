@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tui.cli.context import CliContext
-from tui.core.bench.store import Run
+from tui.core.bench.store import RUN_FILE, Run, write_json
 from tui.core.errors import AppError
 from tui.hosts import predictor, runpredict
 
@@ -28,14 +28,24 @@ def prediction_for(ctx: CliContext, run: Run, *, store: bool = True) -> dict[str
 
 
 def attach_all(ctx: CliContext, runs: Sequence[Run]) -> None:
-    """Store a prediction with every finished run (a failure to predict is a warning, never the run's failure)."""
+    """Store a prediction with every finished run (a failure to predict is a warning, never the run's failure). A
+    simulated run whose figures departed from it is flagged ``sim-diverged`` (kept out of the recommendation)."""
     for r in runs:
         if not r.summary:
             continue
         try:
-            prediction_for(ctx, r)
+            p = prediction_for(ctx, r)
         except AppError as err:
             ctx.warn(f"{r.id}: no prediction stored: {err.one_line()}")
+            continue
+        off = runpredict.divergence(p)
+        if off and "sim-diverged" not in r.meta.flags:
+            r.meta.flags.append("sim-diverged")
+            r.meta.sim_pacing = {**(r.meta.sim_pacing or {}), "diverged": off}
+            try:
+                write_json(r.path / RUN_FILE, r.meta.to_dict())
+            except OSError as exc:
+                ctx.warn(f"{r.id}: cannot store the sim-diverged flag: {exc}")
 
 
 def _fmt(v: float) -> str:

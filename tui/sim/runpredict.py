@@ -27,6 +27,20 @@ from tui.sim.perfmodel import CORRECTION_BOUNDS, Correction
 from tui.sim.predict import METRICS, FitResult, FitRun, predict_facts, ratios, run_facts
 
 PREDICTION_FILE = "prediction.json"
+#: a simulated run's throughput or TPOT this far from its prediction measured something other than the model (the
+#: proxy, the client or the CPUs of a loaded host): the simulated servers pace exactly what the model predicts
+SIM_DIVERGENCE_BOUND = 0.15
+DIVERGENCE_METRICS = ("output_throughput", "mean_tpot_ms")
+
+
+def divergence(prediction: dict[str, Any]) -> str:
+    """For a simulated run: which figures departed from the prediction beyond the bound ("" when none did)."""
+    if not prediction.get("simulated_run"):
+        return ""
+    ratio = prediction.get("ratio") or {}
+    off = [f"{k} {ratio[k]:.2f}×" for k in DIVERGENCE_METRICS
+           if isinstance(ratio.get(k), int | float) and abs(float(ratio[k]) - 1.0) > SIM_DIVERGENCE_BOUND]
+    return ", ".join(off)
 
 
 def host_key(facts: HostFacts) -> str:

@@ -30,8 +30,9 @@ ATTAINMENT = 0.9
 #: without an operator SLO, goodput is judged against TPOT ≤ this × the best median TPOT measured
 DERIVED_SLO_FACTOR = 1.5
 #: flags that keep a cell out of the verdicts (its figures measure something else): a simulated server that fell
-#: behind its clock paced the host's CPUs, not the simulated GPUs
-EXCLUDING_FLAGS = ("sim-overloaded",)
+#: behind its clock paced the host's CPUs, not the simulated GPUs; a simulated run whose figures departed from the
+#: simulator's own prediction measured the proxy, the client or a loaded host
+EXCLUDING_FLAGS = ("sim-overloaded", "sim-diverged")
 FACTORS = ("prefill:decode work ratio", "SLO tightness", "GPU count", "KV-transfer cost vs what it saves")
 _DISAGG = re.compile(r"^\d+p\d+d")
 
