@@ -147,6 +147,11 @@ def test_calibrate_on_the_fixtures_real_runs(capsys: pytest.CaptureFixture[str])
     m = predict_json(capsys, "--model", "dummy-qwen3-8b", "--gpu", "h200", "--gpus", "1", "--isl", "512",
                      "--osl", "256")
     assert m["calibration_source"] == data["file"] and m["calibration"] == data["factors"]
+    # ... for the GPU model it was fitted on only
+    assert data["gpu"] == "NVIDIA H200"
+    other = predict_json(capsys, "--model", "qwen3.6-27b-nvfp4", "--gpu", "b200", "--isl", "512", "--osl", "256")
+    assert other["calibration_source"] == "none (this host's calibration was fitted on NVIDIA H200)"
+    assert other["calibration"] == {"decode": 1.0, "prefill": 1.0, "kv_transfer": 1.0}
     text = main(["predict", "--sim", "--calibrate"])
     out = capsys.readouterr().out
     assert text == 0 and "residuals per run (measured / predicted, corrected):" in out and "decode:" in out

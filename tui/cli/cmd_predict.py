@@ -117,7 +117,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         raise InputError("give --model (a profile id) for the map, or --calibrate", field="--model")
     profile = ctx.catalog.model(args.model)
     spec, gpus, nvcc = _spec(args, ctx)
-    corr, source = (None, "none") if args.no_calibration else runpredict.load_calibration(ctx.host.facts)
+    corr, source = (None, "none") if args.no_calibration else runpredict.load_calibration(ctx.host.facts, spec.name)
     stack = predictor.stack_for(spec, nvcc=nvcc)
     slo = parse_goodput(args.goodput or [])
     seed_points = [(i, o) for i, o, _ in predictor.SEED_POINTS]
@@ -138,7 +138,7 @@ def _margin(m: float | None) -> str:
 
 
 def render_map(m: Any, max_model_len: int) -> str:
-    calib = "none" if m.calibration_source == "none" else (
+    calib = m.calibration_source if m.calibration_source.startswith("none") else (
         ", ".join(f"{k} {v:.2f}" for k, v in m.calibration.items()) + f" ({m.calibration_source})")
     slo = ", ".join(f"{k} ≤ {v:g} ms" for k, v in m.slo_ms.items()) or "none"
     lines = [f"PREDICTED (simulator, not measured) — {m.model} on {m.gpus}× {m.gpu}; {m.stack}; "
@@ -160,7 +160,7 @@ def render_map(m: Any, max_model_len: int) -> str:
                 for o in osls:
                     c = m.cell(i, o, rate)
                     w = c.winners.get(obj) if c is not None else None
-                    text = "-" if c is None else (f"{w[0]} {_margin(w[1])}".strip() if w else "none")
+                    text = "-" if c is None else (f"{w[0]} {_margin(w[1]) or 'alone'}" if w else "none")
                     row += text.rjust(width)
                 lines.append(row)
     lines += ["", "seed workloads (DESIGN.md's 2× B200 table):"]
@@ -199,16 +199,21 @@ def calibrate(args: argparse.Namespace, ctx: CliContext) -> int:
         why = "; ".join(f"{r}: {w}" for r, w in skipped[:5]) or "no runs stored"
         raise InputError(f"no measured run to calibrate against ({why})", field="--calibrate",
                          hint="run 'disagg-tui bench' or 'run' on the real host, or 'results import FILE'")
+    gpus = sorted({r.spec.name for r in used})
+    if len(gpus) > 1:
+        raise InputError(f"the runs were measured on several GPU models ({', '.join(gpus)}): calibrate one at a time "
+                         "(name its runs or campaigns)", field="--calibrate")
     fit = predictor.fit_correction(used)
-    path = runpredict.save_calibration(facts, fit, [r.label for r in used])
+    path = runpredict.save_calibration(facts, fit, [r.label for r in used], gpus[0])
     if args.json:
-        ctx.print_json({"host": runpredict.host_key(facts), "file": str(path), "factors": fit.correction.to_dict(),
+        ctx.print_json({"host": runpredict.host_key(facts), "gpu": gpus[0], "file": str(path),
+                        "factors": fit.correction.to_dict(),
                         "bounds": list(predictor.CORRECTION_BOUNDS), "rms_log_residual_before": fit.before,
                         "rms_log_residual_after": fit.after, "residuals": fit.residuals,
                         "skipped": [{"run": r, "why": w} for r, w in skipped]})
         return EXIT_OK
     lo, hi = predictor.CORRECTION_BOUNDS
-    ctx.print(f"calibration for host {runpredict.host_key(facts)} from {len(used)} measured run(s) "
+    ctx.print(f"calibration for host {runpredict.host_key(facts)} ({gpus[0]}) from {len(used)} measured run(s) "
               f"(factors bounded to {lo:g}..{hi:g}):")
     for k, v in fit.correction.to_dict().items():
         ctx.print(f"  {k}: {v:.3f}")

@@ -12,8 +12,9 @@ from tui.core.errors import AppError
 from tui.hosts import predictor, runpredict
 
 
-def prediction_for(ctx: CliContext, run: Run, *, store: bool = True) -> dict[str, Any]:
-    """The run's stored prediction, else one made now (with this host's calibration) and stored with it."""
+def prediction_for(ctx: CliContext, run: Run) -> dict[str, Any]:
+    """The run's stored prediction, else one made now (with this host's calibration for the run's GPU model) and
+    stored with it."""
     found = runpredict.stored_prediction(run)
     if found is not None:
         return found
@@ -21,10 +22,7 @@ def prediction_for(ctx: CliContext, run: Run, *, store: bool = True) -> dict[str
         facts = ctx.host.facts
     except AppError:
         facts = None
-    if store:
-        return runpredict.attach_prediction(run, ctx.catalog, facts)
-    corr, source = runpredict.load_calibration(facts) if facts is not None else (None, "none")
-    return runpredict.predict_run(run, ctx.catalog, corr, source)
+    return runpredict.attach_prediction(run, ctx.catalog, facts)
 
 
 def attach_all(ctx: CliContext, runs: Sequence[Run]) -> None:

@@ -54,8 +54,15 @@ def calibration_path(facts: HostFacts) -> Path:
     return paths.data_dir() / "calibration" / f"{host_key(facts)}.json"
 
 
-def load_calibration(facts: HostFacts) -> tuple[Correction | None, str]:
-    """This host's correction factors and where they came from (None, "none" when not calibrated)."""
+def calibration_gpu(facts: HostFacts) -> str:
+    """The GPU model this host's calibration was fitted on ("" when there is none)."""
+    data = _read(calibration_path(facts))
+    return str(data.get("gpu") or "") if isinstance(data, dict) else ""
+
+
+def load_calibration(facts: HostFacts, gpu: str | None = None) -> tuple[Correction | None, str]:
+    """This host's correction factors and where they came from (None, "none" when not calibrated); with ``gpu``,
+    only a calibration fitted on runs of that GPU model (a host's factors say nothing about another one)."""
     path = calibration_path(facts)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -66,13 +73,16 @@ def load_calibration(facts: HostFacts) -> tuple[Correction | None, str]:
         return None, "none"
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(f"not a calibration file: {exc}", file=path) from None
+    fitted = str(data.get("gpu") or "")
+    if gpu is not None and fitted and fitted != gpu:
+        return None, f"none (this host's calibration was fitted on {fitted})"
     return corr, str(path)
 
 
-def save_calibration(facts: HostFacts, fit: FitResult, runs: Sequence[str]) -> Path:
+def save_calibration(facts: HostFacts, fit: FitResult, runs: Sequence[str], gpu: str = "") -> Path:
     path = calibration_path(facts)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"host": host_key(facts), "created": time.time(), "factors": fit.correction.to_dict(),
+    data = {"host": host_key(facts), "gpu": gpu, "created": time.time(), "factors": fit.correction.to_dict(),
             "bounds": list(CORRECTION_BOUNDS), "rms_log_residual_before": fit.before,
             "rms_log_residual_after": fit.after, "runs": list(runs), "residuals": fit.residuals}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -144,8 +154,11 @@ def predict_run(run: Run, catalog: Catalog, correction: Correction | None = None
 
 
 def attach_prediction(run: Run, catalog: Catalog, facts: HostFacts | None = None) -> dict[str, Any]:
-    """Compute the run's prediction (with this host's calibration) and store it next to its results."""
-    corr, source = load_calibration(facts) if facts is not None else (None, "none")
+    """Compute the run's prediction (with this host's calibration for the run's GPU) and store it next to its
+    results."""
+    _, ctx = resolve(run, catalog)
+    gpu = ctx.spec.name if ctx.spec is not None else ""
+    corr, source = load_calibration(facts, gpu) if facts is not None else (None, "none")
     data = predict_run(run, catalog, corr, source)
     tmp = run.path / f".{PREDICTION_FILE}.{os.getpid()}.tmp"
     try:
