@@ -65,11 +65,12 @@ class Prediction:
 def predict(profile: ModelProfile, spec: GpuSpec, topology: str, *, input_len: int, output_len: int,
             num_prompts: int = 128, rate: float | None = None, stack: Stack | None = None,
             correction: Correction | None = None, slo_ms: Mapping[str, float] | None = None,
-            gpu_memory_utilization: float | None = None, first_run: bool = False, seed: int = 0) -> Prediction:
+            gpu_memory_utilization: float | None = None, first_run: bool = False, seed: int = 0,
+            moe_backend: str = "auto") -> Prediction:
     topo = parse_topology(topology)
     out = Prediction(topo.name, input_len, output_len, num_prompts, rate)
     dp = topo.dp if topo.kind == "dp" else 1
-    if moe_dp_fails(profile, dp):
+    if moe_dp_fails(profile, dp, moe_backend):
         out.refused = "fails to start: MoE + data parallel in vLLM 0.24 (CUTLASS FP8 MoE warm-up)"
         return out
     st = stack or Stack.select(spec)
@@ -109,6 +110,7 @@ class RunFacts:
     shared_gpus: bool
     first_run_jit: bool  # the servers logged a Triton JIT compile during the run
     clock: float = 1.0  # a simulated run's --sim-clock: its figures are in wall time, virtual time / clock
+    moe_backend: str = "auto"
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -151,7 +153,8 @@ def run_facts(meta: Mapping[str, Any], plan: Mapping[str, Any] | None, workload:
         seed=int(wl.get("seed") or 0), attention_backend=att, flashinfer_sampler=sampler, nvcc=nvcc,
         gpu_memory_utilization=float(gmu) if gmu else None, shared_gpus=len(set(gpus)) < len(gpus),
         first_run_jit="triton-jit" in (meta.get("flags") or []),
-        clock=float((meta.get("sim_pacing") or {}).get("clock") or 1.0))
+        clock=float((meta.get("sim_pacing") or {}).get("clock") or 1.0),
+        moe_backend=_flag_value(argv, "--moe-backend") or "auto")
 
 
 def predict_facts(facts: RunFacts, profile: ModelProfile, spec: GpuSpec,
@@ -163,7 +166,8 @@ def predict_facts(facts: RunFacts, profile: ModelProfile, spec: GpuSpec,
                       flashinfer_sampler=facts.flashinfer_sampler)
     p = predict(profile, spec, facts.topology, input_len=facts.input_len, output_len=facts.output_len,
                 num_prompts=facts.num_prompts or 128, rate=facts.rate, stack=stack, correction=correction,
-                gpu_memory_utilization=facts.gpu_memory_utilization, first_run=facts.first_run_jit, seed=facts.seed)
+                gpu_memory_utilization=facts.gpu_memory_utilization, first_run=facts.first_run_jit, seed=facts.seed,
+                moe_backend=facts.moe_backend)
     p.notes.append(stack.describe())
     if facts.shared_gpus:
         p.notes.append("the servers shared GPUs: the model gives each its own")
