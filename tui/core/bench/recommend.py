@@ -272,7 +272,9 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
     for objective, vs in rec.objectives.items():
         winners = {v.winner for v in vs if v.winner}
         if not winners:
-            rec.summary[objective] = "not measured"
+            why = sorted({f for c in excluded for f in c.flags if f in EXCLUDING_FLAGS})
+            rec.summary[objective] = (f"no usable measurement ({len(excluded)} cell(s) kept out: {', '.join(why)})"
+                                      if excluded else "not measured")
             continue
         parts = []
         for v in vs:
