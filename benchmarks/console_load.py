@@ -64,7 +64,7 @@ def _spy_paints(app):  # type: ignore[no-untyped-def]
     return paints
 
 
-async def _key_latency(app, paints, key: str, timeout: float = 5.0) -> float:  # type: ignore[no-untyped-def]
+async def _key_latency(app, paints, key: str, limit_s: float = 5.0) -> float:  # type: ignore[no-untyped-def]
     from tui.console.widgets.servers import ServerTable
 
     table = app.screen.query_one(ServerTable)
@@ -72,12 +72,12 @@ async def _key_latency(app, paints, key: str, timeout: float = 5.0) -> float:  #
     n = len(paints)
     t0 = time.perf_counter()
     app.simulate_key(key)
-    while time.perf_counter() - t0 < timeout:
+    while time.perf_counter() - t0 < limit_s:
         for t, row in paints[n:]:
             if row == want:
                 return (t - t0) * 1000
         await asyncio.sleep(0.0005)
-    return timeout * 1000
+    return limit_s * 1000
 
 
 async def _phase(app, pilot, seconds: float, label: str) -> dict[str, float]:  # type: ignore[no-untyped-def]

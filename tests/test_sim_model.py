@@ -237,9 +237,13 @@ def test_abort_frees_blocks() -> None:
     assert s.abort("x", 1.0) is r and r.finish_reason == "abort" and s.free_blocks == s.total_blocks
 
 
-def test_decode_fast_forward_equals_stepping() -> None:
+@pytest.mark.parametrize("blocks", [2000, 120], ids=["roomy", "tight-kv"])
+def test_decode_fast_forward_equals_stepping(blocks: int) -> None:
+    """Also when the KV cache runs short: the fast path runs as many steps as the free blocks allow, then the
+    stepping preempts exactly as it would have."""
+
     def make() -> tuple[EngineScheduler, list[SimRequest]]:
-        s = sched(kv_tokens=16 * 2000)
+        s = sched(kv_tokens=16 * blocks)
         reqs = [SimRequest(str(i), prompt_len=50 + 37 * i, max_tokens=20 + 11 * i, arrival=0) for i in range(12)]
         for r in reqs:
             s.add(r)
@@ -261,6 +265,7 @@ def test_decode_fast_forward_equals_stepping() -> None:
             break
         t = res.end
     assert jumps > 3
+    assert fast.num_preemptions == slow.num_preemptions and (slow.num_preemptions > 0) == (blocks < 1000)
     for a, b in zip(slow_reqs, fast_reqs, strict=True):
         assert (a.generated, a.first_token_at) == (b.generated, b.first_token_at)
         assert a.finished_at == pytest.approx(b.finished_at, rel=1e-12)

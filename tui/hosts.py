@@ -9,8 +9,14 @@ from __future__ import annotations
 from tui.core.host.base import Host, HostOptions
 from tui.core.host.local import LocalHost
 from tui.core.host.nvml import NvmlUnavailable, open_nvml
+from tui.sim import predict as predictor
+from tui.sim import runpredict
 from tui.sim.faults import INJECTABLE
 from tui.sim.host import SimHost
+
+#: the simulator as a predictor, for the front ends (the core never imports it): the same performance model and
+#: schedulers the simulated server paces its tokens with, evaluated in virtual time (``predict``, ``results``)
+__all__ = ["SIM_FAULTS", "host_for_layout", "predictor", "runpredict", "select_host"]
 
 #: the simulated failures ``--sim-fault`` can inject (the front ends' choices)
 SIM_FAULTS = INJECTABLE

@@ -45,6 +45,12 @@ def test_sim_campaign_end_to_end(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert disagg and all(r.meta.kv_transfer and r.meta.kv_transfer["transferred"] for r in disagg)
     assert all((r.path / "logs").is_dir() and (r.path / "plan.json").exists() for r in runs)
     assert all(r.simulated and r.summary["simulated"] is True for r in runs)
+    # every run stored the simulator's prediction for its cell, in the run's (sped-up) wall time
+    for r in runs:
+        pred = json.loads((r.path / "prediction.json").read_text())
+        assert pred["label"] == "PREDICTED" and pred["simulated_run"] is True and pred["topology"] == r.meta.topology
+        assert set(pred["ratio"]) == {"output_throughput", "mean_tpot_ms", "mean_ttft_ms"}
+        assert r.meta.sim_pacing is not None and r.meta.sim_pacing["clock"] == 20.0
     assert main(["results", Path(data["campaign"]).name]) == 0
     printed = capsys.readouterr().out
     assert "SIMULATED: every run measured on the simulated host" in printed

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tui.cli import predictions
 from tui.cli.argtypes import nonneg_int, positive_float, positive_int
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
@@ -288,6 +289,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
 
 
 def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> int:
+    predictions.attach_all(ctx, runs)
     summaries = [r.summary for r in runs if r.summary]
     if args.json:
         if len(runs) == 1:
@@ -315,14 +317,14 @@ def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> i
         if line:
             print(line, file=ctx.err)
         for flag in r.meta.flags:
-            ctx.warn(f"{r.id}: {_flag_text(flag, r)}")
+            ctx.warn(f"{r.id}: {flag_text(flag, r)}")
         note = prompts_note(r)
         if note:
             ctx.warn(f"{r.id}: {note}")
     return code
 
 
-def _flag_text(flag: str, r: Run) -> str:
+def flag_text(flag: str, r: Run) -> str:
     m = r.meta
     if flag == "client-limited":
         return "the load generator may have limited this run: " + "; ".join(m.client.get("reasons", []))
@@ -334,6 +336,18 @@ def _flag_text(flag: str, r: Run) -> str:
         share = (m.prefix_cache or {}).get("share", 0.0)
         return (f"{share:.0%} of the prompt tokens came from the servers' prefix cache (prompts sent before): "
                 "TTFT is understated; run again with another --seed, or serve with --no-enable-prefix-caching")
+    if flag == "sim-overloaded":
+        pacing = m.sim_pacing or {}
+        share, clock, held = pacing.get("share", 0.0), pacing.get("clock", 1.0), pacing.get("held_clock", 1.0)
+        tail = (f"--sim-clock {held:g} would have held on this machine" if clock * (1 - share) >= 1
+                else "this machine cannot pace them even in real time")
+        return (f"the simulated servers fell {share:.0%} behind clock {clock:g}: the figures measure this machine's "
+                f"CPUs, not the simulated GPUs (kept out of the recommendation); {tail}")
+    if flag == "sim-diverged":
+        off = (m.sim_pacing or {}).get("diverged")
+        return (f"the simulated run departed from the simulator's own prediction ({off} measured/predicted): the "
+                "proxy, the client or this machine's CPUs shaped it, not the simulated GPUs (kept out of the "
+                "recommendation)")
     if flag == "kv-no-transfer":
         return "no prompt token arrived over the KV connector during the run"
     if flag == "failed-requests":

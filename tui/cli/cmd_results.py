@@ -6,11 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from tui.cli.context import CliContext, add_global_options
-from tui.core.bench import table
+from tui.cli import predictions
+from tui.cli.context import CliContext, add_global_options, parse_pairs
+from tui.core.bench import serverside, table
 from tui.core.bench.metrics import parse_goodput
-from tui.core.bench.store import find_runs, import_vllm_result, load_run
+from tui.core.bench.store import find_runs, import_vllm_result, load_run, write_json
 from tui.core.errors import EXIT_OK, InputError
+from tui.core.plan.gpuspecs import PRESETS
 
 FORMATS = ("table", "csv", "md", "json")
 
@@ -28,6 +30,11 @@ def register(sub: Any) -> None:
     p.add_argument("--topology", metavar="T", help="import: the topology the result was measured on")
     p.add_argument("--workload", metavar="W", help="import: the workload name to file it under")
     p.add_argument("--campaign", metavar="NAME", default="imported", help="import: campaign (default imported)")
+    p.add_argument("--gpu", choices=sorted(PRESETS), help="import: the GPU model it ran on (for its prediction)")
+    p.add_argument("--serve-env", action="append", default=[], metavar="K=V",
+                   help="import: an environment variable the servers ran with (e.g. VLLM_USE_FLASHINFER_SAMPLER=0)")
+    p.add_argument("--server-log", metavar="FILE",
+                   help="import: the server's log during the run (a Triton JIT compile it logged flags the run)")
     add_global_options(p)
     p.set_defaults(handler=run)
 
@@ -45,7 +52,9 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
 
         text = json.dumps({"rows": table.cell_rows(cells),
                            "runs": [{"run": r.id, "status": r.meta.status, "path": str(r.path),
-                                     "flags": r.meta.flags, "simulated": r.simulated} for r in runs]},
+                                     "flags": r.meta.flags, "simulated": r.simulated,
+                                     "prediction": predictions.prediction_for(ctx, r) if r.summary else None}
+                                    for r in runs]},
                           indent=2, default=str)
     else:
         df = table.comparison_frame(cells)
@@ -53,6 +62,10 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         note = table.simulated_note(runs)
         if note and args.format != "csv":  # a CSV stays one table; its rows' runs say it (results --format json)
             text += "\n" + (f"_{note}_" if args.format == "md" else note)
+        if args.format != "csv":
+            side = predictions.render(ctx, runs, markdown=args.format == "md")
+            if side:
+                text += "\n\n" + side
     if args.output:
         try:
             Path(args.output).write_text(text + "\n", encoding="utf-8")
@@ -70,8 +83,23 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
 def run_import(args: argparse.Namespace, ctx: CliContext, files: list[str]) -> int:
     if not files:
         raise InputError("give the result file(s) to import", field="import")
+    extra: dict[str, Any] = {}
+    if args.gpu:
+        extra["fingerprint"] = {"gpus": [{"index": 0, "name": PRESETS[args.gpu].name}], "imported": True}
+    if args.server_log:
+        log = Path(args.server_log)
+        if not log.is_file():
+            raise InputError("no such file", file=log, field="--server-log")
+        jit = serverside.jit_lines({str(log): 0})
+        if jit:
+            extra.update(triton_jit=jit, flags=["triton-jit"])
+    env = dict(parse_pairs(args.serve_env, "--serve-env"))
     for f in files:
-        run = import_vllm_result(Path(f), campaign=args.campaign, topology=args.topology, workload=args.workload)
+        run = import_vllm_result(Path(f), campaign=args.campaign, topology=args.topology, workload=args.workload,
+                                 meta_extra=dict(extra) if extra else None)
+        if env:  # what the servers ran with, where a prediction reads it (a plan's first server)
+            write_json(run.path / "plan.json", {"imported": True, "topology": run.meta.topology,
+                                                "servers": [{"argv": [], "env": env}]})
         n = len(run.records())
         ctx.print(f"imported {f} as {run.id} ({run.path}; {n} request records)")
     return EXIT_OK

@@ -14,8 +14,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from tui.cli import predictions
 from tui.cli.cmd_bench import (
     add_traffic_options,
+    flag_text,
     options_from_args,
     run_async,
     vllm_bench_fn,
@@ -136,6 +138,7 @@ def _gpu_count(args: argparse.Namespace, ctx: CliContext, topologies: list[str])
 def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, workloads: dict[str, Workload],
            gpus: int | None) -> int:
     runs = result.runs()
+    predictions.attach_all(ctx, runs)
     cells = table.build_cells(runs, result.spec.goodput or None)
     failed = [f"{o.cell.topology}/{o.cell.workload}@{o.cell.rate if o.cell.rate is not None else 'default'}"
               f": {o.message}" for o in result.failed]
@@ -165,6 +168,26 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
             ctx.print()
         ctx.print(rec_mod.render(rec))
         print(f"results: {result.directory}", file=ctx.err)
+    _pacing_warnings(ctx, runs)
     for line in failed:
         ctx.error(f"cell failed: {line}")
     return EXIT_FAILED if result.failed else EXIT_OK
+
+
+def _pacing_warnings(ctx: CliContext, runs: Sequence[Any]) -> None:
+    """Say which runs the simulated servers could not pace, and the clock that would have held for all of them."""
+    for r in runs:
+        if "sim-diverged" in r.meta.flags:
+            ctx.warn(f"{r.id}: {flag_text('sim-diverged', r)}")
+    over = [r for r in runs if "sim-overloaded" in r.meta.flags]
+    if not over:
+        return
+    for r in over:
+        ctx.warn(f"{r.id}: {flag_text('sim-overloaded', r)}")
+    pacing = [r.meta.sim_pacing or {} for r in over]
+    held = min(float(p.get("held_clock", 1.0)) for p in pacing)
+    reached = min(float(p.get("clock", 1.0)) * (1.0 - float(p.get("share", 0.0))) for p in pacing)
+    head = f"{len(over)} of {len(runs)} run(s) flagged sim-overloaded and kept out of the recommendation"
+    ctx.warn(f"{head}: run the campaign again with --sim-clock {held:g} or lower" if reached >= 1 else
+             f"{head}: the slowest reached {reached:.2f}× real time on this machine; at --sim-clock 1 it would "
+             "still lag: send fewer requests at once, or use a less loaded machine")

@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tui.cli.cmd_bench",
     "tui.cli.cmd_run",
     "tui.cli.cmd_results",
+    "tui.cli.cmd_predict",
     "tui.cli.cmd_playbook",
     "tui.cli.cmd_profile",
     "tui.cli.cmd_console",

@@ -23,6 +23,8 @@ ARCH_FAMILIES = ("dense", "moe")
 ATTENTION_KINDS = ("full", "hybrid")
 QUANTIZATIONS = ("bf16", "fp16", "fp8", "nvfp4", "int4", "awq", "gptq")
 KV_DTYPES = ("auto", "bf16", "fp16", "fp8")
+#: a workload named by its lengths, as ``bench --input-len/--output-len`` names its runs: ``random-512x2048``
+RANDOM_CELL = re.compile(r"random-([1-9]\d*)x([1-9]\d*)")
 BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "int4": 0.5625, "awq": 0.5625,
                    "gptq": 0.5625}
 OVERRIDE_KEYS = ("tp", "dp", "pd", "prefill", "decode")
@@ -411,6 +413,11 @@ class Catalog:
     def workload(self, ref: str) -> Workload:
         if ref in self.workloads:
             return self.workloads[ref]
+        cell = RANDOM_CELL.fullmatch(ref)
+        if cell and self.workloads:  # ``random-<in>x<out>``: what bench names a run and predict suggests
+            base = self.workloads.get("decode-heavy") or next(iter(self.workloads.values()))
+            return base.with_overrides(name=ref, input_len=int(cell.group(1)), output_len=int(cell.group(2)),
+                                       description=f"random prompts, {cell.group(1)} in / {cell.group(2)} out")
         path = Path(ref).expanduser()
         if path.suffix in (".yaml", ".yml") or os.sep in ref or path.is_file():
             found = parse_workloads_file(load_file(path), path)

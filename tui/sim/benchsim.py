@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tui.core.plan.gpuspecs import GpuSpec
 from tui.core.profiles import ModelProfile
 from tui.core.topology import Topology, parse_topology
-from tui.sim.perfmodel import BLOCK_SIZE, Hardware, ModelCost, batch_defaults, memory_plan
+from tui.sim.perfmodel import BLOCK_SIZE, Correction, Hardware, ModelCost, Stack, batch_defaults, memory_plan
 from tui.sim.scheduler import EngineScheduler, SimRequest
 
 PROXY_LATENCY_S = 1e-3  # our proxy: P's response read, D's request sent
@@ -35,6 +37,22 @@ class BenchResult:
     itls: dict[float, int] = field(repr=False, default_factory=dict)  # inter-token gap (s) -> how many
     peak_prompt_throughput: float = 0.0  # best 10 s stats-line window, tokens/s
     preemptions: int = 0
+    requests: list[tuple[float, float | None, float]] = field(repr=False, default_factory=list)  # ttft, tpot, e2el
+
+    @property
+    def request_throughput(self) -> float:
+        return self.completed / self.duration if self.duration > 0 else 0.0
+
+    def goodput(self, slo_ms: Mapping[str, float]) -> float:
+        """Requests per second that met every SLO (``vllm bench serve --goodput``: ttft, tpot, e2el in ms)."""
+        if self.duration <= 0:
+            return 0.0
+        good = 0
+        for ttft, tpot, e2el in self.requests:
+            values = {"ttft": ttft * 1000, "tpot": (tpot or 0.0) * 1000, "e2el": e2el * 1000}
+            if all(values.get(k, 0.0) <= v for k, v in slo_ms.items()):
+                good += 1
+        return good / self.duration
 
     @property
     def output_throughput(self) -> float:
@@ -131,18 +149,24 @@ class _Engine:
             on_finish.extend(res.finished)
 
 
-def _scheduler(profile: ModelProfile, hw: Hardware, tp: int, gmu: float, jit_stall_s: float) -> EngineScheduler:
+def _scheduler(profile: ModelProfile, hw: Hardware, tp: int, gmu: float, jit_stall_s: float,
+               stack: Stack | None, correction: Correction | None = None) -> EngineScheduler:
     mbt, mns = batch_defaults(hw.spec)
     mem = memory_plan(profile, hw, tp=tp, gpu_memory_utilization=gmu, max_num_batched_tokens=mbt)
-    return EngineScheduler(ModelCost(profile, hw, tp), kv_tokens=mem.kv_tokens, max_num_seqs=mns,
+    return EngineScheduler(ModelCost(profile, hw, tp, stack, correction), kv_tokens=mem.kv_tokens, max_num_seqs=mns,
                            max_num_batched_tokens=mbt, state_tokens_per_seq=mem.state_tokens_per_seq,
                            jit_stall_s=jit_stall_s)
 
 
 def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology, *, input_len: int,
                    output_len: int, num_prompts: int = 128, gpu_memory_utilization: float | None = None,
-                   jit_stall_s: float = 0.0) -> BenchResult:
-    """All ``num_prompts`` requests sent at t=0 (``--request-rate inf``), ``--ignore-eos``."""
+                   jit_stall_s: float = 0.0, stack: Stack | None = None, request_rate: float | None = None,
+                   seed: int = 0, correction: Correction | None = None) -> BenchResult:
+    """All ``num_prompts`` requests sent at t=0 (``--request-rate inf``), ``--ignore-eos``. ``stack``: the kernels
+    the engines run with (default: what vLLM picks on ``gpu`` with nvcc present); ``jit_stall_s``: each engine's
+    first batch stalls that long (a fresh server's first run with the Triton sampler); ``request_rate``: Poisson
+    arrivals at that many requests per second (``vllm bench serve --request-rate``, burstiness 1) instead of all at
+    once; ``correction``: a host's calibration factors."""
     topo = parse_topology(topology) if isinstance(topology, str) else topology
     hw = Hardware.for_gpu(gpu)
     gmu = gpu_memory_utilization or profile.gpu_memory_utilization
@@ -151,20 +175,30 @@ def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology
     done: list[SimRequest] = []
     windows: dict[int, int] = {}
     preemptions = 0
-    reqs = [SimRequest(rid=str(i), prompt_len=input_len, max_tokens=output_len, arrival=0.0)
+    arrivals = [0.0] * num_prompts
+    if request_rate is not None and math.isfinite(request_rate) and request_rate > 0:
+        rng = random.Random(seed)
+        t = 0.0
+        for i in range(num_prompts):
+            arrivals[i] = t
+            t += rng.expovariate(request_rate)
+    reqs = [SimRequest(rid=str(i), prompt_len=input_len, max_tokens=output_len, arrival=arrivals[i])
             for i in range(num_prompts)]
+    def engine() -> _Engine:
+        return _Engine(_scheduler(profile, hw, topo.tp, gmu, jit_stall_s, stack, correction))
+
     if topo.kind in ("tp", "dp"):
-        engines = [_Engine(_scheduler(profile, hw, topo.tp, gmu, jit_stall_s)) for _ in range(topo.dp)]
+        engines = [engine() for _ in range(topo.dp)]
         for i, r in enumerate(reqs):
-            heapq.heappush(engines[i % len(engines)].arrivals, (0.0, i, r))
+            heapq.heappush(engines[i % len(engines)].arrivals, (r.arrival, i, r))
         for e in engines:
             e.run(seen, itls, done)
     else:
-        pre = [_Engine(_scheduler(profile, hw, topo.tp, gmu, jit_stall_s)) for _ in range(topo.prefill)]
-        dec = [_Engine(_scheduler(profile, hw, topo.tp, gmu, jit_stall_s)) for _ in range(topo.decode)]
-        p_reqs = [SimRequest(rid=r.rid, prompt_len=input_len, max_tokens=1, arrival=0.0) for r in reqs]
+        pre = [engine() for _ in range(topo.prefill)]
+        dec = [engine() for _ in range(topo.decode)]
+        p_reqs = [SimRequest(rid=r.rid, prompt_len=input_len, max_tokens=1, arrival=r.arrival) for r in reqs]
         for i, r in enumerate(p_reqs):
-            heapq.heappush(pre[i % len(pre)].arrivals, (0.0, i, r))
+            heapq.heappush(pre[i % len(pre)].arrivals, (r.arrival, i, r))
         p_done: list[SimRequest] = []
         for e in pre:
             e.run({}, {}, p_done)
@@ -196,6 +230,7 @@ def _metrics(name: str, reqs: list[SimRequest], done: list[SimRequest], seen: di
              itls: dict[float, int], windows: dict[int, int], preemptions: int, input_len: int) -> BenchResult:
     ttfts: list[float] = []
     tpots: list[float] = []
+    per: list[tuple[float, float | None, float]] = []
     total_out = 0
     end = 0.0
     for r in reqs:
@@ -203,11 +238,13 @@ def _metrics(name: str, reqs: list[SimRequest], done: list[SimRequest], seen: di
         if tok is None or not tok.count:
             continue
         total_out += tok.count
-        ttfts.append(tok.first)
+        ttfts.append(tok.first - r.arrival)
         end = max(end, tok.last)
-        if tok.count > 1:
-            tpots.append((tok.last - tok.first) / (tok.count - 1))
+        tpot = (tok.last - tok.first) / (tok.count - 1) if tok.count > 1 else None
+        if tpot is not None:
+            tpots.append(tpot)
+        per.append((tok.first - r.arrival, tpot, tok.last - r.arrival))
     peak = max(windows.values(), default=0) / STATS_WINDOW_S
     return BenchResult(topology=name, completed=len(done), duration=end, total_input=input_len * len(ttfts),
                        total_output=total_out, ttfts=ttfts, tpots=tpots, itls=itls, peak_prompt_throughput=peak,
-                       preemptions=preemptions)
+                       preemptions=preemptions, requests=per)

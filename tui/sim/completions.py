@@ -172,6 +172,7 @@ class Completions:
         sim = live.sim
         if sim.rid not in engine.sched.held:
             return None
+        engine.floor_lease(sim)  # the decode side can read from now on: its lease counts from here too
         remote_id = remote_request_id(sim.rid.rsplit("-", 2)[0])
         hybrid = st.cfg.profile.is_hybrid
         full_blocks = -(-sim.prompt_len // 16)

@@ -16,7 +16,7 @@ from typing import Any
 from tui.core.plan.gpuspecs import PRESETS, GpuSpec
 from tui.core.profiles import ModelProfile, parse_model_profile
 from tui.sim.gpustate import simgpu_dir
-from tui.sim.perfmodel import Hardware, MemoryPlan, batch_defaults, memory_plan
+from tui.sim.perfmodel import Hardware, MemoryPlan, Stack, batch_defaults, memory_plan
 
 VLLM_VERSION = "0.24.0"
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
@@ -149,6 +149,14 @@ class ServeConfig:
         return memory_plan(self.profile, self.hardware, tp=self.tp,
                            gpu_memory_utilization=gpu_memory_utilization or self.gpu_memory_utilization,
                            max_num_batched_tokens=self.max_num_batched_tokens, enforce_eager=self.enforce_eager)
+
+    @property
+    def stack(self) -> Stack:
+        """The kernels this engine runs with: the attention backend and sampler from the flags and env, FlashInfer's
+        kernels out when the simulated host has no nvcc (the flashinfer faults)."""
+        nvcc = not ({"flashinfer-no-nvcc", "flashinfer-jit-stall"} & self.faults)
+        return Stack.select(self.gpu, attention_backend=self.attention_backend,
+                            flashinfer_sampler=self.env.flashinfer_sampler, nvcc=nvcc)
 
     @property
     def host_label(self) -> str:

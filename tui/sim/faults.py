@@ -32,14 +32,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tui.core.profiles import ModelProfile
 from tui.sim.config import ServeConfig
+from tui.sim.perfmodel import FIRST_BATCH_JIT_S
 
 INJECTABLE = ("flashinfer-no-nvcc", "flashinfer-jit-stall", "dp-ready-timeout", "moe-dp-crash", "kv-too-small",
               "gpu-memory-taken", "port-taken", "nixl-missing", "ssm-layout", "triton-jit")
 PORT_FIX_THRESHOLD = 9000
 HOG_SHARE = 0.40  # gpu-memory-taken: the share of each GPU another process holds
 DP_COLD_START_S = 800.0  # dp-ready-timeout: the engines' cold start (torch.compile, CUDA graphs) at least this long
-JIT_STALL_S = 8.0  # triton-jit: the first batch's Triton compile, as the real H200 run showed
+#: triton-jit: the first batch's Triton compile, as the real H200 run showed (perfmodel.FIRST_BATCH_JIT_S holds it)
+JIT_STALL_S = FIRST_BATCH_JIT_S["hopper"]
 SITE = "/usr/local/lib/python3.12/dist-packages"
 
 
@@ -59,13 +62,20 @@ class FaultPlan:
     triton_jit: bool = False
 
 
+def moe_dp_fails(profile: ModelProfile, dp: int, moe_backend: str = "auto") -> bool:
+    """vLLM 0.24 cannot start an FP8 MoE model with data parallelism on its CUTLASS MoE path (the seed's gemma DP=2:
+    the warm-up assertion); ``--moe-backend triton`` is the untested way out."""
+    return (profile.is_moe and dp > 1 and profile.quantization == "fp8"
+            and moe_backend.lower() in ("auto", "cutlass"))
+
+
 def plan(cfg: ServeConfig) -> FaultPlan:
     f = cfg.faults
     flashinfer = cfg.env.flashinfer_sampler or cfg.uses_flashinfer_attention
     nixl = cfg.kv_transfer is not None and cfg.kv_transfer.is_nixl
     hybrid_nixl = nixl and cfg.profile.is_hybrid and (cfg.env.ssm_layout or "SD").upper() != "DS"
     moe_dp = cfg.profile.is_moe and cfg.dp > 1 and cfg.moe_backend != "triton"
-    natural_moe = moe_dp and cfg.profile.quantization == "fp8" and cfg.moe_backend in ("auto", "cutlass")
+    natural_moe = moe_dp_fails(cfg.profile, cfg.dp, cfg.moe_backend)
     return FaultPlan(
         flashinfer_fail="flashinfer-no-nvcc" in f and flashinfer,
         flashinfer_stall="flashinfer-jit-stall" in f and flashinfer and "flashinfer-no-nvcc" not in f,

@@ -24,7 +24,7 @@ from tui.sim.asgi import (
 )
 from tui.sim.completions import Completions, check_model
 from tui.sim.config import VLLM_VERSION
-from tui.sim.metrics import render
+from tui.sim.metrics import Pacing, render, render_pacing
 from tui.sim.serverstate import ServerState
 from tui.sim.startup_ctx import ROUTES
 
@@ -165,7 +165,9 @@ class App:
                 "prefix_caching_hash_algo": "sha256", "sliding_window": "None", "user_specified_block_size": "False",
                 "user_specified_mamba_block_size": "False"}
         engines = [(str(e.index), e.metrics, e.gauges()) for e in st.engines]
-        text = render(engines, st.cfg.served_name, info, single_process=st.cfg.api_server_count == 1).encode()
+        pacing = [Pacing(str(e.index), e.clock, e.busy_v, e.lag_v, e.lag_max_v) for e in st.engines]
+        text = (render(engines, st.cfg.served_name, info, single_process=st.cfg.api_server_count == 1)
+                + render_pacing(pacing)).encode()
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", METRICS_TYPE), (b"content-length", str(len(text)).encode()),
                                 (b"vary", b"Origin")]})

@@ -282,3 +282,34 @@ def render(engines: list[tuple[str, EngineMetrics, EngineGauges]], model_name: s
     for lab, _, _ in base:
         ex.sample("vllm:cache_config_info", {**cache_info, "engine": lab["engine"]}, 1.0)
     return ex.text()
+
+
+#: the simulator's own series (not vLLM's): how well each simulated engine kept the pace ``DISAGG_SIM_CLOCK`` asks
+PACED = "disagg_sim:paced_seconds_total"
+PACING_LAG = "disagg_sim:pacing_lag_seconds_total"
+PACING_LAG_MAX = "disagg_sim:pacing_lag_max_seconds"
+SIM_CLOCK = "disagg_sim:clock"
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    engine: str
+    clock: float
+    paced_v: float  # virtual seconds of steps run
+    lag_v: float  # virtual seconds the steps ended later than scheduled
+    lag_max_v: float
+
+
+def render_pacing(rows: list[Pacing]) -> str:
+    """The pacing series, appended to ``/metrics`` after vLLM's (a bench reads them before and after a run)."""
+    out = [f"# HELP {PACED} Virtual seconds the simulated engine ran steps for.", f"# TYPE {PACED} counter"]
+    out += [f'{PACED}{{engine="{r.engine}"}} {go_float(r.paced_v)}' for r in rows]
+    out += [f"# HELP {PACING_LAG} Virtual seconds the simulated engine's steps ended later than scheduled (the host "
+            "could not keep the clock).", f"# TYPE {PACING_LAG} counter"]
+    out += [f'{PACING_LAG}{{engine="{r.engine}"}} {go_float(r.lag_v)}' for r in rows]
+    out += [f"# HELP {PACING_LAG_MAX} The worst single step's lag, virtual seconds.", f"# TYPE {PACING_LAG_MAX} gauge"]
+    out += [f'{PACING_LAG_MAX}{{engine="{r.engine}"}} {go_float(r.lag_max_v)}' for r in rows]
+    out += [f"# HELP {SIM_CLOCK} How many times faster than real time the simulated engine runs.",
+            f"# TYPE {SIM_CLOCK} gauge"]
+    out += [f'{SIM_CLOCK}{{engine="{r.engine}"}} {go_float(r.clock)}' for r in rows]
+    return "\n".join(out) + "\n"

@@ -12,14 +12,26 @@ One step of vLLM's continuous batching runs a batch of decode tokens (one per ru
   attention over the context for prefill chunks. Not overlapped with the memory time: at vLLM's batch sizes decode
   GEMMs stream weights and then compute, and the real H200 timings (below) fit a sum, not a max.
 - **all-reduce**: two per layer (attention and MLP outputs) of the step's activations, over NVLink, for TP > 1.
-- **overhead**: a fixed per-step cost (scheduling, sampling, launches) plus per-layer and per-sequence terms.
+- **overhead**: a fixed per-step cost (scheduling, launches) plus per-layer terms (every layer; more for
+  linear-attention, MoE and Triton-attention layers), per-sequence bookkeeping and the sampler over the vocabulary
+  for every sampled sequence.
+
+What kernels run is the **stack** (:class:`Stack`), from the plan and the host's facts as vLLM 0.24 picks them:
+the attention backend (``--attention-backend``, else FlashInfer on Blackwell, FlashAttention 3 on Hopper), the
+sampler (FlashInfer's, or the Triton top-k/top-p kernel with ``VLLM_USE_FLASHINFER_SAMPLER=0``), and whether
+FlashInfer's kernels are usable at all (no nvcc: no JIT, and NVFP4 GEMMs leave their fast path). The seed's host ran
+without nvcc (:data:`SEED_STACK`); the H200 captures ran FA3 with the Triton sampler (:data:`H200_CAPTURE_STACK`).
+A host's calibration (:class:`Correction`, ``predict --calibrate``) scales the memory/overhead and the compute
+parts of a step and the KV transfer.
+
+Every constant below says where it comes from: the datasheet, the H200 captures (``fixtures/vllm-0.24.0-h200``), or
+a fit to the seed's 2×B200 table (DESIGN.md); ``benchmarks/sim_calibration.py`` prints the result against both
+(tests/test_sim_calibration.py guards the bounds: H200 within 10 %, every seed cell within 15 %).
 
 Efficiency anchors: the measured H200 ceilings (4.3 TB/s device copy, 790 TFLOP/s bf16 matmul); other GPUs take
-their datasheet figures scaled by the same measured/datasheet ratios. Calibration (tests/test_sim_calibration.py)
-against the real H200 captures: ``SERVE_COMPUTE_EFF`` makes an 8192-token prefill chunk of the Qwen3-8B-shaped
-model take the ~0.23 s the real server's 35k prompt tokens/s imply; decode at 128 sequences then lands on the real
-13.75 ms TPOT with no further fitting. The quantised-GEMM speed-ups, the MoE and linear-attention terms are
-calibrated in shape against the seed's 2×B200 table (../shared/DESIGN.md).
+their datasheet figures scaled by the same measured/datasheet ratios. ``SERVE_COMPUTE_EFF`` makes an 8192-token
+prefill chunk of the Qwen3-8B-shaped model take the ~0.23 s the real server's 35k prompt tokens/s imply; decode at
+128 sequences then lands on the real 13.75 ms TPOT within a few per cent.
 """
 
 from __future__ import annotations
@@ -37,24 +49,53 @@ BLOCK_SIZE = 16
 H200_MEASURED_BW_RATIO = 4.3 / 4.8  # device-to-device copy / datasheet HBM bandwidth
 H200_MEASURED_FLOPS_RATIO = 790.0 / 990.0  # 8192^3 bf16 matmul / datasheet dense bf16
 #: share of the matmul ceiling a whole vLLM forward pass reaches (norms, activations, rotary, attention glue)
-SERVE_COMPUTE_EFF = 0.75
-#: effective GEMM speed-up over bf16 that vLLM 0.24 reaches with quantised weights (activation quantisation and
-#: scale handling eat part of the datasheet's 2× / 4×)
-QUANT_GEMM_SPEEDUP = {"bf16": 1.0, "fp16": 1.0, "fp8": 1.6, "nvfp4": 2.4, "int4": 1.0, "awq": 1.0, "gptq": 1.0}
+#: [H200 captures: the prefill-heavy run's TTFT and the 35.6k prompt tokens/s peak]
+SERVE_COMPUTE_EFF = 0.77
+#: effective GEMM speed-up over bf16 that vLLM 0.24 reaches with quantised weights on the fast path (FlashInfer's
+#: CUTLASS/TRT-LLM FP4 and FP8 GEMMs; activation quantisation and scale handling eat part of the datasheet's 2×/4×).
+#: FP8 1.6 (80 % of the datasheet's 2×) [in shape against the seed table]; NVFP4 3.2 assumed (the datasheet's 4× at
+#: FP8's discount: no capture ran FlashInfer's FP4 GEMMs)
+QUANT_GEMM_SPEEDUP = {"bf16": 1.0, "fp16": 1.0, "fp8": 1.6, "nvfp4": 3.2, "int4": 1.0, "awq": 1.0, "gptq": 1.0}
+#: the same without FlashInfer's kernels (no nvcc for its JIT, no flashinfer-cubin), as on the seed's host: NVFP4
+#: falls back to vLLM's own CUTLASS FP4 GEMM with separate activation-quantisation kernels [seed table fit: 2.45];
+#: FP8 runs vLLM's CUTLASS scaled-mm either way
+QUANT_GEMM_SPEEDUP_NO_FLASHINFER = {"fp8": 1.6, "nvfp4": 2.45}
 #: grouped expert GEMMs (routing, permute/unpermute, many small GEMMs) reach this share of the dense rate
-MOE_GEMM_EFF = 0.15
-#: how much of the shorter of (weight streaming, GEMM compute) does not hide behind the longer one
+#: [seed table fit: gemma's prefill-heavy rows]
+MOE_GEMM_EFF = 0.10
+#: per MoE layer per step: router top-k, permute/unpermute and grouped-GEMM launches [seed table fit]
+MOE_LAYER_OVERHEAD_S = 56e-6
+#: how much of the shorter of (weight streaming, GEMM compute) does not hide behind the longer one [H200 captures]
 GEMM_OVERLAP_REST = 0.5
 #: attention kernels at head_dim 256 run at this share of the head_dim-128 rate (FA3 / FlashInfer tiles)
 ATTN_EFF = {64: 1.0, 128: 1.0, 256: 0.55}
-NVLINK_EFF = 0.7  # share of the per-direction NVLink bandwidth a transfer or ring all-reduce reaches
-ALLREDUCE_LATENCY_S = 8e-6  # vLLM custom all-reduce, small messages, one NVLink hop
+#: by attention backend: the share of HBM bandwidth its decode kernel reaches reading KV, the share of the
+#: FlashAttention rate its prefill kernel reaches, and a per-full-attention-layer launch cost per step.
+#: FLASH_ATTN (FA3, Hopper's choice) is the H200 captures' reference; FLASHINFER (Blackwell's automatic choice)
+#: is taken equal to it (no capture); TRITON_ATTN (the seed's backend: no nvcc for FlashInfer) [seed table fit:
+#: its decode kernel streams KV as fast, its prefill reaches 76 % of FA3's rate, each layer costs 38 µs more a step]
+ATTN_DECODE_BW_EFF = {"FLASH_ATTN": 1.0, "FLASHINFER": 1.0, "TRITON_ATTN": 1.0}
+ATTN_PREFILL_EFF = {"FLASH_ATTN": 1.0, "FLASHINFER": 1.0, "TRITON_ATTN": 0.76}
+ATTN_LAYER_OVERHEAD_S = {"FLASH_ATTN": 0.0, "FLASHINFER": 0.0, "TRITON_ATTN": 38e-6}
+#: the sampler, per sampled sequence per vocabulary entry: vLLM 0.24's Triton top-k/top-p kernel (what runs with
+#: VLLM_USE_FLASHINFER_SAMPLER=0, as in the H200 captures and the seed; the model's generation_config asks for
+#: top_k 20 / top_p 0.95) [H200 captures and seed table fit: 78 ps a logit, 19 µs a sequence at Qwen3.6's 248k
+#: vocabulary]; FlashInfer's rejection sampler is assumed to cost half (no capture)
+SAMPLER_S_PER_LOGIT = {"triton": 78e-12, "flashinfer": 39e-12}
+#: the first batch after start compiles the Triton top-k/top-p kernel (``jit_monitor`` warns
+#: "_topk_topp_kernel"): 8 s in the real H200 run [H200 captures]; on the seed's B200 [seed table fit]
+FIRST_BATCH_JIT_S = {"hopper": 8.0, "blackwell": 7.1}
+#: share of the per-direction NVLink bandwidth a NIXL transfer or an NCCL ring all-reduce of prefill activations
+#: reaches [seed table fit: TP=2's prefill-heavy rows; no NVLS, NCCL_NVLS_ENABLE=0 as in the captures' setup]
+NVLINK_EFF = 0.37
+ALLREDUCE_LATENCY_S = 7.8e-6  # vLLM custom all-reduce, small messages, one NVLink hop [seed table fit]
 STEP_OVERHEAD_S = 0.3e-3  # scheduler, input preparation, sampling launch, output processing
 LAYER_OVERHEAD_S = 6e-6  # per layer per step: kernel launch and tail latency inside the CUDA graph
-#: per linear-attention layer per step: conv1d update, gating, recurrent-update and gated-norm kernels
-LINEAR_LAYER_OVERHEAD_S = 60e-6
-SEQ_OVERHEAD_S = 3e-6  # per sequence per step: sampling, detokenisation, bookkeeping
-NIXL_SETUP_S = 2e-3  # per KV transfer: descriptor preparation and notification
+#: per linear-attention layer per step: conv1d update, gating, recurrent-update and gated-norm kernels (FLA's
+#: Triton kernels, whatever the attention backend) [seed table fit]
+LINEAR_LAYER_OVERHEAD_S = 97e-6
+SEQ_OVERHEAD_S = 2e-6  # per sequence per step: detokenisation, bookkeeping (sampling: SAMPLER_S_PER_LOGIT)
+NIXL_SETUP_S = 1.2e-3  # per KV transfer: descriptor preparation and notification [seed table fit]
 #: state of one linear-attention layer for one sequence, in bytes per unit of hidden size (Gated-DeltaNet-style:
 #: value heads × key dim × value dim ≈ hidden × 128 elements in bf16)
 LINEAR_STATE_BYTES_PER_HIDDEN = 128 * 2
@@ -62,6 +103,74 @@ LINEAR_STATE_BYTES_PER_HIDDEN = 128 * 2
 TORCH_RESERVED_MIB = 616
 CUDA_CONTEXT_GIB = 2.3  # what nvidia-smi shows on top of the gpu_memory_utilization budget (real H200: +2.3 GiB)
 NON_TORCH_GIB = 0.135  # non-torch allocations counted inside the budget (NCCL, cuBLAS workspaces)
+
+ATTENTION_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """The kernels a vLLM 0.24 engine runs with, from the plan (flags, env) and the host's facts (GPU, nvcc):
+    the attention backend, the sampler, whether FlashInfer's kernels (and with them the quantised GEMMs' fast
+    path) are usable."""
+
+    attention: str = "FLASH_ATTN"
+    flashinfer_sampler: bool = True
+    flashinfer_kernels: bool = True
+
+    @classmethod
+    def select(cls, spec: GpuSpec, *, attention_backend: str | None = None, flashinfer_sampler: bool = True,
+               nvcc: bool = True) -> Stack:
+        """What vLLM picks: an explicit ``--attention-backend``, else FlashInfer on Blackwell, FlashAttention 3 on
+        Hopper. Without nvcc FlashInfer's JIT kernels are out (the seed: Triton attention, no FlashInfer
+        sampler)."""
+        if attention_backend:
+            att = attention_backend.upper()
+            att = att if att in ATTENTION_BACKENDS else "FLASH_ATTN"
+        else:
+            att = "FLASHINFER" if spec.compute_capability >= 10.0 else "FLASH_ATTN"
+        return cls(attention=att, flashinfer_sampler=flashinfer_sampler, flashinfer_kernels=nvcc)
+
+    @property
+    def sampler(self) -> str:
+        return "flashinfer" if self.flashinfer_sampler else "triton"
+
+    def describe(self) -> str:
+        quant = "FlashInfer GEMMs" if self.flashinfer_kernels else "no FlashInfer GEMMs"
+        return f"{self.attention} attention, {self.sampler} sampler, {quant}"
+
+
+#: the seed's stack on 2× B200 (DESIGN.md): no nvcc, the article's fix (Triton attention, FlashInfer sampler off)
+SEED_STACK = Stack(attention="TRITON_ATTN", flashinfer_sampler=False, flashinfer_kernels=False)
+#: the H200 captures' stack: FlashAttention 3, VLLM_USE_FLASHINFER_SAMPLER=0, nvcc present
+H200_CAPTURE_STACK = Stack(attention="FLASH_ATTN", flashinfer_sampler=False, flashinfer_kernels=True)
+
+
+#: how far ``predict --calibrate`` may move a correction factor from 1 (a host more than 2× off the model is a
+#: model error, not a host property)
+CORRECTION_BOUNDS = (0.5, 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Correction:
+    """Per-host correction factors (``predict --calibrate``): each multiplies a part of the step time."""
+
+    decode: float = 1.0  # memory streaming (weights, KV, state) and per-step overheads: what a decode step is
+    prefill: float = 1.0  # GEMM and attention compute: what a prefill chunk is
+    kv_transfer: float = 1.0  # a KV pull between P and D
+
+    def to_dict(self) -> dict[str, float]:
+        return {"decode": self.decode, "prefill": self.prefill, "kv_transfer": self.kv_transfer}
+
+    @property
+    def identity(self) -> bool:
+        return self.decode == self.prefill == self.kv_transfer == 1.0
+
+
+def first_batch_jit_s(spec: GpuSpec, stack: Stack) -> float:
+    """The first batch's Triton sampler compile (only the Triton sampler compiles at first use)."""
+    if stack.flashinfer_sampler:
+        return 0.0
+    return FIRST_BATCH_JIT_S.get(spec.arch, FIRST_BATCH_JIT_S["hopper"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +206,14 @@ class Chunk:
 class ModelCost:
     """Step times of one model on one GPU type with a given TP degree (every rank runs the same step)."""
 
-    def __init__(self, profile: ModelProfile, hw: Hardware, tp: int = 1) -> None:
+    def __init__(self, profile: ModelProfile, hw: Hardware, tp: int = 1, stack: Stack | None = None,
+                 correction: Correction | None = None) -> None:
         self.profile = profile
+        self.correction = correction or Correction()
         self.hw = hw
         self.tp = max(1, tp)
+        self.stack = stack if stack is not None else Stack.select(hw.spec)
+        att = self.stack.attention
         s = profile.shape
         self.layers = s.layers
         self.full_layers = s.full_attention_layers
@@ -128,17 +241,25 @@ class ModelCost:
         self.expert_read = expert_bytes / self.tp
         self.lm_head_flops = 2.0 * embed / self.tp
         speedup = QUANT_GEMM_SPEEDUP.get(profile.quantization, 1.0)
+        if not self.stack.flashinfer_kernels:
+            speedup = QUANT_GEMM_SPEEDUP_NO_FLASHINFER.get(profile.quantization, speedup)
         self.gemm_flops = hw.bf16_flops * speedup
         attn_eff = ATTN_EFF.get(s.head_dim, 1.0 if s.head_dim < 128 else 0.55)
-        self.attn_flops_rate = hw.bf16_flops * attn_eff
+        self.attn_flops_rate = hw.bf16_flops * attn_eff * ATTN_PREFILL_EFF.get(att, 1.0)
+        self.kv_bw = hw.hbm_bw * ATTN_DECODE_BW_EFF.get(att, 1.0)
+        # the sampler runs over the whole vocabulary on every rank (logits are gathered), per sampled sequence
+        self.sample_s = SAMPLER_S_PER_LOGIT[self.stack.sampler] * s.vocab_size
         # causal attention FLOPs per (query token × context token): QK^T and PV, 2 FLOPs per MAC
         self.attn_coeff = 4.0 * self.full_layers * s.num_attention_heads * s.head_dim / self.tp
         kv_heads_per_gpu = max(1.0, s.num_kv_heads / self.tp)
         elem = 1.0 if profile.kv_cache_dtype == "fp8" else 2.0
         self.kv_bytes_per_token = 2.0 * self.full_layers * kv_heads_per_gpu * s.head_dim * elem
         self.state_bytes_per_seq = float(self.linear_layers * s.hidden_size * LINEAR_STATE_BYTES_PER_HIDDEN) / self.tp
+        moe_layers = self.layers if self.expert_active > 0 else 0
         self.overhead_fixed = (STEP_OVERHEAD_S + self.layers * LAYER_OVERHEAD_S
-                               + self.linear_layers * LINEAR_LAYER_OVERHEAD_S)
+                               + self.linear_layers * LINEAR_LAYER_OVERHEAD_S
+                               + self.full_layers * ATTN_LAYER_OVERHEAD_S.get(att, 0.0)
+                               + moe_layers * MOE_LAYER_OVERHEAD_S)
 
     # --- pieces ---------------------------------------------------------------------------------------------
     def weight_bytes(self, tokens: int) -> float:
@@ -184,17 +305,18 @@ class ModelCost:
             return 0.0, 0.0
         seqs = decode_seqs + len(chunks)
         attn += self.attn_coeff * decode_ctx
-        weights = self.weight_bytes(tokens) / self.hw.hbm_bw
-        gemm = self.gemm_time(tokens, sampled)
+        corr = self.correction
+        weights = self.weight_bytes(tokens) / self.hw.hbm_bw * corr.decode
+        gemm = self.gemm_time(tokens, sampled) * corr.prefill
         # GEMMs stream their weights while computing: the shorter of the two hides behind the longer, in part
         linear = max(weights, gemm) + GEMM_OVERLAP_REST * min(weights, gemm)
         # attention: decode queries stream KV while prefill queries compute, in the same varlen kernels
-        kv_time = kv / self.hw.hbm_bw
-        attn_time = attn / self.attn_flops_rate
-        state_time = seqs * 2.0 * self.state_bytes_per_seq / self.hw.hbm_bw
+        kv_time = kv / self.kv_bw * corr.decode
+        attn_time = attn / self.attn_flops_rate * corr.prefill
+        state_time = seqs * 2.0 * self.state_bytes_per_seq / self.hw.hbm_bw * corr.decode
         other = max(kv_time, attn_time) + GEMM_OVERLAP_REST * min(kv_time, attn_time) + state_time
-        overhead = self.overhead_fixed + seqs * SEQ_OVERHEAD_S
-        total = overhead + linear + other + self.allreduce_time(tokens)
+        overhead = (self.overhead_fixed + seqs * SEQ_OVERHEAD_S + sampled * self.sample_s) * corr.decode
+        total = overhead + linear + other + self.allreduce_time(tokens) * corr.decode
         return total, min(total, weights + kv_time + state_time)
 
     # --- KV transfer (P/D) ----------------------------------------------------------------------------------
@@ -204,7 +326,7 @@ class ModelCost:
 
     def kv_transfer_time(self, nbytes: int, *, same_gpu: bool = False) -> float:
         bw = self.hw.hbm_bw / 2.0 if same_gpu else self.hw.nvlink_bw * self.tp
-        return NIXL_SETUP_S + nbytes / bw
+        return (NIXL_SETUP_S + nbytes / bw) * self.correction.kv_transfer
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +351,7 @@ class MemoryPlan:
 
 def memory_plan(profile: ModelProfile, hw: Hardware, *, tp: int, gpu_memory_utilization: float,
                 max_num_batched_tokens: int, enforce_eager: bool = False) -> MemoryPlan:
-    cost = ModelCost(profile, hw, tp)
+    cost = ModelCost(profile, hw, tp)  # only its byte counts are used: the stack does not matter
     total = hw.torch_total_gib
     budget = gpu_memory_utilization * total
     weights = profile.weights_gib / max(1, tp)

@@ -5,6 +5,12 @@ seconds; the task sleeps until that much wall time (divided by ``DISAGG_SIM_CLOC
 token of every sequence in the step. Streams pick up what is pending when they next run, so a stream that falls
 behind sends several tokens in one chunk, as vLLM's output collector merges them. Nothing runs per token on a timer:
 1,000 concurrent streams cost one loop iteration per engine step.
+
+The runtime measures its own pacing: a step that ends later on the wall clock than its scheduled time (the host
+could not keep up with ``DISAGG_SIM_CLOCK``) adds that lag, in virtual seconds, to ``lag_v``, and the mapping from
+wall to virtual time moves on by it (virtual time never jumps ahead to catch up, so what the clients measure is what
+the engine really paced). ``paced_v`` counts the virtual seconds it ran steps for. The share ``lag_v / (paced_v +
+lag_v)`` over a run says how far behind the server fell; the server exports both in its ``/metrics``.
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ from tui.sim.metrics import EngineGauges, EngineMetrics
 from tui.sim.perfmodel import BLOCK_SIZE
 from tui.sim.prefixcache import PrefixCache
 from tui.sim.scheduler import EngineScheduler, SimRequest, StepResult
+
+#: a step ending less than this much wall time late is on time: the next steps catch it up (event-loop wake-up
+#: jitter, a busy host descheduling the process for a moment); beyond it the lag is counted and not caught up
+LAG_TOLERANCE_WALL_S = 20e-3
 
 
 @dataclass(eq=False)
@@ -65,6 +75,9 @@ class EngineRuntime:
         self._v0 = 0.0
         self.vnow = 0.0
         self.busy_v = 0.0  # virtual seconds spent in steps (for utilisation)
+        self.lag_v = 0.0  # virtual seconds the steps ended later than scheduled (the host fell behind)
+        self.lag_max_v = 0.0  # the worst single step's lag
+        self.late_steps = 0
         self.mem_v = 0.0  # of which memory-bound
         self.stopped = False
         self.dead_reason: str | None = None
@@ -150,10 +163,22 @@ class EngineRuntime:
             self.in_flight_end = None
             if self.halted():
                 return
+            self._measure_lag(res.end)
             self.vnow = res.end
             if res.stalled and self.jit_warning is not None:
                 self.jit_warning()
             self._deliver(res)
+
+    def _measure_lag(self, v_end: float) -> None:
+        """How much later than scheduled the step ending at virtual ``v_end`` ended; the wall-to-virtual mapping
+        absorbs it, so the next step is paced from now."""
+        late = time.monotonic() - self.wall_of_v(v_end)
+        if late > LAG_TOLERANCE_WALL_S:
+            lag = late * self.clock
+            self.lag_v += lag
+            self.late_steps += 1
+            self.lag_max_v = max(self.lag_max_v, lag)
+            self._w0 += late
 
     async def _idle(self, until: float | None) -> None:
         """Wait for a new request, or until virtual time ``until`` (a KV pull finishing, a lease running out)."""
@@ -206,7 +231,16 @@ class EngineRuntime:
         if decode_itl:
             m.hist["inter_token_latency_seconds"].observe(res.duration, decode_itl)
         for req in res.finished:
+            if req.hold_after_finish and req.rid in self.sched.held:
+                self.floor_lease(req)
             self._finished(req)
+
+    def floor_lease(self, req: SimRequest) -> None:
+        """Timers the clock scales must not run out because the host was slow: a KV lease (``kv_lease_duration``,
+        virtual seconds) also lasts its unscaled length in wall time from now. At ``--sim-clock 20`` a 30 s lease
+        is 1.5 s of wall time, which a CPU-starved proxy or decode server misses; only abandoned requests' blocks
+        stay held longer."""
+        req.lease_until = max(req.lease_until, self.v_of_wall(time.monotonic() + self.sched.lease_s))
 
     def _finished(self, req: SimRequest) -> None:
         m = self.metrics

@@ -253,11 +253,24 @@ class EngineScheduler:
                 k = left
         if k < 2:
             return None
-        need = 0
-        for req in running:
-            need += max(0, self._blocks_for(req.num_computed + k) + self.state_blocks - req.blocks)
-        if need > self.free_blocks:
-            return None
+
+        def blocks_needed(steps: int) -> int:
+            return sum(max(0, self._blocks_for(r.num_computed + steps) + self.state_blocks - r.blocks)
+                       for r in running)
+
+        need = blocks_needed(k)
+        if need > self.free_blocks:  # as many steps as the free blocks allow: none of them preempts
+            lo, hi = 1, k - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if blocks_needed(mid) <= self.free_blocks:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+            if k < 2:
+                return None
+            need = blocks_needed(k)
         b = len(running)
         ctx = sum(r.num_computed for r in running)
         ends: list[float] = []

@@ -25,7 +25,7 @@ from tui.sim.faults import FaultPlan
 from tui.sim.logfmt import Proc, VllmLog
 from tui.sim.metrics import EngineMetrics
 from tui.sim.pd import Held, SideChannel
-from tui.sim.perfmodel import ModelCost
+from tui.sim.perfmodel import FIRST_BATCH_JIT_S, ModelCost
 from tui.sim.procs import Child
 from tui.sim.runtime import EngineRuntime
 from tui.sim.scheduler import EngineScheduler, SimRequest
@@ -58,7 +58,7 @@ class ServerState:
         self.held: dict[str, Held] = {}
         self.block_cursor = 0
         self.xfer_log: list[tuple[float, float, int, int]] = []  # (xfer s, post s, bytes, descriptors)
-        cost = ModelCost(cfg.profile, cfg.hardware, cfg.tp)
+        cost = ModelCost(cfg.profile, cfg.hardware, cfg.tp, cfg.stack)
         self.cost = cost
         nixl = cfg.kv_transfer is not None and cfg.kv_transfer.is_nixl
         lease = cfg.kv_transfer.lease_s if cfg.kv_transfer else 30.0
@@ -67,7 +67,8 @@ class ServerState:
             sched = EngineScheduler(cost, kv_tokens=started.kv_tokens, max_num_seqs=cfg.max_num_seqs,
                                     max_num_batched_tokens=cfg.max_num_batched_tokens,
                                     state_tokens_per_seq=started.memory.state_tokens_per_seq,
-                                    jit_stall_s=faults.JIT_STALL_S if fp.triton_jit else 0.0, lease_s=lease)
+                                    jit_stall_s=FIRST_BATCH_JIT_S.get(cfg.gpu.arch, faults.JIT_STALL_S)
+                                    if fp.triton_jit else 0.0, lease_s=lease)
             rt = EngineRuntime(rank, sched, EngineMetrics(cfg.max_model_len, nixl=nixl), clock=cfg.clock,
                                jit_warning=self._jit_warning(rank), on_expired=self._on_expired,
                                prefix_caching=cfg.enable_prefix_caching)

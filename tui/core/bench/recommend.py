@@ -29,6 +29,10 @@ NOISE_FLOOR = 0.02
 ATTAINMENT = 0.9
 #: without an operator SLO, goodput is judged against TPOT ≤ this × the best median TPOT measured
 DERIVED_SLO_FACTOR = 1.5
+#: flags that keep a cell out of the verdicts (its figures measure something else): a simulated server that fell
+#: behind its clock paced the host's CPUs, not the simulated GPUs; a simulated run whose figures departed from the
+#: simulator's own prediction measured the proxy, the client or a loaded host
+EXCLUDING_FLAGS = ("sim-overloaded", "sim-diverged")
 FACTORS = ("prefill:decode work ratio", "SLO tightness", "GPU count", "KV-transfer cost vs what it saves")
 _DISAGG = re.compile(r"^\d+p\d+d")
 
@@ -213,7 +217,10 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
               slo: Mapping[str, float] | None = None, repeats: int = 1, failed: Sequence[str] = ()
               ) -> Recommendation:
     rec = Recommendation()
-    names = sorted({c.workload for c in cells})
+    excluded = [c for c in cells if any(f in EXCLUDING_FLAGS for f in c.flags)]
+    every = cells
+    cells = [c for c in cells if c not in excluded]
+    names = sorted({c.workload for c in every})  # a workload whose every cell is excluded: no winner
     rec.slo_derived = not slo
     for w in names:
         rec.slo[w] = dict(slo) if slo else derive_slo(cells, w)
@@ -265,7 +272,9 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
     for objective, vs in rec.objectives.items():
         winners = {v.winner for v in vs if v.winner}
         if not winners:
-            rec.summary[objective] = "not measured"
+            why = sorted({f for c in excluded for f in c.flags if f in EXCLUDING_FLAGS})
+            rec.summary[objective] = (f"no usable measurement ({len(excluded)} cell(s) kept out: {', '.join(why)})"
+                                      if excluded else "not measured")
             continue
         parts = []
         for v in vs:
@@ -278,7 +287,11 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
             parts.append(f"{v.winner} on {v.workload}{margin}{noise}")
         head = next(iter(winners)) if len(winners) == 1 else "depends on the workload"
         rec.summary[objective] = f"{head}: " + "; ".join(parts)
-    rec.evidence = _evidence(cells, names, repeats, failed, rec)
+    rec.evidence = _evidence(every, names, repeats, failed, rec)
+    for flag in EXCLUDING_FLAGS:
+        out = sorted({f"{c.topology}/{c.workload}" for c in excluded if flag in c.flags})
+        if out:
+            rec.evidence.append(f"kept out of the recommendation ({flag}): {', '.join(out)}")
     rec.thin = bool(rec.evidence)
     return rec
 

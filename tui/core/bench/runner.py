@@ -216,6 +216,7 @@ class ServerBracket:
         self.decode_urls = target.decode_urls()
         self._kv: dict[str, dict[str, float] | None] = {}
         self._prefix: dict[str, tuple[float, float] | None] = {}
+        self._pacing: dict[str, serverside.Pacing | None] = {}
         self._offsets: dict[str, int] = {}
         self._energy: dict[int, float] | None = None
 
@@ -229,6 +230,7 @@ class ServerBracket:
         texts = await serverside.scrape_metrics(self.server_urls)
         self._kv = serverside.sources_of(texts, self.decode_urls) if self.decode_urls else {}
         self._prefix = serverside.prefix_counts_of(texts)
+        self._pacing = serverside.pacing_of(texts)
 
     async def close(self, meta: RunMeta, output_tokens: int, shared_prefix: float, directory: Path) -> None:
         # the logs and the energy counters are read off the event loop (a console runs on it)
@@ -242,6 +244,11 @@ class ServerBracket:
             meta.prefix_cache = prefix.to_dict()
             if prefix.unexpected:
                 flags.append("prefix-cache-hits")
+        pacing = serverside.pacing_check(self._pacing, serverside.pacing_of(texts))
+        if pacing is not None:
+            meta.sim_pacing = pacing.to_dict()
+            if pacing.overloaded:
+                flags.append("sim-overloaded")
         if self.decode_urls:
             check = serverside.kv_check(self._kv, serverside.sources_of(texts, self.decode_urls))
             meta.kv_transfer = check.to_dict() if check else {"unknown": "the decode servers export no "

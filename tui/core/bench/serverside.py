@@ -8,6 +8,11 @@
   on first use after warm-up; a run during which a server logged it carries a latency spike and is flagged.
 - Prefix cache: every server's ``vllm:prefix_cache_queries_total`` / ``…_hits_total`` before and after the run. A
   run whose prompts the servers had cached (the same seed run again) skipped its prefill and is flagged.
+- Simulated pacing: a simulated server exports how many virtual seconds its engines ran steps for
+  (``disagg_sim:paced_seconds_total``) and how many its steps ended later than scheduled
+  (``disagg_sim:pacing_lag_seconds_total``: the host could not keep ``--sim-clock``). A run during which any engine
+  fell behind by more than ``SIM_OVERLOAD_SHARE`` of its time is flagged ``sim-overloaded``: its figures say more
+  about this machine's CPUs than about the simulated GPUs. The check also says which clock would have held.
 - Energy: a hook giving each GPU's total energy in mJ (NVML ``nvmlDeviceGetTotalEnergyConsumption``); read
   before and after the run, it gives joules per output token.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import platform
 import socket
@@ -44,6 +50,13 @@ JIT_MARKER = "Triton kernel JIT compilation during inference"
 RECOMPUTE_SHARE = 1.0 - DEFAULT_MIN_EXTERNAL_SHARE
 #: prompt tokens served from the prefix cache beyond what the workload shares on purpose before a run is flagged
 PREFIX_HIT_MARGIN = 0.05
+#: a simulated engine whose steps ran late by more than this share of the run's virtual time distorts the figures
+SIM_OVERLOAD_SHARE = 0.05
+#: the clock suggested after an overloaded run leaves this much headroom below the pace the host reached
+SIM_CLOCK_HEADROOM = 0.7
+SIM_PACED = "disagg_sim:paced_seconds_total"
+SIM_LAG = "disagg_sim:pacing_lag_seconds_total"
+SIM_CLOCK = "disagg_sim:clock"
 EnergyReader = Callable[[], Mapping[int, float]]  # GPU index -> total energy since driver load, mJ
 
 
@@ -156,6 +169,75 @@ def prefix_check(before: Mapping[str, tuple[float, float] | None], after: Mappin
         queries += a[0] - b[0]
         hits += a[1] - b[1]
     return PrefixCacheCheck(queries, hits, expected) if found else None
+
+
+Pacing = dict[str, tuple[float, float, float]]  # engine -> (paced virtual s, lag virtual s, clock)
+
+
+def sim_pacing(text: str) -> Pacing | None:
+    """Each simulated engine's pacing counters; None for a server that is not simulated (no such series)."""
+    exp = prom.parse(text, keep=("disagg_sim:",))
+    out: dict[str, list[float]] = {}
+    for i, name in enumerate((SIM_PACED, SIM_LAG, SIM_CLOCK)):
+        for sample in exp.samples(name):
+            out.setdefault(sample.label("engine") or "0", [0.0, 0.0, 1.0])[i] = sample.value
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()} or None
+
+
+@dataclass(frozen=True, slots=True)
+class PacingCheck:
+    """How far the simulated servers fell behind their clock during a run: the worst engine's lag share."""
+
+    share: float  # lag / (paced + lag) of the worst engine
+    lag_s: float  # virtual seconds that engine ended its steps late
+    clock: float
+    worst: str  # "<server url> engine <n>"
+
+    @property
+    def overloaded(self) -> bool:
+        return self.share > SIM_OVERLOAD_SHARE
+
+    @property
+    def held_clock(self) -> float:
+        """A clock this machine would have kept: the pace it reached, with headroom, never above the one asked."""
+        reached = self.clock * (1.0 - self.share)
+        if not self.overloaded:
+            return self.clock
+        return max(1.0, math.floor(reached * SIM_CLOCK_HEADROOM * 10) / 10) if reached >= 1 else reached
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(overloaded=self.overloaded, held_clock=self.held_clock)
+        return d
+
+    def line(self) -> str:
+        if not self.overloaded:
+            return f"the simulated servers kept clock {self.clock:g} (worst lag {self.share:.1%})"
+        if self.clock * (1.0 - self.share) < 1.0:
+            return (f"the simulated servers fell {self.share:.0%} behind clock {self.clock:g} ({self.worst}): this "
+                    "machine cannot pace them even in real time; run fewer servers or requests at once")
+        return (f"the simulated servers fell {self.share:.0%} behind clock {self.clock:g} ({self.worst}): on this "
+                f"machine --sim-clock {self.held_clock:g} would have held")
+
+
+def pacing_check(before: Mapping[str, Pacing | None], after: Mapping[str, Pacing | None]) -> PacingCheck | None:
+    """Deltas over the run per engine; the worst share (None when no server is simulated)."""
+    worst: PacingCheck | None = None
+    for url, a in after.items():
+        b = before.get(url) or {}
+        if a is None:
+            continue
+        for engine, (paced, lag, clock) in a.items():
+            p0, l0, _ = b.get(engine, (0.0, 0.0, clock))
+            dp, dl = max(0.0, paced - p0), max(0.0, lag - l0)
+            share = dl / (dp + dl) if dp + dl > 0 else 0.0
+            if worst is None or share > worst.share:
+                worst = PacingCheck(share=share, lag_s=dl, clock=clock, worst=f"{url} engine {engine}")
+    return worst
+
+
+def pacing_of(texts: Mapping[str, str | None]) -> dict[str, Pacing | None]:
+    return {u: (sim_pacing(t) if t is not None else None) for u, t in texts.items()}
 
 
 async def scrape_metrics(urls: Iterable[str], timeout_s: float = 5.0,

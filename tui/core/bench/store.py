@@ -91,6 +91,7 @@ class RunMeta:
     client: dict[str, Any] = field(default_factory=dict)
     kv_transfer: dict[str, Any] | None = None
     prefix_cache: dict[str, Any] | None = None
+    sim_pacing: dict[str, Any] | None = None  # simulated servers: how far they fell behind their clock
     prompts: dict[str, Any] = field(default_factory=dict)  # format (text | ids | file) and how they were made
     triton_jit: list[str] = field(default_factory=list)
     energy: dict[str, Any] | None = None

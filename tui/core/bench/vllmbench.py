@@ -297,6 +297,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                     "message": "vllm bench serve: " + rate_label(w.request_rate) + " req/s",
                     "flags": probe.flags, "triton_jit": probe.triton_jit, "prefix_cache": probe.prefix_cache,
                     "kv_transfer": probe.kv_transfer, "energy": probe.energy, "client": probe.client,
+                    "sim_pacing": probe.sim_pacing,
                     "fingerprint": fingerprint})
     if bus is not None:
         bus.publish(BenchDone(run_id=run.id, status=run.meta.status, run_dir=str(run.path), summary=run.summary,
