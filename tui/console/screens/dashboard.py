@@ -70,7 +70,7 @@ class DashboardScreen(Screen[None]):
         dirty = model.dirty
         if full or second or HEADER in dirty:
             self.query_one(HeaderBar).draw(model, replay=self.console.replay_label())
-        if full or second or GPUS in dirty:
+        if full or second or (GPUS in dirty and self._tick % 2 == 0):  # 2 Hz: the newest of the 4 Hz samples
             self.query_one(GpuPanel).draw(model)
         table = self.query_one(ServerTable)
         if full or second or SERVERS in dirty:
@@ -165,9 +165,7 @@ class DashboardScreen(Screen[None]):
         self.app.push_screen(TextModal(f"{d.entry_id}: {d.title}", body))
 
     def action_follow(self) -> None:
-        log = self.query_one(LogPane)
-        log.auto_scroll = not log.auto_scroll
-        self.notify("following the log" if log.auto_scroll else "log paused (f to follow)", timeout=2)
+        self.query_one(LogPane).action_follow()
 
     def action_add_entry(self) -> None:
         from tui.console.screens.playbook import AddEntryModal

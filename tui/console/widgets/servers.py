@@ -33,7 +33,10 @@ def state_cell(model: ConsoleModel, v: ServerView) -> Text:
         return Text("waiting for servers" if model.starting() else "a server is down", style=fmt.WARN)
     style = {"up": fmt.OK, "starting": fmt.BUSY, "dead": fmt.BAD, "down": fmt.BAD, "error": fmt.BAD,
              "unresponsive": fmt.WARN}.get(h.state, "")
-    text = h.state + (f" {h.latency_ms:.0f} ms" if h.latency_ms is not None and h.state == "up" else "")
+    # the health latency only when it says something (a slow /health is the first sign of an overloaded server):
+    # a figure that changes every poll would repaint the table every second for nothing
+    slow = h.latency_ms is not None and h.latency_ms >= 100 and h.state == "up"
+    text = h.state + (f" (/health {h.latency_ms:.0f} ms)" if slow else "")
     t = Text(text, style=style)
     if model.server_stale(v):
         t = Text(f"{text} · {fmt.duration(model.age(v.health_at))} old", style="dim")
