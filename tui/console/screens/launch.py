@@ -110,7 +110,7 @@ def knobs_from(gmu: str, mml: str, args: str, env: str) -> LaunchKnobs:
 
 
 class LaunchScreen(Screen[None]):
-    AUTO_FOCUS = "#models"
+    AUTO_FOCUS = "#model-filter"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+l", "launch", "launch", priority=True),
         Binding("ctrl+y", "copy_plan", "copy plan"),
@@ -125,6 +125,7 @@ class LaunchScreen(Screen[None]):
         self.current: LaunchPlan | None = None
         self.checks: list[Check] = []
         self.knobs = LaunchKnobs()
+        self.entries: list[ModelEntry] = []
         self._gen = 0
         self._checks: dict[str, list[Check]] = {}
 
@@ -136,6 +137,7 @@ class LaunchScreen(Screen[None]):
         yield HeaderBar(id="header")
         with Horizontal(id="launch-body"):
             with Vertical(id="launch-left"):
+                yield Input(placeholder="filter models (type part of a name)", id="model-filter", compact=True)
                 models = OptionList(id="models")
                 models.border_title = "Model"
                 yield models
@@ -167,6 +169,17 @@ class LaunchScreen(Screen[None]):
 
     def _show_models(self, entries: list[ModelEntry]) -> None:
         """Shipped and operator profiles, then what the Hugging Face cache and the model folders hold."""
+        self.entries = entries
+        self._fill_models()
+
+    @on(Input.Changed, "#model-filter")
+    def _filter_models(self, event: Input.Changed) -> None:
+        event.stop()  # not a knob: no replanning for the same model
+        self._fill_models()
+
+    def _fill_models(self) -> None:
+        q = self.query_one("#model-filter", Input).value.strip().lower()
+        entries = [e for e in self.entries if not q or q in e.id.lower() or q in e.title.lower()]
         models = self.query_one("#models", OptionList)
         models.clear_options()
         for e in entries:
@@ -180,8 +193,9 @@ class LaunchScreen(Screen[None]):
         pick = next((i for i in ok if lay is not None and entries[i].id == lay.profile_id), ok[0] if ok else None)
         if pick is not None:
             models.highlighted = pick
-            self.model_id = entries[pick].ref
-        self.replan()
+            if entries[pick].ref != self.model_id:
+                self.model_id = entries[pick].ref
+                self.replan()
 
     def draw(self, model: ConsoleModel) -> None:
         self.query_one(HeaderBar).draw(model, replay=self.console.replay_label(), screen="launch")
@@ -189,19 +203,24 @@ class LaunchScreen(Screen[None]):
     # --- choices -----------------------------------------------------------------------------------------------
     @on(OptionList.OptionHighlighted, "#models")
     def _model(self, event: OptionList.OptionHighlighted) -> None:
-        self.model_id = event.option.id
-        self.replan()
+        if event.option.id != self.model_id:
+            self.model_id = event.option.id
+            self.replan()
 
     @on(OptionList.OptionHighlighted, "#topologies")
     def _topology(self, event: OptionList.OptionHighlighted) -> None:
         self.topology = event.option.id
         self.show_plan()
 
-    @on(Input.Submitted)
+    @on(Input.Submitted, "#knobs Input")
     def _knob(self, _: Input.Submitted) -> None:
         self.replan()
 
-    @on(Input.Changed)
+    @on(Input.Submitted, "#model-filter")
+    def _filter_done(self) -> None:
+        self.query_one("#topologies", OptionList).focus()
+
+    @on(Input.Changed, "#knobs Input")
     def _knob_changed(self, _: Input.Changed) -> None:
         self.replan()
 
