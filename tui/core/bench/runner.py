@@ -318,7 +318,7 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     await asyncio.to_thread(writer.finish, status, summary, message=message)
     run = await asyncio.to_thread(load_run, directory)
     done = BenchDone(run_id=meta.id, status=status, run_dir=str(directory), summary=summary or {},
-                     flags=tuple(flags), message=message)
+                     flags=tuple(flags), message=message, meta=run.meta.to_dict())
     if bus is not None:
         bus.publish(done)
     if result.cancelled:
