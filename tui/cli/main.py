@@ -30,6 +30,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tui.cli.cmd_run",
     "tui.cli.cmd_results",
     "tui.cli.cmd_playbook",
+    "tui.cli.cmd_replay",
+    "tui.cli.cmd_bundle",
 )
 
 
