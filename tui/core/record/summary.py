@@ -117,8 +117,8 @@ def _when(ts: float) -> str:
 
 
 def _span(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
+    whole = round(seconds)
+    h, rest = divmod(whole, 3600)
     m, sec = divmod(rest, 60)
     return f"{h}h {m:02d}m {sec:02d}s" if h else f"{m}m {sec:02d}s" if m else f"{sec}s"
 
