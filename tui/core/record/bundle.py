@@ -57,18 +57,23 @@ class Bundle:
     secrets_needed: list[str] = field(default_factory=list)
 
     def layout(self, topology: str | None = None) -> BundleLayout:
-        """The layout of ``topology``; without one, the recommended one (max throughput) or the first."""
+        """The layout of ``topology``; without one, the one that won max throughput on most workloads (else the
+        first)."""
         if topology is not None:
             for lay in self.layouts:
                 if lay.topology == topology:
                     return lay
             raise InputError(f"the bundle has no {topology} layout (it has: "
                              f"{', '.join(x.topology for x in self.layouts)})", field="--topology")
-        best = ((self.results.get("recommendation") or {}).get("objectives") or {}).get("max_throughput") or {}
-        winner = best.get("topology") if isinstance(best, dict) else None
-        for lay in self.layouts:
-            if lay.topology == winner:
-                return lay
+        verdicts = ((self.results.get("recommendation") or {}).get("objectives") or {}).get("max_throughput")
+        wins: dict[str, int] = {}
+        for v in verdicts if isinstance(verdicts, list) else []:
+            if isinstance(v, dict) and v.get("winner"):
+                wins[str(v["winner"])] = wins.get(str(v["winner"]), 0) + 1
+        for topo in sorted(wins, key=lambda t: -wins[t]):
+            for lay in self.layouts:
+                if lay.topology == topo:
+                    return lay
         return self.layouts[0]
 
 
