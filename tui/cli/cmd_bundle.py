@@ -131,9 +131,6 @@ def run_export(args: argparse.Namespace, ctx: CliContext) -> int:
             plan = _read_json(r.path / "plan.json")
             if plan and r.meta.topology not in plans:
                 plans[r.meta.topology or str(plan.get("topology"))] = plan
-            w = _workload_of(r)
-            if w is not None:
-                workloads.setdefault(w.name, w)
             simulated = simulated or r.simulated
         if not plans:
             raise InputError("its runs kept no plan (plan.json): nothing to launch from", field="--" + source)
@@ -142,6 +139,10 @@ def run_export(args: argparse.Namespace, ctx: CliContext) -> int:
             raise InputError(f"its runs used several profiles ({', '.join(sorted(ids))})", field="--" + source)
         profile = _profile(ctx, ids.pop())
         layouts = list(plans.items())
+    for r in runs:
+        w = _workload_of(r)
+        if w is not None:
+            workloads.setdefault(w.name, w)
     spec = CampaignSpec.from_dict(_read_json(runs[0].path.parent / CAMPAIGN_FILE)) if runs and \
         (runs[0].path.parent / CAMPAIGN_FILE).is_file() else None
     gpus = len(layouts[0][1].get("gpus") or []) or None
