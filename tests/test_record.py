@@ -95,7 +95,7 @@ def test_round_trip_markers_and_seek(tmp_path: Path) -> None:
 def test_many_frames_seek_into_the_middle(tmp_path: Path) -> None:
     p = tmp_path / "b.dtrec"
     bus = EventBus()
-    rec = Recorder(p, new_header("t"), flush_s=0.01, frame_s=0.05).start()
+    rec = Recorder(p, new_header("t"), flush_s=0.01, frame_s=20).start()
     rec.attach(bus)
     for i in range(300):
         bus.publish(_gpu(T0 + i))
@@ -260,3 +260,26 @@ def test_redaction_rules() -> None:
     assert "abcdefgh12" not in text and "ZZZZZZZZ" not in text
     assert out["env"]["A"] == "1" and out["max_tokens"] == 5
     assert secret_names_in(out) == ["HF_TOKEN"]
+
+
+def test_not_like_for_like_is_flagged_naming_what_differs(tmp_path: Path) -> None:
+    from tui.core.bench import table
+    from tui.core.bench.store import Run, RunMeta
+
+    def run(name: str, host: str, version: str, prompts: int, tps: float) -> Run:
+        meta = RunMeta(campaign="c", name=name, topology="dp2", workload="decode-heavy", status="complete",
+                       model="m", fingerprint={"hostname": host, "server": {"server_version": version}})
+        summary = {"num_prompts": prompts, "random_input_len": 512, "random_output_len": 2048, "completed": prompts,
+                   "output_throughput": tps, "mean_tpot_ms": 10.0, "p99_tpot_ms": 12.0, "mean_ttft_ms": 300.0}
+        return Run(tmp_path / name, meta, summary)
+
+    same = [run("a", "box1", "0.24.0", 128, 1000.0), run("b", "box1", "0.24.0", 128, 1010.0)]
+    assert table.like_for_like_note(same) == ""
+    assert len(table.build_cells(same)) == 1  # alike: averaged as repeats of one cell
+    mixed = [run("a", "box1", "0.24.0", 128, 1000.0), run("b", "box2", "0.23.1", 64, 900.0)]
+    note = table.like_for_like_note(mixed)
+    assert note.startswith("NOT LIKE-FOR-LIKE") and "host (box1 vs box2)" in note and "vLLM" in note
+    assert "workload decode-heavy (128 prompts, 512/2048 tok vs 64 prompts, 512/2048 tok)" in note
+    cells = table.build_cells(mixed)
+    assert len(cells) == 2 and all(c.setup for c in cells)  # never averaged together, each row labelled
+    assert "setup" in table.render_text(table.comparison_frame(cells))

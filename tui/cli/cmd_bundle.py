@@ -83,7 +83,9 @@ def _results(runs: list[Run], workloads: dict[str, Workload], gpus: int | None,
         cells = table.build_cells(done, slo_by_workload=rec.slo)
     text = table.render_text(table.comparison_frame(cells))
     note = table.simulated_note(done)
-    return {"simulated": any(r.simulated for r in done), "table": (note + "\n" if note else "") + text,
+    unlike = table.like_for_like_note(done)
+    return {"simulated": any(r.simulated for r in done),
+            "table": (note + "\n" if note else "") + text + ("\n" + unlike if unlike else ""),
             "rows": table.cell_rows(cells), "recommendation": rec.to_dict(),
             "runs": [r.id for r in done]}
 

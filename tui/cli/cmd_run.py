@@ -184,6 +184,9 @@ def _print_report(args: argparse.Namespace, ctx: CliContext, result: CampaignRes
             ctx.print(f"{note}; host {result.spec.host}")
         if cells:
             ctx.print(table.render_text(table.comparison_frame(cells)))
+            unlike = table.like_for_like_note(result.runs())
+            if unlike:
+                ctx.print(unlike)
             if rec.slo_derived:
                 ctx.print("goodput under the derived SLO: " + "; ".join(
                     f"{w}: " + ", ".join(f"{k} ≤ {v:g} ms" for k, v in slo.items()) for w, slo in rec.slo.items()))

@@ -5,11 +5,14 @@ Layout (little-endian)::
     {"format": "disagg-tui-recording", "version": 1, ...}\\n      the header: one line of JSON, readable with `head -1`
     chunk*                                                       appended while the session goes
 
-    chunk = MAGIC (4 bytes) | meta_len (u32) | payload_len (u32) | crc32(meta + payload) (u32) | meta | payload
+    chunk = MAGIC (4 bytes) | meta_len (u32) | payload_len (u32) | crc32 (u32) | t0 (f64) | t1 (f64) | n (u32)
+            | flags (u8) | meta | payload
 
-``meta`` is a small JSON object: ``t0``/``t1`` (the first and last event time in the chunk, epoch seconds), ``n``
-(events), ``f`` (true when the chunk starts a new zstd frame), ``m`` (the markers in it: ``[ts, kind, label]``),
-and ``end`` on the last chunk of a recording that was closed cleanly. ``payload`` is the zstd output of the
+``t0``/``t1`` are the first and last event time in the chunk (epoch seconds), ``n`` its events; ``flags`` bit 0
+says the chunk starts a new zstd frame, bit 1 that it is the last chunk of a recording closed cleanly. ``meta`` is
+empty or a small JSON object: ``m``, the markers in the chunk (``[ts, kind, label]``). The CRC-32 covers the fixed
+fields after it, the meta and the payload. Opening a recording reads only the fixed headers (a seek index for free:
+an hour is ~7,200 of them); each chunk's checksum is checked when it is read. ``payload`` is the zstd output of the
 chunk's JSON Lines (one ``Event.to_dict()`` per line, secrets redacted): a frame spans many chunks (the
 compressor keeps its window across them, so one-second chunks still compress like a whole minute) and each chunk
 ends on a zstd block flush, so everything up to the last complete chunk decodes even when the writer was killed.
@@ -34,7 +37,10 @@ FORMAT = "disagg-tui-recording"
 FORMAT_VERSION = 1
 SUFFIX = ".dtrec"
 MAGIC = b"\x89DTC"
-CHUNK_HEAD = struct.Struct("<4sIII")
+CHUNK_HEAD = struct.Struct("<4sIIIddIB")
+CHECKED = struct.Struct("<ddIB")  # the fixed fields the CRC covers
+FLAG_NEW_FRAME = 1
+FLAG_END = 2
 MAX_META = 1 << 20
 MAX_PAYLOAD = 1 << 28
 
@@ -66,7 +72,14 @@ class RecordingHeader:
                    version=int(d.get("version", 0)), extra=dict(d.get("extra") or {}))
 
 
-def encode_chunk(meta: dict[str, Any], payload: bytes) -> bytes:
-    m = json.dumps(meta, separators=(",", ":")).encode()
-    crc = zlib.crc32(payload, zlib.crc32(m))
-    return CHUNK_HEAD.pack(MAGIC, len(m), len(payload), crc) + m + payload
+def chunk_crc(t0: float, t1: float, n: int, flags: int, meta: bytes | memoryview, payload: bytes | memoryview
+              ) -> int:
+    return zlib.crc32(payload, zlib.crc32(meta, zlib.crc32(CHECKED.pack(t0, t1, n, flags))))
+
+
+def encode_chunk(t0: float, t1: float, n: int, *, new_frame: bool, end: bool, markers: list[list[Any]],
+                 payload: bytes) -> bytes:
+    flags = (FLAG_NEW_FRAME if new_frame else 0) | (FLAG_END if end else 0)
+    m = json.dumps({"m": markers}, separators=(",", ":")).encode() if markers else b""
+    crc = chunk_crc(t0, t1, n, flags, m, payload)
+    return CHUNK_HEAD.pack(MAGIC, len(m), len(payload), crc, t0, t1, n, flags) + m + payload

@@ -16,7 +16,6 @@ import bisect
 import json
 import mmap
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,18 @@ import zstandard
 
 from tui.core.errors import InputError
 from tui.core.events import Event, EventBus, event_from_dict
-from tui.core.record.format import CHUNK_HEAD, FORMAT, FORMAT_VERSION, MAGIC, MAX_META, MAX_PAYLOAD, RecordingHeader
+from tui.core.record.format import (
+    CHUNK_HEAD,
+    FLAG_END,
+    FLAG_NEW_FRAME,
+    FORMAT,
+    FORMAT_VERSION,
+    MAGIC,
+    MAX_META,
+    MAX_PAYLOAD,
+    RecordingHeader,
+    chunk_crc,
+)
 from tui.core.record.kinds import load_event_kinds
 from tui.core.record.markers import MARKER_KINDS, Marker
 
@@ -41,6 +51,7 @@ class RecordingError(InputError):
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
+    start: int  # byte offset of the chunk (its header)
     offset: int  # of the payload
     size: int  # payload bytes
     t0: float
@@ -48,6 +59,14 @@ class Chunk:
     n: int
     new_frame: bool
     frame: int  # index of the chunk that starts this chunk's frame
+    crc: int
+    flags: int
+    meta: tuple[int, int]  # offset and length of the meta
+
+    def intact(self, data: Any) -> bool:
+        mo, ml = self.meta
+        return chunk_crc(self.t0, self.t1, self.n, self.flags, memoryview(data)[mo:mo + ml],
+                         memoryview(data)[self.offset:self.offset + self.size]) == self.crc
 
 
 @dataclass
@@ -115,7 +134,7 @@ class Recording:
             if pos + head_size > size:
                 damage = f"truncated at byte {pos} (a chunk header cut short)"
                 break
-            magic, mlen, plen, crc = CHUNK_HEAD.unpack_from(data, pos)
+            magic, mlen, plen, crc, t0, t1, n, flags = CHUNK_HEAD.unpack_from(data, pos)
             if magic != MAGIC or mlen > MAX_META or plen > MAX_PAYLOAD:
                 damage = f"damaged at byte {pos} (no chunk starts there)"
                 break
@@ -124,25 +143,29 @@ class Recording:
             if end > size:
                 damage = f"truncated at byte {pos} (a chunk of {mlen + plen} bytes cut short)"
                 break
-            if zlib.crc32(data[start:end]) != crc:
-                damage = f"damaged at byte {pos} (checksum mismatch)"
-                break
-            try:
-                meta = json.loads(data[start:start + mlen])
-                new_frame = bool(meta.get("f"))
-                n = int(meta.get("n", 0))
-                t0, t1 = float(meta.get("t0", 0.0)), float(meta.get("t1", 0.0))
-                marks = [Marker(float(m[0]), str(m[1]), str(m[2])) for m in meta.get("m") or ()]
-            except (ValueError, TypeError, IndexError, AttributeError):
-                damage = f"damaged at byte {pos} (unreadable chunk header)"
-                break
+            marks: list[Marker] = []
+            if mlen:
+                try:
+                    meta = json.loads(data[start:start + mlen])
+                    marks = [Marker(float(m[0]), str(m[1]), str(m[2])) for m in meta.get("m") or ()]
+                except (ValueError, TypeError, IndexError, AttributeError):
+                    damage = f"damaged at byte {pos} (unreadable chunk header)"
+                    break
+            new_frame = bool(flags & FLAG_NEW_FRAME)
             if new_frame:
                 frame = len(chunks)
             if n > 0 or plen > 0:
-                chunks.append(Chunk(start + mlen, plen, t0, t1, n, new_frame, frame))
+                chunks.append(Chunk(pos, start + mlen, plen, t0, t1, n, new_frame, frame, crc, flags,
+                                    (start, mlen)))
             markers.extend(marks)
-            ended = bool(meta.get("end"))
+            ended = bool(flags & FLAG_END)
             pos = end
+        # the checksums: the last chunk's now (where a killed writer leaves its mark), the others when read
+        while chunks and not chunks[-1].intact(data):
+            bad = chunks.pop()
+            damage = f"damaged at byte {bad.start} (checksum mismatch)"
+            markers = [m for m in markers if m.ts <= (chunks[-1].t1 if chunks else float("-inf"))]
+            ended = False
         rec = cls(p, header, chunks, markers, ended_cleanly=ended and damage is None, damage=damage, _map=data,
                   _file=f)
         rec._t1s = list(_running_max(c.t1 for c in chunks))
@@ -209,6 +232,9 @@ class Recording:
         tail = b""
         for i in range(self.chunks[first].frame, len(self.chunks)):
             c = self.chunks[i]
+            if not c.intact(self._map):
+                self._damaged(f"damaged at byte {c.start} (checksum mismatch)", i)
+                return
             if c.new_frame or dobj is None:
                 dobj = dctx.decompressobj()
                 tail = b""
@@ -251,6 +277,8 @@ class Recording:
     def _damaged(self, why: str, chunk: int) -> None:
         if self.damage is None:
             self.damage = why
+        cut = self.chunks[chunk].t0 if chunk < len(self.chunks) else float("inf")
+        self.markers = [m for m in self.markers if m.ts < cut]
         del self.chunks[chunk:]
         self._t1s = self._t1s[:chunk]
         self.ended_cleanly = False

@@ -3,8 +3,8 @@
 The subscriber only puts the (immutable) event on a bounded queue; a writer thread turns it into JSON, redacts
 secrets, finds markers, compresses and writes. Every ``flush_s`` (half a second by default) what arrived is written
 as one chunk and handed to the OS, so a SIGKILL of the process loses at most that much; a new zstd frame starts
-every ``frame_s`` so a seek decodes at most one frame. When the queue is full (the disk stalls) new events are
-dropped and counted, never waited for: a source is never slowed down by the recorder.
+every ``frame_s`` of recording time so a seek decodes at most that much. When the queue is full (the disk stalls)
+new events are dropped and counted, never waited for: a source is never slowed down by the recorder.
 
 Usage::
 
@@ -50,6 +50,7 @@ _TOPICS = {"gpu_sampled": "gpu", "server_health": "servers", "server_metrics": "
            "campaign_step": "campaign", "results_reported": "results", "operator_action": "operator",
            "notice": "notices"}
 _STOP = object()
+_FLUSH = object()
 
 
 @dataclass
@@ -136,6 +137,12 @@ class Recorder:
         except queue.Full:
             self.stats.dropped += 1
 
+    def flush(self) -> None:
+        """Write what is queued as a chunk now (without waiting for the flush interval)."""
+        if not self._closed:
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(_FLUSH)
+
     def close(self, timeout_s: float = 10.0) -> RecorderStats:
         """Write what is queued and a clean-end chunk, close the file. Safe to call twice."""
         if self._unsubscribe is not None:
@@ -169,7 +176,7 @@ class Recorder:
         cobj = cctx.compressobj()
         finder = MarkerFinder()
         frame_open = False
-        frame_started = 0.0
+        frame_started = 0.0  # recording time of the frame's first event
         frame_bytes = 0
         lines: list[bytes] = []
         markers: list[list[Any]] = []
@@ -185,22 +192,16 @@ class Recorder:
             data = b"".join(lines)
             new_frame = not frame_open and bool(lines)
             if new_frame:
-                frame_open, frame_started, frame_bytes = True, time.monotonic(), 0
+                frame_open, frame_started, frame_bytes = True, t0, 0
             out = cobj.compress(data) if data else b""
             frame_bytes += len(data)
-            if frame_open and (end or time.monotonic() - frame_started >= self.frame_s
-                               or frame_bytes >= FRAME_MAX_BYTES):
+            if frame_open and (end or t1 - frame_started >= self.frame_s or frame_bytes >= FRAME_MAX_BYTES):
                 out += cobj.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
                 cobj = cctx.compressobj()
                 frame_open = False
             elif frame_open:
                 out += cobj.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
-            meta: dict[str, Any] = {"t0": t0, "t1": t1, "n": len(lines), "f": new_frame}
-            if markers:
-                meta["m"] = markers
-            if end:
-                meta["end"] = True
-            f.write(encode_chunk(meta, out))
+            f.write(encode_chunk(t0, t1, len(lines), new_frame=new_frame, end=end, markers=markers, payload=out))
             f.flush()  # to the OS: a SIGKILL of this process loses nothing written so far
             stats.chunks += 1
             lines, markers = [], []
@@ -211,6 +212,9 @@ class Recorder:
                 try:
                     item = self._queue.get(timeout=timeout)
                 except queue.Empty:
+                    flush()
+                    continue
+                if item is _FLUSH:
                     flush()
                     continue
                 if item is _STOP:

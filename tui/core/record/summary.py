@@ -130,8 +130,9 @@ def rebuilt_table(runs: list[BenchDone]) -> str:
     if not rebuilt:
         return ""
     text = table.render_text(table.comparison_frame(table.build_cells(rebuilt)))
+    unlike = table.like_for_like_note(rebuilt)
     note = table.simulated_note(rebuilt)
-    return f"{note}\n{text}" if note else text
+    return (f"{note}\n" if note else "") + text + (f"\n{unlike}" if unlike else "")
 
 
 def render(s: SessionSummary) -> str:
