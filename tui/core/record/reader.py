@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import json
 import mmap
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import zstandard
 
@@ -49,8 +50,9 @@ class RecordingError(InputError):
     """Not a recording, or one this version cannot read (a one-line error, exit 2)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Chunk:
+class Chunk(NamedTuple):
+    """One chunk of the index (a named tuple: an hour has ~7,200 of them and opening makes them all)."""
+
     start: int  # byte offset of the chunk (its header)
     offset: int  # of the payload
     size: int  # payload bytes
@@ -83,6 +85,8 @@ class Recording:
     _map: Any = field(default=None, repr=False)
     _file: Any = field(default=None, repr=False)
     _t1s: list[float] = field(default_factory=list, repr=False)
+    _start: float = field(default=0.0, repr=False)
+    event_total: int = field(default=0, repr=False)
 
     # --- opening -----------------------------------------------------------------------------------------------
     @classmethod
@@ -168,8 +172,13 @@ class Recording:
             ended = False
         rec = cls(p, header, chunks, markers, ended_cleanly=ended and damage is None, damage=damage, _map=data,
                   _file=f)
-        rec._t1s = list(_running_max(c.t1 for c in chunks))
+        rec._index()
         return rec
+
+    def _index(self) -> None:
+        self._t1s = list(itertools.accumulate((c.t1 for c in self.chunks), max))
+        self._start = min((c.t0 for c in self.chunks if c.n), default=self.header.started)
+        self.event_total = sum(c.n for c in self.chunks)
 
     def close(self) -> None:
         if isinstance(self._map, mmap.mmap):
@@ -188,7 +197,7 @@ class Recording:
     @property
     def start(self) -> float:
         """Recording time of its first event (the header's start when it has none)."""
-        return min((c.t0 for c in self.chunks if c.n), default=self.header.started)
+        return self._start
 
     @property
     def end(self) -> float:
@@ -200,7 +209,7 @@ class Recording:
 
     @property
     def event_count(self) -> int:
-        return sum(c.n for c in self.chunks)
+        return self.event_total
 
     def markers_of(self, kind: str | None = None) -> list[Marker]:
         if kind is not None and kind not in MARKER_KINDS:
@@ -281,14 +290,8 @@ class Recording:
         self.markers = [m for m in self.markers if m.ts < cut]
         del self.chunks[chunk:]
         self._t1s = self._t1s[:chunk]
+        self.event_total = sum(c.n for c in self.chunks)
         self.ended_cleanly = False
-
-
-def _running_max(values: Iterator[float] | Any) -> Iterator[float]:
-    m = float("-inf")
-    for v in values:
-        m = max(m, v)
-        yield m
 
 
 # --- replay as an event source ---------------------------------------------------------------------------------
