@@ -22,7 +22,7 @@ from tui.core.events import EventBus, Notice, OperatorAction
 from tui.core.launch.events import LayoutChanged, LogLine, PlanLaunched, ServerPhase, ServerReady
 from tui.core.playbook.events import Diagnosis
 from tui.core.record import Recorder, Recording, RecordingError, ReplaySource, new_header
-from tui.core.record.format import CHUNK_HEAD
+from tui.core.record.format import CHUNK_HEAD, TRAILER
 from tui.core.redact import REDACTED, Redactor, is_secret_env, is_secret_flag, redact_argv, secret_names_in
 from tui.core.telemetry.events import GpuSampled, ServerHealth
 from tui.core.telemetry.gpu import GpuSample
@@ -90,6 +90,15 @@ def test_round_trip_markers_and_seek(tmp_path: Path) -> None:
         assert later and all(e.ts >= T0 + 5.0 for e in later) and later == [e for e in got if e.ts >= T0 + 5.0]
         assert r.next_marker(T0 + 3.5, "run").ts == T0 + 6.0  # type: ignore[union-attr]
         assert json.loads(p.read_bytes().split(b"\n", 1)[0])["version"] == 1
+        indexed = (list(r.chunks), list(r.markers), got)
+    # the index at the end of a cleanly closed file says what a walk of the chunk headers finds
+    data = p.read_bytes()
+    _magic, at, _length, _crc = TRAILER.unpack_from(data, len(data) - TRAILER.size)
+    walked = tmp_path / "walked.dtrec"
+    walked.write_bytes(data[:at])
+    with Recording.open(walked) as r:
+        assert (list(r.chunks), list(r.markers), list(r.events())) == indexed
+        assert r.ended_cleanly and r.damage is None
 
 
 def test_many_frames_seek_into_the_middle(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import itertools
 import json
 import mmap
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +33,12 @@ from tui.core.record.format import (
     FLAG_NEW_FRAME,
     FORMAT,
     FORMAT_VERSION,
+    INDEX_ENTRY,
     MAGIC,
     MAX_META,
     MAX_PAYLOAD,
+    TRAILER,
+    TRAILER_MAGIC,
     RecordingHeader,
     chunk_crc,
 )
@@ -124,6 +128,9 @@ class Recording:
         header = RecordingHeader.from_dict(head)
         size = p.stat().st_size
         data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size > 0 else b""
+        indexed = cls._indexed(p, f, header, data, size, len(first))
+        if indexed is not None:
+            return indexed
         chunks: list[Chunk] = []
         markers: list[Marker] = []
         pos = len(first)
@@ -133,8 +140,9 @@ class Recording:
         head_size = CHUNK_HEAD.size
         while pos < size:
             if ended:
-                damage = f"data after the end of the recording at byte {pos} (ignored)"
-                break
+                if bytes(data[size - TRAILER.size:size - TRAILER.size + 4]) != TRAILER_MAGIC:
+                    damage = f"data after the end of the recording at byte {pos} (ignored)"
+                break  # (else its index, which did not check out: the walk has read the chunks)
             if pos + head_size > size:
                 damage = f"truncated at byte {pos} (a chunk header cut short)"
                 break
@@ -172,6 +180,34 @@ class Recording:
             ended = False
         rec = cls(p, header, chunks, markers, ended_cleanly=ended and damage is None, damage=damage, _map=data,
                   _file=f)
+        rec._index()
+        return rec
+
+    @classmethod
+    def _indexed(cls, p: Path, f: Any, header: RecordingHeader, data: Any, size: int, first: int
+                 ) -> Recording | None:
+        """A cleanly closed recording, opened from the index at its end (None when it has none, or a bad one)."""
+        if size < first + TRAILER.size:
+            return None
+        magic, at, length, crc = TRAILER.unpack_from(data, size - TRAILER.size)
+        if magic != TRAILER_MAGIC or at < first or at + length != size - TRAILER.size or length < 4:
+            return None
+        blob = data[at:at + length]
+        if zlib.crc32(blob) != crc:
+            return None
+        mlen = int.from_bytes(blob[:4], "little")
+        entries = blob[4 + mlen:]
+        if len(entries) % INDEX_ENTRY.size:
+            return None
+        try:
+            markers = [Marker(float(m[0]), str(m[1]), str(m[2])) for m in json.loads(blob[4:4 + mlen])]
+        except (ValueError, TypeError, IndexError):
+            return None
+        chunks = [Chunk(s, o, z, t0, t1, n, bool(fl & FLAG_NEW_FRAME), fr, c, fl, (mo, ml))
+                  for s, o, z, t0, t1, n, fl, c, mo, ml, fr in INDEX_ENTRY.iter_unpack(entries)]
+        if chunks and not chunks[-1].intact(data):
+            return None  # walk it instead: the walk says where the damage is
+        rec = cls(p, header, chunks, markers, ended_cleanly=True, damage=None, _map=data, _file=f)
         rec._index()
         return rec
 

@@ -23,6 +23,7 @@ import queue
 import re
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,16 @@ from tui import __version__
 from tui.core import paths
 from tui.core.errors import InputError
 from tui.core.events import Event, EventBus
-from tui.core.record.format import SUFFIX, RecordingHeader, encode_chunk
+from tui.core.record.format import (
+    CHUNK_HEAD,
+    FLAG_NEW_FRAME,
+    INDEX_ENTRY,
+    SUFFIX,
+    TRAILER,
+    TRAILER_MAGIC,
+    RecordingHeader,
+    encode_chunk,
+)
 from tui.core.record.markers import MarkerFinder
 from tui.core.redact import Redactor
 
@@ -184,6 +194,10 @@ class Recorder:
         deadline = 0.0
         dumps = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
         stats = self.stats
+        index: list[bytes] = []  # one INDEX_ENTRY per chunk written
+        all_markers: list[list[Any]] = []
+        pos = f.tell()
+        frame_index = 0
 
         def flush(end: bool = False) -> None:
             nonlocal cobj, frame_open, frame_started, frame_bytes, lines, markers
@@ -201,8 +215,19 @@ class Recorder:
                 frame_open = False
             elif frame_open:
                 out += cobj.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
-            f.write(encode_chunk(t0, t1, len(lines), new_frame=new_frame, end=end, markers=markers, payload=out))
+            nonlocal pos, frame_index
+            chunk = encode_chunk(t0, t1, len(lines), new_frame=new_frame, end=end, markers=markers, payload=out)
+            f.write(chunk)
             f.flush()  # to the OS: a SIGKILL of this process loses nothing written so far
+            _magic, mlen, plen, crc, _t0, _t1, n, flags = CHUNK_HEAD.unpack_from(chunk)
+            if flags & FLAG_NEW_FRAME:
+                frame_index = len(index)
+            if n or plen:
+                meta_at = pos + CHUNK_HEAD.size
+                index.append(INDEX_ENTRY.pack(pos, meta_at + mlen, plen, t0, t1, n, flags, crc, meta_at, mlen,
+                                              frame_index))
+            all_markers.extend(markers)
+            pos += len(chunk)
             stats.chunks += 1
             lines, markers = [], []
 
@@ -219,6 +244,10 @@ class Recorder:
                     continue
                 if item is _STOP:
                     flush(end=True)
+                    marks = json.dumps(all_markers, separators=(",", ":")).encode()
+                    blob = len(marks).to_bytes(4, "little") + marks + b"".join(index)
+                    f.write(blob + TRAILER.pack(TRAILER_MAGIC, pos, len(blob), zlib.crc32(blob)))
+                    f.flush()
                     with contextlib.suppress(OSError):
                         os.fsync(f.fileno())
                     break
