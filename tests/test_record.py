@@ -292,3 +292,24 @@ def test_not_like_for_like_is_flagged_naming_what_differs(tmp_path: Path) -> Non
     cells = table.build_cells(mixed)
     assert len(cells) == 2 and all(c.setup for c in cells)  # never averaged together, each row labelled
     assert "setup" in table.render_text(table.comparison_frame(cells))
+
+
+def test_summary_rebuilds_the_table_when_the_session_printed_none(tmp_path: Path) -> None:
+    from tui.core.bench.store import RunMeta
+    from tui.core.record.summary import render, summarize
+
+    evs = []
+    for topo, tps in (("dp2", 2000.0), ("tp2", 1500.0)):
+        meta = RunMeta(campaign="c", name=f"{topo}-w", topology=topo, workload="w", status="complete", model="m",
+                       fingerprint={"simulated": True})
+        summary = {"num_prompts": 8, "completed": 8, "output_throughput": tps, "mean_tpot_ms": 5.0,
+                   "p99_tpot_ms": 6.0, "mean_ttft_ms": 100.0, "simulated": True}
+        evs.append(BenchDone(ts=T0 + len(evs), run_id=f"c/{topo}-w", status="complete", summary=summary,
+                             meta=meta.to_dict()))
+    p = tmp_path / "bench.dtrec"
+    _record(p, evs)
+    with Recording.open(p) as r:
+        text = render(summarize(r))
+    assert "results (rebuilt from the recorded runs; the session printed no table):" in text
+    assert "SIMULATED: every run" in text
+    assert "2,000 *" in text and "1,500" in text

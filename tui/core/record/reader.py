@@ -11,6 +11,7 @@ which publishes a recording onto an event bus in recording time (what the consol
 
 from __future__ import annotations
 
+import array
 import asyncio
 import bisect
 import itertools
@@ -18,10 +19,10 @@ import json
 import mmap
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import zstandard
 
@@ -75,20 +76,63 @@ class Chunk(NamedTuple):
                          memoryview(data)[self.offset:self.offset + self.size]) == self.crc
 
 
+class ChunkIndex(Sequence[Chunk]):
+    """The chunks of a recording's end index, decoded when asked for: opening an hour's recording keeps one block,
+    not ~7,200 objects (which would also make the garbage collector walk the caller's whole heap more often)."""
+
+    def __init__(self, entries: bytes) -> None:
+        self._entries = entries
+        self._n = len(entries) // INDEX_ENTRY.size
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> Chunk: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Chunk]: ...
+
+    def __getitem__(self, i: int | slice) -> Chunk | list[Chunk]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        s, o, z, t0, t1, n, fl, c, mo, ml, fr = INDEX_ENTRY.unpack_from(self._entries, i * INDEX_ENTRY.size)
+        return Chunk(s, o, z, t0, t1, n, bool(fl & FLAG_NEW_FRAME), fr, c, fl, (mo, ml))
+
+    def columns(self) -> tuple[array.array[float], float | None, int]:
+        """The running maximum of the chunks' end times, the first event's time, the event count."""
+        t1s: array.array[float] = array.array("d")
+        start: float | None = None
+        total = 0
+        top = float("-inf")
+        for _s, _o, _z, t0, t1, n, _fl, _c, _mo, _ml, _fr in INDEX_ENTRY.iter_unpack(self._entries):
+            top = max(top, t1)
+            t1s.append(top)
+            if n:
+                total += n
+                if start is None or t0 < start:
+                    start = t0
+        return t1s, start, total
+
+
 @dataclass
 class Recording:
     """An opened recording (the file is memory-mapped read-only; ``close`` releases it)."""
 
     path: Path
     header: RecordingHeader
-    chunks: list[Chunk]
+    chunks: Sequence[Chunk]
     markers: list[Marker]
     ended_cleanly: bool
     damage: str | None = None  # where and why reading stopped early (None: the whole file was read)
     skipped: int = 0  # events of a kind this version does not know (left out of the replay)
     _map: Any = field(default=None, repr=False)
     _file: Any = field(default=None, repr=False)
-    _t1s: list[float] = field(default_factory=list, repr=False)
+    _t1s: Sequence[float] = field(default_factory=list, repr=False)
     _start: float = field(default=0.0, repr=False)
     event_total: int = field(default=0, repr=False)
 
@@ -203,12 +247,13 @@ class Recording:
             markers = [Marker(float(m[0]), str(m[1]), str(m[2])) for m in json.loads(blob[4:4 + mlen])]
         except (ValueError, TypeError, IndexError):
             return None
-        chunks = [Chunk(s, o, z, t0, t1, n, bool(fl & FLAG_NEW_FRAME), fr, c, fl, (mo, ml))
-                  for s, o, z, t0, t1, n, fl, c, mo, ml, fr in INDEX_ENTRY.iter_unpack(entries)]
-        if chunks and not chunks[-1].intact(data):
+        chunks = ChunkIndex(bytes(entries))
+        if len(chunks) and not chunks[-1].intact(data):
             return None  # walk it instead: the walk says where the damage is
         rec = cls(p, header, chunks, markers, ended_cleanly=True, damage=None, _map=data, _file=f)
-        rec._index()
+        t1s, start, rec.event_total = chunks.columns()
+        rec._t1s = t1s
+        rec._start = header.started if start is None else start
         return rec
 
     def _index(self) -> None:
@@ -324,7 +369,7 @@ class Recording:
             self.damage = why
         cut = self.chunks[chunk].t0 if chunk < len(self.chunks) else float("inf")
         self.markers = [m for m in self.markers if m.ts < cut]
-        del self.chunks[chunk:]
+        self.chunks = list(self.chunks[:chunk])
         self._t1s = self._t1s[:chunk]
         self.event_total = sum(c.n for c in self.chunks)
         self.ended_cleanly = False
