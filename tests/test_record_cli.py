@@ -79,9 +79,13 @@ def test_bundle_export_import_plan_up(tmp_path: Path, capsys: pytest.CaptureFixt
     before = capsys.readouterr().out
     bundle = tmp_path / "team.yaml"
     try:
-        assert main(["up", *sim, "--model", "teammate-qwen", "--topology", "dp2", *ports]) == 0
+        assert main(["up", *sim, "--model", "teammate-qwen", "--topology", "dp2", *ports, "--record"]) == 0
         layout = re.search(r"layout (\S+) is up", capsys.readouterr().out)
         assert layout is not None
+        (recorded,) = paths.recordings_dir().glob("*-up-sim.dtrec")  # up --record: the start, recorded
+        with Recording.open(recorded) as rec:
+            assert {"plan_launched", "server_ready", "layout_changed"} <= {e.kind for e in rec.events()}
+            assert TOKEN.encode() not in recorded.read_bytes()
         assert main(["bench", *sim, "--workload", "team-tiny", "--quiet"]) == 0
         capsys.readouterr()
         assert main(["export", "--sim", "--layout", layout.group(1), "-o", str(bundle)]) == 0
