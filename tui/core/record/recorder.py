@@ -52,7 +52,7 @@ DEFAULT_FRAME_S = 60.0
 DEFAULT_QUEUE = 100_000
 FRAME_MAX_BYTES = 16 << 20  # uncompressed bytes in one frame at most (a seek decodes one frame)
 #: what a session records, for the header's "recorded" list (by event kind)
-_TOPICS = {"gpu_sampled": "gpu", "server_health": "servers", "server_metrics": "servers",
+TOPICS = {"gpu_sampled": "gpu", "server_health": "servers", "server_metrics": "servers",
            "layout_changed": "layouts", "plan_launched": "plans", "server_launched": "layouts",
            "server_phase": "startup", "server_ready": "startup", "server_exited": "startup",
            "server_stalled": "startup", "log_line": "logs", "diagnosis": "diagnoses", "fix_applied": "diagnoses",
@@ -266,7 +266,7 @@ class Recorder:
                     t0, t1 = min(t0, ts), max(t1, ts)
                 lines.append(line)
                 stats.events += 1
-                topic = _TOPICS.get(str(d.get("kind")))
+                topic = TOPICS.get(str(d.get("kind")))
                 if topic is not None:
                     self.topics.add(topic)
                 m = finder(d)

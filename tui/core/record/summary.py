@@ -22,6 +22,7 @@ from tui.core.guided import FixApplied
 from tui.core.launch.events import LayoutChanged, PlanLaunched, ServerExited, ServerReady, ServerStalled
 from tui.core.playbook.events import Diagnosis
 from tui.core.record.reader import Recording
+from tui.core.record.recorder import TOPICS
 
 
 @dataclass
@@ -52,17 +53,21 @@ class SessionSummary:
     results: ResultsReported | None = None
     last_ts: float | None = None
     events: int = 0
+    topics: list[str] = field(default_factory=list)  # what the events cover (gpu, servers, startup, logs, ...)
 
 
 def summarize(recording: Recording) -> SessionSummary:
     s = SessionSummary(recording)
     by_id: dict[str, LayoutStory] = {}
     current: LayoutStory | None = None
+    kinds: set[str] = set()
     for ev in recording.events():
         s.events += 1
+        kinds.add(ev.kind)
         s.last_ts = ev.ts if s.last_ts is None else max(s.last_ts, ev.ts)
         current = _fold(s, by_id, current, ev)
     s.layouts = list(by_id.values())
+    s.topics = sorted({TOPICS.get(k, k) for k in kinds})
     return s
 
 
@@ -146,7 +151,8 @@ def render(s: SessionSummary) -> str:
     lines = [f"recording: {rec.path}",
              f"  recorded {_when(h.started)} by disagg-tui {h.app_version} ({where})",
              f"  command: {h.command}",
-             f"  {_span(rec.duration_s)} of events, {s.events:,} events; recorded: {', '.join(h.recorded)}"]
+             f"  {_span(rec.duration_s)} of events, {s.events:,} events; recorded: {', '.join(h.recorded)}"
+             + (f" ({', '.join(s.topics)})" if s.topics else "")]
     if rec.damage is not None:
         at = f"last event at {_clock(s.last_ts)}, {_span(s.last_ts - rec.start)} in" if s.last_ts else "no event"
         lines.append(f"  STOPPED EARLY: the recording is {rec.damage}; replayed up to there ({at})")
@@ -193,7 +199,7 @@ def summary_dict(s: SessionSummary) -> dict[str, Any]:
     rec = s.recording
     return {"path": str(rec.path), "header": {"app_version": rec.header.app_version, "started": rec.header.started,
                                               "command": rec.header.command, "host": rec.header.host},
-            "damage": rec.damage, "ended_cleanly": rec.ended_cleanly, "events": s.events,
+            "damage": rec.damage, "ended_cleanly": rec.ended_cleanly, "events": s.events, "topics": s.topics,
             "layouts": [{"id": lay.layout_id, "topology": lay.topology, "profile": lay.profile,
                          "ready_s": lay.ready_s, "servers": lay.servers, "final": lay.final} for lay in s.layouts],
             "diagnoses": [d.to_dict() for d in s.diagnoses], "failures": s.failures,
