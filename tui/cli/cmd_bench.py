@@ -17,6 +17,7 @@ from tui.cli import predictions
 from tui.cli.argtypes import nonneg_int, positive_float, positive_int
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
+from tui.cli.recording import SessionRecording, add_record_options
 from tui.core.bench import report, table
 from tui.core.bench.campaign import BenchFn
 from tui.core.bench.dataset import run_seed
@@ -95,6 +96,7 @@ def register(sub: Any) -> None:
                                    "definitions and key names. Results go to runs/<campaign>/.")
     p.add_argument("--endpoint", "-e", metavar="URL", help="http://HOST:PORT (default: the active layout)")
     add_traffic_options(p, single=True)
+    add_record_options(p, default_on=False)
     add_global_options(p)
     p.set_defaults(handler=run)
 
@@ -266,6 +268,9 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
                          on_line=None if args.json else lambda s: progress.text(f"vllm: {s}")) \
         if args.runner == "vllm" else None
 
+    bus = EventBus()
+    session = SessionRecording(ctx, args, "bench", bus)
+
     async def go() -> None:
         for i in range(args.repeat):
             target.repeat = i + 1
@@ -273,19 +278,24 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
             # each repeat sends prompts of its own, so the server's prefix cache cannot serve it from the last one
             seeded = replace(opts, workload=opts.workload.with_overrides(
                 seed=run_seed(opts.workload.seed, repeat=i + 1)))
-            runs.append(await vllm(seeded, target, None, progress.tick) if vllm is not None else
-                        await run_bench(seeded, target, on_tick=progress.tick))
+            recorded = bus if session.enabled else None
+            runs.append(await vllm(seeded, target, recorded, progress.tick) if vllm is not None else
+                        await run_bench(seeded, target, bus=recorded, on_tick=progress.tick))
             progress.end()
 
-    try:
-        run_async(go())
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        progress.end()
-        ctx.error("interrupted: vllm bench serve keeps no results when stopped; the run is marked incomplete"
-                  if args.runner == "vllm" else
-                  "interrupted: finished requests are stored; the run is marked incomplete")
-        return 130
-    return report_runs(args, ctx, runs)
+    with session:
+        try:
+            run_async(session.around(go()))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            progress.end()
+            ctx.error("interrupted: vllm bench serve keeps no results when stopped; the run is marked incomplete"
+                      if args.runner == "vllm" else
+                      "interrupted: finished requests are stored; the run is marked incomplete")
+            return 130
+        with session.results("bench", target.campaign) as recorded_results:
+            code = report_runs(args, ctx, runs)
+            recorded_results["rows"] = [{"run": r.id, **r.summary} for r in runs if r.summary]
+        return code
 
 
 def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> int:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shutil
 import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from tui.cli.common import add_plan_options, make_plan
 from tui.cli.context import CliContext, add_global_options
+from tui.cli.recording import SessionRecording, add_record_options
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
 from tui.core.events import Event, EventBus, Notice
 from tui.core.guided import FixApplied, GuidedLaunch
@@ -21,7 +26,12 @@ from tui.core.launch.events import (
 )
 from tui.core.launch.lifecycle import UpOptions, process_states, tear_down, timeouts_for
 from tui.core.launch.state import LayoutRecord, StateStore
+from tui.core.plan.planner import LaunchPlan
+from tui.core.plan.preflight import preflight
 from tui.core.playbook import Diagnosis, load_playbook
+from tui.core.profiles import ModelProfile
+from tui.core.record.bundle import load_bundle, restore_secrets
+from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint
 from tui.core.telemetry import collect_snapshot_sync
 from tui.core.telemetry.view import tick_lines
 from tui.hosts import host_for_layout
@@ -33,6 +43,12 @@ def register(sub: Any) -> None:
                                     "follow startup phases, and wait until each answers /health. The servers keep "
                                     "running after this command returns; 'disagg-tui down' stops them.")
     add_plan_options(up)
+    for action in up._actions:
+        if action.dest in ("model", "topology"):
+            action.required = False  # --bundle carries them
+    up.add_argument("--bundle", metavar="FILE",
+                    help="launch the plan a bundle carries (after preflight here; says what differs from the "
+                         "bundle's host); --topology picks one of its layouts")
     up.add_argument("--replace", action="store_true", help="stop the layout that is up first")
     up.add_argument("--ready-timeout", type=float, metavar="S", help="give up on a start after S seconds")
     up.add_argument("--stall-timeout", type=float, metavar="S",
@@ -41,6 +57,7 @@ def register(sub: Any) -> None:
     up.add_argument("--apply-fix", metavar="ID|auto",
                     help="apply a playbook entry's fix to the plan before launching; 'auto': launch, and when a "
                          "start fails with a known failure whose fix is safe, apply it and relaunch")
+    add_record_options(up, default_on=False)
     add_global_options(up)
     up.set_defaults(handler=run_up)
 
@@ -111,8 +128,40 @@ def _bar(progress: float, width: int = 20) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
+def _bundle_plan(args: argparse.Namespace, ctx: CliContext) -> tuple[ModelProfile, LaunchPlan]:
+    """The profile and plan a bundle carries, its secrets from this environment; says how this host differs."""
+    bundle = load_bundle(Path(args.bundle))
+    layout = bundle.layout(args.topology)
+    plan = restore_secrets(layout.plan, os.environ)
+    exe = getattr(args, "vllm", None)
+    if exe or (not ctx.host.simulated and shutil.which(plan.servers[0].argv[0]) is None):
+        local = exe or "vllm"
+        ctx.warn(f"the bundle's vllm ({plan.vllm_executable}) is replaced by {local} on this host")
+        plan = replace(plan, vllm_executable=local, servers=tuple(
+            replace(s, argv=(local, *s.argv[1:])) if s.argv and s.argv[0] == plan.vllm_executable else s
+            for s in plan.servers))
+    diff = fingerprint_diff(bundle.fingerprint, host_fingerprint(ctx.host.facts))
+    if diff:
+        ctx.warn("not like-for-like: this host differs from the bundle's (" + "; ".join(diff) + ")")
+    else:
+        print("this host matches the bundle's fingerprint", file=ctx.err)
+    checks = preflight(plan, ctx.host.facts, ctx.nvml_or_none())
+    print("preflight on this host:", file=ctx.err)
+    for c in checks:
+        print("  " + c.line(), file=ctx.err)
+    return bundle.profile, plan
+
+
 def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
-    profile, launch_plan = make_plan(args, ctx)
+    if args.bundle:
+        if args.model:
+            raise InputError("--bundle carries the model profile: drop --model", field="--model")
+        profile, launch_plan = _bundle_plan(args, ctx)
+    else:
+        for flag, value in (("--model", args.model), ("--topology", args.topology)):
+            if not value:
+                raise InputError("required (or give --bundle FILE)", field=flag)
+        profile, launch_plan = make_plan(args, ctx)
     host = ctx.host
     for w in launch_plan.warnings:
         ctx.warn(w)
@@ -128,8 +177,10 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
             raise InputError(f"must be > 0, got {value}", field=name)
     bus = EventBus()
     bus.subscribe(ProgressPrinter(ctx, show_logs=args.logs))
-    guided = GuidedLaunch(profile, launch_plan, host, bus, load_playbook(), options=options, apply=args.apply_fix)
-    record, final_plan = asyncio.run(guided.run())
+    with SessionRecording(ctx, args, "up", bus) as session:
+        guided = GuidedLaunch(profile, launch_plan, host, bus, load_playbook(), options=options,
+                              apply=args.apply_fix)
+        record, final_plan = asyncio.run(session.around(guided.run()))
     if final_plan.fixes_applied:
         ctx.print(f"fixes applied: {', '.join(final_plan.fixes_applied)} (recorded with the layout)")
     ctx.print("")

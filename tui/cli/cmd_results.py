@@ -59,9 +59,9 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     else:
         df = table.comparison_frame(cells)
         text = {"table": table.render_text, "csv": table.render_csv, "md": table.render_markdown}[args.format](df)
-        note = table.simulated_note(runs)
-        if note and args.format != "csv":  # a CSV stays one table; its rows' runs say it (results --format json)
-            text += "\n" + (f"_{note}_" if args.format == "md" else note)
+        for note in (table.simulated_note(runs), table.like_for_like_note(runs)):
+            if note and args.format != "csv":  # a CSV stays one table; its rows' runs say it (--format json)
+                text += "\n" + (f"_{note}_" if args.format == "md" else note)
         if args.format != "csv":
             side = predictions.render(ctx, runs, markdown=args.format == "md")
             if side:

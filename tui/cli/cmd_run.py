@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tui.cli import predictions
@@ -25,11 +26,13 @@ from tui.cli.cmd_bench import (
 from tui.cli.common import add_plan_options, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
+from tui.cli.recording import SessionRecording, add_record_options
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
 from tui.core.bench.campaign import BenchFn, CampaignResult, CampaignRunner, CampaignSpec, Lifecycle
 from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
 from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError, InputError
+from tui.core.events import EventBus
 from tui.core.launch import lifecycle as core_lifecycle
 from tui.core.profiles import Workload, parse_rate
 from tui.core.topology import parse_topologies
@@ -47,6 +50,7 @@ def register(sub: Any) -> None:
                    help="request rates to sweep (req/s or inf), or auto: saturation, then fractions of it")
     p.add_argument("--fresh", action="store_true", help="start a new campaign even if this one exists")
     add_traffic_options(p, single=False)
+    add_record_options(p, default_on=True)
     add_global_options(p)
     p.set_defaults(handler=run)
 
@@ -111,18 +115,20 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     # every layout of a campaign serves this profile
     bench: BenchFn | None = vllm_bench_fn(args, ctx, args.model) if args.runner == "vllm" else None
 
-    runner = CampaignRunner(spec=spec, lifecycle=lifecycle, host=host,
-                            planner=lambda topo: make_plan(args, ctx, topo), workloads=workloads, options=options,
-                            notify=lambda s: progress.text(s), on_tick=progress.tick, energy_for=energy_for,
-                            bench=bench)
-    try:
-        result: CampaignResult = run_async(runner.run())
-    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (run_async cancels the campaign)
+    bus = EventBus()
+    with SessionRecording(ctx, args, "run", bus) as session:
+        runner = CampaignRunner(spec=spec, lifecycle=lifecycle, host=host,
+                                planner=lambda topo: make_plan(args, ctx, topo), workloads=workloads,
+                                options=options, bus=bus, notify=lambda s: progress.text(s), on_tick=progress.tick,
+                                energy_for=energy_for, bench=bench)
+        try:
+            result: CampaignResult = run_async(session.around(runner.run()))
+        except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (run_async cancels the campaign)
+            progress.end()
+            ctx.error(f"interrupted: run the same command again to resume campaign {spec.name}")
+            return 130
         progress.end()
-        ctx.error(f"interrupted: run the same command again to resume campaign {spec.name}")
-        return 130
-    progress.end()
-    return report(args, ctx, result, workloads, gpus)
+        return report(args, ctx, result, workloads, gpus, session)
 
 
 def _gpu_count(args: argparse.Namespace, ctx: CliContext, topologies: list[str]) -> int | None:
@@ -136,7 +142,7 @@ def _gpu_count(args: argparse.Namespace, ctx: CliContext, topologies: list[str])
 
 
 def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, workloads: dict[str, Workload],
-           gpus: int | None) -> int:
+           gpus: int | None, session: SessionRecording | None = None) -> int:
     runs = result.runs()
     predictions.attach_all(ctx, runs)
     cells = table.build_cells(runs, result.spec.goodput or None)
@@ -146,6 +152,25 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
                             repeats=result.spec.repeat, failed=failed)
     if rec.slo_derived:  # the goodput column under the SLO the recommendation used
         cells = table.build_cells(runs, slo_by_workload=rec.slo)
+    with session.results("run", result.spec.name) if session is not None else _nothing() as recorded:
+        _print_report(args, ctx, result, cells, rec)
+        recorded["rows"] = table.cell_rows(cells)
+        recorded["recommendation"] = rec.to_dict()
+    if not args.json:
+        print(f"results: {result.directory}", file=ctx.err)
+    _pacing_warnings(ctx, runs)
+    for line in failed:
+        ctx.error(f"cell failed: {line}")
+    return EXIT_FAILED if result.failed else EXIT_OK
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[dict[str, Any]]:
+    yield {}
+
+
+def _print_report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, cells: list[table.Cell],
+                  rec: rec_mod.Recommendation) -> None:
     if args.json:
         rows = table.cell_rows(cells)
         for o in result.failed:
@@ -157,21 +182,19 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
         ctx.print_json({"rows": rows, "recommendation": rec.to_dict(), "campaign": str(result.directory),
                         "host": result.spec.host, "simulated": result.spec.simulated})
     else:
-        note = table.simulated_note(runs)
+        note = table.simulated_note(result.runs())
         if note:
             ctx.print(f"{note}; host {result.spec.host}")
         if cells:
             ctx.print(table.render_text(table.comparison_frame(cells)))
+            unlike = table.like_for_like_note(result.runs())
+            if unlike:
+                ctx.print(unlike)
             if rec.slo_derived:
                 ctx.print("goodput under the derived SLO: " + "; ".join(
                     f"{w}: " + ", ".join(f"{k} ≤ {v:g} ms" for k, v in slo.items()) for w, slo in rec.slo.items()))
             ctx.print()
         ctx.print(rec_mod.render(rec))
-        print(f"results: {result.directory}", file=ctx.err)
-    _pacing_warnings(ctx, runs)
-    for line in failed:
-        ctx.error(f"cell failed: {line}")
-    return EXIT_FAILED if result.failed else EXIT_OK
 
 
 def _pacing_warnings(ctx: CliContext, runs: Sequence[Any]) -> None:

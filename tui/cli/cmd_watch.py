@@ -9,7 +9,9 @@ import os
 from typing import Any
 
 from tui.cli.context import CliContext, add_global_options
+from tui.cli.recording import SessionRecording, add_record_options
 from tui.core.errors import EXIT_OK, InputError
+from tui.core.events import EventBus
 from tui.core.launch.state import StateStore
 from tui.core.telemetry.layout import ActiveLayout, parse_endpoint
 from tui.core.telemetry.live import LiveTelemetry
@@ -38,6 +40,7 @@ def register(sub: Any) -> None:
     p.add_argument("--endpoint", action="append", default=[], metavar="[NAME=]URL[#ROLE]",
                    help="watch this server instead of the active layout's (repeatable), e.g. "
                         "decode=http://127.0.0.1:8200#decode")
+    add_record_options(p, default_on=False)
     add_global_options(p)
     p.set_defaults(handler=run)
 
@@ -64,16 +67,19 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     if endpoints is None and ActiveLayout(store).get() is None:
         ctx.warn("no active layout on this host: watching the GPUs only (start one with 'disagg-tui up', or "
                  "name servers with --endpoint)")
-    try:
-        asyncio.run(_watch(args, ctx, host, store, config, endpoints))
-    except KeyboardInterrupt:
-        pass
+    bus = EventBus()
+    with SessionRecording(ctx, args, "watch", bus, telemetry=False):
+        try:
+            asyncio.run(_watch(args, ctx, host, store, config, endpoints, bus))
+        except KeyboardInterrupt:
+            pass
     return EXIT_OK
 
 
 async def _watch(args: argparse.Namespace, ctx: CliContext, host: Any, store: StateStore, config: PollerConfig,
-                 endpoints: Any) -> None:
-    async with LiveTelemetry(host, store, rate_hz=args.rate, poller_config=config, endpoints=endpoints) as live:
+                 endpoints: Any, bus: EventBus | None = None) -> None:
+    async with LiveTelemetry(host, store, rate_hz=args.rate, poller_config=config, endpoints=endpoints,
+                             bus=bus) as live:
         for err in live.errors:
             ctx.warn(err)
         async for tick in live.ticks(args.seconds):

@@ -33,6 +33,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tui.cli.cmd_playbook",
     "tui.cli.cmd_profile",
     "tui.cli.cmd_console",
+    "tui.cli.cmd_replay",
+    "tui.cli.cmd_bundle",
 )
 
 

@@ -6,7 +6,8 @@ checkout, at the repository root). The operator's files follow XDG, each overrid
 - ``$DISAGG_TUI_CONFIG_DIR`` or ``$XDG_CONFIG_HOME/disagg-tui``: profiles and playbook additions;
 - ``$DISAGG_TUI_STATE_DIR`` or ``$XDG_STATE_HOME/disagg-tui``: the state file of running layouts, server logs,
   the simulated GPUs;
-- ``$DISAGG_TUI_DATA_DIR`` or ``$XDG_DATA_HOME/disagg-tui``: results (``runs/``).
+- ``$DISAGG_TUI_DATA_DIR`` or ``$XDG_DATA_HOME/disagg-tui``: results (``runs/``) and session recordings
+  (``recordings/``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def runs_dir() -> Path:
     return Path(override) if override else data_dir() / "runs"
 
 
+def recordings_dir() -> Path:
+    """Where session recordings go: ``$DISAGG_TUI_RECORDINGS_DIR`` or ``<data dir>/recordings``."""
+    override = os.environ.get("DISAGG_TUI_RECORDINGS_DIR")
+    return Path(override) if override else data_dir() / "recordings"
+
+
 def _shipped(name: str) -> Path:
     inside = _PACKAGE_DIR / "_shipped" / name
     if inside.is_dir():
@@ -55,6 +62,10 @@ def _shipped(name: str) -> Path:
 
 def shipped_profiles_dir() -> Path:
     return _shipped("profiles")
+
+
+def shipped_recordings_dir() -> Path:
+    return _shipped("recordings")
 
 
 def user_profiles_dir() -> Path:

@@ -68,6 +68,9 @@ class BenchDone(Event):
     summary: dict[str, Any] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
     message: str = ""
+    #: the run's record (``RunMeta.to_dict()``): with ``summary`` it is enough to rebuild the run's row of the
+    #: comparison table from a recording ({} when the run left no record)
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,3 +116,16 @@ class CampaignStep(Event):
     total: int = 0
     status: str = ""
     run_dir: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultsReported(Event):
+    """A command printed its comparison: ``text`` is exactly what went to stdout (the SIMULATED note, the table,
+    the recommendation), ``rows`` the table's rows as ``--json`` gives them; a replay prints the same."""
+
+    kind: ClassVar[str] = "results_reported"
+    command: str  # run | bench | results
+    text: str
+    campaign: str = ""
+    rows: tuple[dict[str, Any], ...] = ()
+    recommendation: dict[str, Any] = field(default_factory=dict)

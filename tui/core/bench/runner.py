@@ -122,6 +122,10 @@ def summary_header(opts: BenchOptions, target: BenchTarget, model: str) -> dict[
         "topology": target.topology, "workload": w.name,
         "request_rate": "inf" if math.isinf(w.request_rate) else w.request_rate,
         "burstiness": w.burstiness, "max_concurrency": w.max_concurrency,
+        # the traffic as defined (vllm bench serve's argument names), so runs of one workload name that sent other
+        # traffic are never compared as like for like (tui.core.bench.table.workload_signature)
+        "random_input_len": w.input_len, "random_output_len": w.output_len, "random_range_ratio": w.range_ratio,
+        "random_prefix_len": w.prefix_len,
         # figures of the simulated host say so wherever they go (vllm's scripts ignore a key they do not know)
         **({"simulated": True} if target.layout is not None and target.layout.simulated else {}),
     }
@@ -325,7 +329,7 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     await asyncio.to_thread(writer.finish, status, summary, message=message)
     run = await asyncio.to_thread(load_run, directory)
     done = BenchDone(run_id=meta.id, status=status, run_dir=str(directory), summary=summary or {},
-                     flags=tuple(flags), message=message)
+                     flags=tuple(flags), message=message, meta=run.meta.to_dict())
     if bus is not None:
         bus.publish(done)
     if result.cancelled:

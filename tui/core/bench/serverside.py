@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from tui import __version__
+from tui.core.redact import Redactor
 from tui.core.telemetry import prom
 from tui.core.telemetry.derive import (
     DEFAULT_MIN_EXTERNAL_SHARE,
@@ -325,9 +326,10 @@ def jit_lines(offsets: Mapping[str, int], limit: int = 20) -> list[str]:
 
 
 def copy_logs(logs: Iterable[str], dest: Path, max_bytes: int = 20 * 1024 * 1024) -> list[str]:
-    """Copy the servers' logs into the run (the last ``max_bytes`` of each)."""
+    """Copy the servers' logs into the run (the last ``max_bytes`` of each), secrets redacted."""
     copied = []
     dest.mkdir(parents=True, exist_ok=True)
+    red = Redactor()
     for path in logs:
         p = Path(path)
         with contextlib.suppress(OSError):
@@ -335,7 +337,7 @@ def copy_logs(logs: Iterable[str], dest: Path, max_bytes: int = 20 * 1024 * 1024
             with open(p, "rb") as src, open(dest / p.name, "wb") as dst:
                 if size > max_bytes:
                     src.seek(size - max_bytes)
-                dst.write(src.read())
+                dst.write(red.text(src.read().decode("utf-8", "replace")).encode("utf-8"))
             copied.append(p.name)
     return copied
 

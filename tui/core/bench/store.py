@@ -43,6 +43,7 @@ from tui.core.bench.metrics import (
 )
 from tui.core.errors import InputError
 from tui.core.procs import pid_alive
+from tui.core.redact import Redactor
 
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
@@ -177,10 +178,11 @@ class RunWriter:
         self.meta = meta
         directory.mkdir(parents=True, exist_ok=True)
         (directory / PARTS_DIR).mkdir(exist_ok=True)
+        red = Redactor()  # secrets never reach a run directory (a plan's HF_TOKEN, an --api-key)
         if workload is not None:
-            write_json(directory / "workload.json", workload)
+            write_json(directory / "workload.json", red.value(workload))
         if plan is not None:
-            write_json(directory / "plan.json", plan)
+            write_json(directory / "plan.json", red.value(plan))
         self.save_meta()
         self._journal = open(directory / JOURNAL_FILE, "ab")  # noqa: SIM115 - closed in finish
         self._raw: list[bytes] = []  # every record line, as received

@@ -114,18 +114,81 @@ def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None, 
 _CLIENTS = {"disagg-tui": "ours", "vllm-bench": "vllm bench", "imported": "imported"}
 
 
-def run_setup(run: Run) -> tuple[str, str, str]:
-    """What a run was measured with, beyond its cell: the model, the client, the host (or "simulated")."""
+SETUP_PARTS = ("model", "client", "host", "vLLM")
+
+
+def run_setup(run: Run) -> tuple[str, str, str, str]:
+    """What a run was measured with, beyond its cell: the model, the client, the host (or "simulated"), the
+    server's vLLM version."""
     fp = run.meta.fingerprint or {}
     host = "simulated" if fp.get("simulated") else str(fp.get("hostname") or "")
-    return (run.meta.model or "", _CLIENTS.get(run.meta.runner, run.meta.runner), host)
+    server = fp.get("server") if isinstance(fp.get("server"), dict) else {}
+    version = str((server or {}).get("server_version") or "")
+    return (run.meta.model or "", _CLIENTS.get(run.meta.runner, run.meta.runner), host,
+            f"vLLM {version}" if version else "")
+
+
+def workload_signature(run: Run) -> str:
+    """The traffic a run sent, from its summary: prompts, mean tokens in and out, arrivals (two runs of one
+    workload name with different signatures are not like for like)."""
+    s = run.summary
+    done = s.get("completed") or 0
+    parts = [f"{s.get('num_prompts', '?')} prompts"]
+    if s.get("random_input_len") is not None:
+        parts.append(f"{s.get('random_input_len')}/{s.get('random_output_len')} tok")
+        if s.get("random_range_ratio"):
+            parts.append(f"range {s.get('random_range_ratio')}")
+        if s.get("random_prefix_len"):
+            parts.append(f"prefix {s.get('random_prefix_len')}")
+    elif done:  # a result without its definition (imported): the mean lengths it sent, to two digits
+        mean_in = float(s.get("total_input_tokens") or 0) / done
+        mean_out = float(s.get("total_output_tokens") or 0) / done
+        parts.append(f"{float(f'{mean_in:.2g}'):g}/{float(f'{mean_out:.2g}'):g} tok")
+    if s.get("burstiness") not in (None, 1, 1.0):
+        parts.append(f"burstiness {s.get('burstiness')}")
+    if s.get("max_concurrency") is not None:
+        parts.append(f"≤{s.get('max_concurrency')} in flight")
+    return ", ".join(parts)
+
+
+def _workload_sigs(runs: Sequence[Run]) -> dict[str, set[str]]:
+    sigs: dict[str, set[str]] = {}
+    for r in runs:
+        sigs.setdefault(r.meta.workload, set()).add(workload_signature(r))
+    return sigs
 
 
 def setup_labels(runs: Sequence[Run]) -> list[str]:
-    """Per run, the parts of its setup that differ among ``runs`` (model · client · host), "" where none do."""
+    """Per run, the parts of its setup that differ among ``runs`` (model · client · host · vLLM, and the traffic
+    where runs of one workload name sent different traffic), "" where none do."""
     setups = [run_setup(r) for r in runs]
-    varying = [i for i in range(3) if len({s[i] for s in setups}) > 1]
-    return [" · ".join(s[i] or "?" for i in varying) for s in setups]
+    varying = [i for i in range(len(SETUP_PARTS)) if len({s[i] for s in setups}) > 1]
+    sigs = _workload_sigs(runs)
+    out = []
+    for r, s in zip(runs, setups, strict=True):
+        parts = [s[i] or "?" for i in varying]
+        if len(sigs.get(r.meta.workload, ())) > 1:
+            parts.append(workload_signature(r))
+        out.append(" · ".join(parts))
+    return out
+
+
+def like_for_like_note(runs: Sequence[Run]) -> str:
+    """"" when every run shown was measured alike; else one line naming what differs (rows of different setups
+    are never averaged together, and the best marks compare rows of one setup only)."""
+    measured = [r for r in runs if r.summary]
+    setups = [run_setup(r) for r in measured]
+    diffs = []
+    for i, part in enumerate(SETUP_PARTS):
+        values = sorted({s[i] or "?" for s in setups})
+        if len(values) > 1:
+            diffs.append(f"{part} ({' vs '.join(values)})")
+    for name, sigs in sorted(_workload_sigs(measured).items()):
+        if len(sigs) > 1:
+            diffs.append(f"workload {name} ({' vs '.join(sorted(sigs))})")
+    if not diffs:
+        return ""
+    return "NOT LIKE-FOR-LIKE: these runs differ in " + "; ".join(diffs) + " (the setup column tells them apart)"
 
 
 def best_marks(cells: Sequence[Cell]) -> dict[tuple[tuple[str, str, str, str], str], bool]:

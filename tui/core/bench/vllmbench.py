@@ -186,7 +186,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         await asyncio.to_thread(write_json, directory / RUN_FILE, meta.to_dict())
         if bus is not None:
             bus.publish(BenchDone(run_id=run_id, status=status, run_dir=str(directory), flags=tuple(meta.flags),
-                                  message=message))
+                                  message=message, meta=meta.to_dict()))
         return message
 
     def tick() -> BenchTick:
@@ -301,7 +301,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                     "fingerprint": fingerprint})
     if bus is not None:
         bus.publish(BenchDone(run_id=run.id, status=run.meta.status, run_dir=str(run.path), summary=run.summary,
-                              flags=tuple(run.meta.flags)))
+                              flags=tuple(run.meta.flags), meta=run.meta.to_dict()))
     return run
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from tui.core.events import Event
 
@@ -18,6 +18,16 @@ class LayoutChanged(Event):
     endpoint: str = ""
     simulated: bool = False
     note: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanLaunched(Event):
+    """A layout's plan is being launched: the whole plan (``LaunchPlan.to_dict()``, secrets redacted), so a
+    recording says exactly what ran."""
+
+    kind: ClassVar[str] = "plan_launched"
+    layout_id: str
+    plan: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,6 +28,7 @@ from tui.core.host.base import Host
 from tui.core.launch.events import (
     LayoutChanged,
     LogLine,
+    PlanLaunched,
     ServerExited,
     ServerLaunched,
     ServerPhase,
@@ -173,7 +174,8 @@ class Launch:
             bad = failed(self.preflight)
             if bad:
                 raise PlanRefused("preflight failed: " + "; ".join(f"{c.name}: {c.reason}" for c in bad))
-        await asyncio.to_thread(self._claim_slot)
+        record = await asyncio.to_thread(self._claim_slot)
+        self.bus.publish(PlanLaunched(layout_id=self.layout_id, plan=record.plan))
         await self._status("starting")
         follower = LogFollower(self._on_line)
         try:

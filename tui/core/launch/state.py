@@ -11,7 +11,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -21,38 +20,15 @@ from typing import Any
 
 from tui.core import paths
 from tui.core.errors import InputError
+from tui.core.redact import REDACTED as REDACTED  # re-exported: the supervisor imports these from here
+from tui.core.redact import is_secret_env
+from tui.core.redact import redact_argv as redact_argv
+from tui.core.redact import redact_env as redact_env
 
 STATE_VERSION = 1
-_SECRET = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
-REDACTED = "<redacted>"
-
-
-def is_secret_name(name: str) -> bool:
-    return bool(_SECRET.search(name))
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    out: list[str] = []
-    hide_next = False
-    for a in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        flag = a.split("=", 1)[0]
-        if flag.startswith("--") and is_secret_name(flag):
-            if "=" in a:
-                out.append(f"{flag}={REDACTED}")
-            else:
-                out.append(a)
-                hide_next = True
-            continue
-        out.append(a)
-    return out
+# one definition of a secret for the state file, recordings and bundles (tui.core.redact); the old over-broad
+# match hid the value of --max-num-batched-tokens too, so a stored plan could not be launched again as it was
+is_secret_name = is_secret_env
 
 
 @dataclass

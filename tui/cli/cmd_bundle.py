@@ -1,0 +1,226 @@
+"""``disagg-tui export`` and ``disagg-tui import``: profile bundles, a working setup in one YAML for the next person."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tui.cli.context import CliContext, add_global_options
+from tui.core import paths
+from tui.core.bench import recommend as rec_mod
+from tui.core.bench import table
+from tui.core.bench.campaign import CAMPAIGN_FILE, CampaignSpec, campaign_runs
+from tui.core.bench.store import Run, find_runs, load_run
+from tui.core.errors import EXIT_OK, InputError
+from tui.core.launch.state import StateStore
+from tui.core.profiles import ModelProfile, Workload, parse_workload
+from tui.core.record.bundle import Bundle, build_bundle, install, load_bundle, missing_secrets, write_bundle
+from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint
+from tui.hosts import host_for_layout
+
+
+def register(sub: Any) -> None:
+    ex = sub.add_parser("export", help="write a bundle: profile, plan, fixes, workloads, fingerprint, results",
+                        description="One YAML with everything the next person needs to run the same setup: the "
+                                    "model profile, each layout's exact plan (every argv and env), the fixes "
+                                    "applied and why, the workloads, the versions and fingerprint of this host, "
+                                    "and the results with the recommendation. Secrets are replaced by <redacted>.")
+    src = ex.add_mutually_exclusive_group(required=True)
+    src.add_argument("--layout", metavar="ID", help="a layout this host knows (see 'disagg-tui status')")
+    src.add_argument("--run", metavar="ID", help="a stored run (CAMPAIGN/RUN or its directory)")
+    src.add_argument("--campaign", metavar="ID", help="a stored campaign (its name or directory)")
+    ex.add_argument("-o", "--output", required=True, metavar="FILE.yaml", help="where to write the bundle")
+    add_global_options(ex)
+    ex.set_defaults(handler=run_export)
+
+    im = sub.add_parser("import", help="check a bundle, show what it would run, add its profile and workloads",
+                        description="Validate a bundle strictly (file:line: field errors), print every command "
+                                    "its plans would run and what differs from this host, then add its model "
+                                    "profile and workloads to your profiles (asks first; --yes for scripts). "
+                                    "'disagg-tui up --bundle FILE' launches its plan.")
+    im.add_argument("file", metavar="FILE", help="a bundle written by 'disagg-tui export'")
+    im.add_argument("--yes", "-y", action="store_true", help="add without asking")
+    add_global_options(im)
+    im.set_defaults(handler=run_import)
+
+
+# --- export ----------------------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read: {exc}", file=path) from None
+    return data if isinstance(data, dict) else {}
+
+
+def _workload_of(run: Run) -> Workload | None:
+    data = _read_json(run.path / "workload.json")
+    if not data:
+        return None
+    name = str(data.get("name") or run.meta.workload)
+    keys = ("input_len", "output_len", "num_prompts", "request_rate", "burstiness", "max_concurrency",
+            "range_ratio", "prefix_len", "ignore_eos", "seed", "description")
+    return parse_workload(name, {k: data[k] for k in keys if data.get(k) is not None},
+                          run.path / "workload.json")
+
+
+def _results(runs: list[Run], workloads: dict[str, Workload], gpus: int | None,
+             goodput: dict[str, float] | None = None, repeats: int = 1) -> dict[str, Any]:
+    done = [r for r in runs if r.meta.status == "complete" and r.summary]
+    if not done:
+        return {}
+    cells = table.build_cells(done, goodput or None)
+    rec = rec_mod.recommend(cells, workloads, gpus=gpus, slo=goodput or None, repeats=repeats)
+    if rec.slo_derived:
+        cells = table.build_cells(done, slo_by_workload=rec.slo)
+    text = table.render_text(table.comparison_frame(cells))
+    note = table.simulated_note(done)
+    unlike = table.like_for_like_note(done)
+    return {"simulated": any(r.simulated for r in done),
+            "table": (note + "\n" if note else "") + text + ("\n" + unlike if unlike else ""),
+            "rows": table.cell_rows(cells), "recommendation": rec.to_dict(),
+            "runs": [r.id for r in done]}
+
+
+def _profile(ctx: CliContext, profile_id: str) -> ModelProfile:
+    try:
+        return ctx.catalog.model(profile_id)
+    except InputError:
+        raise InputError(f"the profile {profile_id!r} it used is no longer in your profiles", field="--model",
+                         hint="add the profile file back, then export again") from None
+
+
+def run_export(args: argparse.Namespace, ctx: CliContext) -> int:
+    layouts: list[tuple[str, dict[str, Any]]] = []
+    workloads: dict[str, Workload] = {}
+    diagnoses: list[dict[str, Any]] = []
+    simulated = False
+    if args.layout:
+        rec = StateStore().read().get(args.layout)
+        if rec is None:
+            raise InputError(f"no layout {args.layout!r} on this host (see 'disagg-tui status')", field="--layout")
+        profile = _profile(ctx, rec.profile_id)
+        layouts.append((rec.topology, rec.plan))
+        diagnoses = list(rec.diagnoses)
+        simulated = rec.simulated
+        runs = [r for r in (load_run(p) for p in find_runs()) if r.meta.layout_id == rec.id]
+        source, source_id = "layout", rec.id
+    else:
+        if args.run:
+            dirs = find_runs([args.run])
+            if len(dirs) != 1:
+                raise InputError(f"{args.run!r} names {len(dirs)} runs: give one (CAMPAIGN/RUN), or --campaign",
+                                 field="--run")
+            runs = [load_run(dirs[0])]
+            source, source_id = "run", runs[0].id
+        else:
+            d = Path(args.campaign)
+            d = d if (d / CAMPAIGN_FILE).is_file() else paths.runs_dir() / args.campaign
+            if not (d / CAMPAIGN_FILE).is_file():
+                raise InputError(f"no campaign {args.campaign!r} (looked in {paths.runs_dir()})", field="--campaign")
+            runs = campaign_runs(d)
+            source, source_id = "campaign", d.name
+        plans: dict[str, dict[str, Any]] = {}
+        for r in runs:
+            plan = _read_json(r.path / "plan.json")
+            if plan and r.meta.topology not in plans:
+                plans[r.meta.topology or str(plan.get("topology"))] = plan
+            simulated = simulated or r.simulated
+        if not plans:
+            raise InputError("its runs kept no plan (plan.json): nothing to launch from", field="--" + source)
+        ids = {str(p.get("profile_id")) for p in plans.values()}
+        if len(ids) != 1:
+            raise InputError(f"its runs used several profiles ({', '.join(sorted(ids))})", field="--" + source)
+        profile = _profile(ctx, ids.pop())
+        layouts = list(plans.items())
+    for r in runs:
+        w = _workload_of(r)
+        if w is not None:
+            workloads.setdefault(w.name, w)
+    spec = CampaignSpec.from_dict(_read_json(runs[0].path.parent / CAMPAIGN_FILE)) if runs and \
+        (runs[0].path.parent / CAMPAIGN_FILE).is_file() else None
+    gpus = len(layouts[0][1].get("gpus") or []) or None
+    results = _results(runs, workloads, gpus, spec.goodput if spec else None, spec.repeat if spec else 1)
+    host = host_for_layout(ctx.host_options(), simulated, ctx.host)
+    fp = host_fingerprint(host.facts)
+    measured = [r.meta.fingerprint for r in runs if r.meta.fingerprint]
+    if measured:
+        server = measured[0].get("server") or {}
+        fp["server_version"] = server.get("server_version") if isinstance(server, dict) else None
+    data = build_bundle(source=source, source_id=source_id, profile=profile, layouts=layouts,
+                        workloads=workloads, fingerprint=fp, results=results, diagnoses=diagnoses)
+    out = Path(args.output)
+    write_bundle(out, data)
+    ctx.print(f"wrote {out}: profile {profile.id}, {len(layouts)} layout(s) "
+              f"({', '.join(t for t, _ in layouts)}), {len(workloads)} workload(s), "
+              f"{len(results.get('runs') or [])} run(s) in the results")
+    if data["secrets_needed"]:
+        ctx.print(f"secrets left out (the importer sets them): {', '.join(data['secrets_needed'])}")
+    return EXIT_OK
+
+
+# --- import ----------------------------------------------------------------------------------------------------
+
+
+def describe(bundle: Bundle, ctx: CliContext) -> None:
+    """What the bundle would run, and how this host differs from the one it came from."""
+    ctx.print(f"bundle {bundle.path}: {bundle.source['kind']} {bundle.source['id']}, made {bundle.created} by "
+              f"disagg-tui {bundle.app_version}")
+    ctx.print(f"profile {bundle.profile.id}: {bundle.profile.title} ({bundle.profile.model})")
+    for lay in bundle.layouts:
+        ctx.print("")
+        ctx.print(lay.plan.shell())
+    if bundle.fixes:
+        ctx.print("")
+        ctx.print("fixes it carries:")
+        for f in bundle.fixes:
+            ctx.print(f"  {f['change']}: {f['reason']}")
+    if bundle.workloads:
+        ctx.print("")
+        ctx.print("workloads: " + ", ".join(
+            f"{w.name} ({w.input_len} in / {w.output_len} out, {w.num_prompts} prompts)"
+            for w in bundle.workloads.values()))
+    table_text = bundle.results.get("table")
+    if table_text:
+        ctx.print("")
+        ctx.print("results it reports (measured on the bundle's host):")
+        ctx.print(str(table_text))
+    diff = fingerprint_diff(bundle.fingerprint, host_fingerprint(ctx.host.facts))
+    ctx.print("")
+    if diff:
+        ctx.print("NOT LIKE-FOR-LIKE: this host differs from the bundle's; its results may not hold here:")
+        for line in diff:
+            ctx.print(f"  {line}")
+    else:
+        ctx.print("this host matches the bundle's fingerprint")
+    missing = missing_secrets(bundle, os.environ)
+    if bundle.secrets_needed:
+        ctx.print(f"secrets it needs: {', '.join(bundle.secrets_needed)}"
+                  + (f" (not set here: {', '.join(missing)})" if missing else " (set here)"))
+
+
+def run_import(args: argparse.Namespace, ctx: CliContext) -> int:
+    bundle = load_bundle(Path(args.file))
+    describe(bundle, ctx)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise InputError("not a terminal: confirm with --yes to add the profile and workloads", field="--yes")
+        answer = input(f"add profile {bundle.profile.id} and {len(bundle.workloads)} workload(s) to "
+                       f"{paths.user_profiles_dir()}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            ctx.print("nothing added")
+            return EXIT_OK
+    for line in install(bundle):
+        ctx.print(line)
+    first = bundle.layout()
+    ctx.print(f"launch it with: disagg-tui up --bundle {args.file} (or plan it afresh on this host: "
+              f"disagg-tui plan --model {bundle.profile.id} --topology {first.topology})")
+    return EXIT_OK
