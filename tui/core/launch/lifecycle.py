@@ -28,6 +28,7 @@ from tui.core.host.base import Host
 from tui.core.launch.events import (
     LayoutChanged,
     LogLine,
+    ServerDeferred,
     ServerExited,
     ServerLaunched,
     ServerPhase,
@@ -35,7 +36,7 @@ from tui.core.launch.events import (
     ServerStalled,
 )
 from tui.core.launch.history import StartupHistory, StartupRecord, plan_key
-from tui.core.launch.phases import PhaseTracker
+from tui.core.launch.phases import PHASE_INDEX, PhaseTracker
 from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore, new_layout_id, redact_argv, redact_env
 from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
 from tui.core.plan.planner import LaunchPlan
@@ -69,6 +70,9 @@ class UpOptions:
     probe_interval_s: float = 0.5
     skip_preflight: bool = False
     line_hooks: Sequence[LineHook] = field(default_factory=tuple)
+    #: start a server on a GPU another server of the layout uses only once that one has allocated its KV cache
+    #: (vLLM's memory profiling counts a neighbour's allocations as its own: both would get about half the cache)
+    stagger_shared_gpus: bool = True
 
 
 def timeouts_for(host: Host) -> tuple[float, float]:
@@ -105,6 +109,9 @@ class Launch:
         self.phase_at: dict[str, dict[str, float]] = {}  # server -> phase -> seconds after the start
         self.history = StartupHistory(self.store.root)
         self.started_at = time.monotonic()
+        self.spawned_at: dict[str, float] = {}  # server -> when its process started (monotonic)
+        #: servers held back until the servers they share a GPU with have allocated their KV cache
+        self.deferred: dict[str, tuple[_SpawnItem, tuple[str, ...]]] = {}
         self.preflight: list[Check] = []
 
     # --- state -------------------------------------------------------------------------------------------------
@@ -204,30 +211,62 @@ class Launch:
             raise
 
     def _spawn_all(self, follower: LogFollower) -> None:
-        """In a worker thread: start every process, record it, follow its log."""
+        """In a worker thread: start every process that need not wait, record it, follow its log. A server that
+        shares a GPU with one started before it is held back (``self.deferred``) until ``_release_deferred``."""
         assert self.record is not None
-        logs = self.store.logs_dir(self.layout_id)
         profile_json = self.profile.to_dict()
-        commands = [(s.name, s.role, s.url, list(s.gpus), self.host.server_command(s, self.plan, profile_json),
-                     s.env_dict(), list(s.argv)) for s in self.plan.servers]
+        items = [_SpawnItem(s.name, s.role, s.url, tuple(s.gpus), self.host.server_command(s, self.plan, profile_json),
+                            s.env_dict(), list(s.argv)) for s in self.plan.servers]
         if self.plan.proxy is not None:
             pc = self.host.proxy_command(self.plan.proxy)
-            commands.append(("proxy", "proxy", self.plan.proxy.url, [], pc, {}, ["disagg-tui", "proxy",
-                                                                                 *self.plan.proxy.args()]))
-        for name, role, url, gpus, cmd, env, shown_argv in commands:
-            log = logs / f"{name}.log"
-            popen = spawn(cmd, log, self.layout_id)
-            self.popens[popen.pid] = popen
-            rec = ProcessRecord(name=name, role=role, pid=popen.pid, pgid=popen.pid, create_time=create_time(popen.pid),
-                                log=str(log), url=url, gpus=gpus, argv=redact_argv(shown_argv),
-                                started=time.time())
-            self.record.processes.append(rec)
-            self._save()
-            self.trackers[name] = PhaseTracker()
-            follower.follow(name, log)
-            self.bus.publish_threadsafe(ServerLaunched(layout_id=self.layout_id, server=name, role=role,
-                                                       pid=popen.pid, url=url, command=_shell(env, shown_argv),
-                                                       log=str(log)))
+            items.append(_SpawnItem("proxy", "proxy", self.plan.proxy.url, (), pc, {},
+                                    ["disagg-tui", "proxy", *self.plan.proxy.args()]))
+        waits = shared_gpu_waits([(i.name, i.gpus) for i in items]) if self.options.stagger_shared_gpus else {}
+        for item in items:
+            before = waits.get(item.name, ())
+            if before:
+                self.deferred[item.name] = (item, before)
+                shared = tuple(sorted(set(item.gpus) & {g for i in items if i.name in before for g in i.gpus}))
+                self.bus.publish_threadsafe(ServerDeferred(server=item.name, waits_for=before, gpus=shared))
+                continue
+            self._spawn_one(item, follower)
+
+    def _spawn_one(self, item: _SpawnItem, follower: LogFollower) -> ProcessRecord:
+        """Blocking (a fork and the state file): start one process and follow its log."""
+        assert self.record is not None
+        log = self.store.logs_dir(self.layout_id) / f"{item.name}.log"
+        popen = spawn(item.cmd, log, self.layout_id)
+        self.popens[popen.pid] = popen
+        self.spawned_at[item.name] = time.monotonic()
+        rec = ProcessRecord(name=item.name, role=item.role, pid=popen.pid, pgid=popen.pid,
+                            create_time=create_time(popen.pid), log=str(log), url=item.url, gpus=list(item.gpus),
+                            argv=redact_argv(item.shown_argv), started=time.time())
+        self.record.processes.append(rec)
+        self._save()
+        self.trackers[item.name] = PhaseTracker()
+        follower.follow(item.name, log)
+        self.bus.publish_threadsafe(ServerLaunched(layout_id=self.layout_id, server=item.name, role=item.role,
+                                                   pid=popen.pid, url=item.url,
+                                                   command=_shell(item.env, item.shown_argv), log=str(log)))
+        return rec
+
+    def _releasable(self) -> list[str]:
+        """Held-back servers whose GPU neighbours have all allocated their KV cache (passed the ``kv_cache``
+        phase: the line after it comes once the cache is allocated) or are ready."""
+        out = []
+        for name, (_item, before) in self.deferred.items():
+            if all(b in self.trackers and self.trackers[b].index > PHASE_INDEX[STAGGER_PHASE] for b in before):
+                out.append(name)
+        return out
+
+    async def _release_deferred(self, follower: LogFollower, pending: dict[str, ProcessRecord]) -> None:
+        for name in self._releasable():
+            item, before = self.deferred.pop(name)
+            self.bus.publish(Notice(level="info", source="up",
+                                    message=f"{name}: {', '.join(before)} allocated its KV cache; starting {name} "
+                                            f"on GPU {','.join(map(str, item.gpus))}"))
+            rec = await asyncio.to_thread(self._spawn_one, item, follower)
+            pending[name] = rec
 
     def _on_line(self, name: str, lineno: int, text: str) -> None:
         """In the follower thread: phases, log lines and hooks (the playbook matcher)."""
@@ -236,7 +275,7 @@ class Launch:
         if tracker is not None:
             update = tracker.feed(text)
             if update is not None:
-                elapsed = time.monotonic() - self.started_at
+                elapsed = time.monotonic() - self.spawned_at.get(name, self.started_at)
                 self.phase_at.setdefault(name, {}).setdefault(update.phase.key, elapsed)
                 self.bus.publish_threadsafe(ServerPhase(
                     server=name, phase=update.phase.key, label=update.phase.label, progress=update.progress,
@@ -249,7 +288,9 @@ class Launch:
         pending = {p.name: p for p in self.record.processes}
         deadline = self.started_at + self.options.ready_timeout_s
         async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as client:
-            while pending:
+            while pending or self.deferred:
+                if self.deferred:
+                    await self._release_deferred(follower, pending)
                 # servers before the proxy: the proxy's /health needs them
                 for name, proc in list(pending.items()):
                     popen = self.popens.get(proc.pid)
@@ -264,7 +305,7 @@ class Launch:
                         self.bus.publish(ServerExited(server=name, returncode=code, during=at, last_lines=last))
                         raise StartFailure(f"{name} exited with code {code} during startup ({at})",
                                            server=name, phase=at, returncode=code, hint=f"log: {proc.log}")
-                checks = [n for n in pending if n != "proxy" or len(pending) == 1]
+                checks = [n for n in pending if n != "proxy" or (len(pending) == 1 and not self.deferred)]
                 results = await asyncio.gather(*(self._probe(client, pending[n].url) for n in checks))
                 if any(results):  # read what the log says up to now, so its phases come before "ready"
                     await asyncio.to_thread(follower.poll_once)
@@ -272,7 +313,7 @@ class Launch:
                     if ok:
                         proc = pending.pop(name)
                         proc.ready_at = time.time()
-                        elapsed = time.monotonic() - self.started_at
+                        elapsed = time.monotonic() - self.spawned_at.get(name, self.started_at)
                         tracker = self.trackers.get(name)
                         if tracker is not None:
                             upd = tracker.mark_ready()
@@ -292,15 +333,17 @@ class Launch:
                         raise StartFailure(f"{name} stalled: no log output for {silent:.0f} s during startup "
                                            f"({phase.key}: {phase.label})", server=name, phase=phase.key,
                                            stalled=True, hint=f"log: {pending[name].log}")
-                if pending and now > deadline:
-                    name = next(iter(pending))
+                late = [n for n in pending if (n != "proxy" or len(pending) == 1) and now > self.spawned_at.get(
+                    n, self.started_at) + self.options.ready_timeout_s]
+                if late or (self.deferred and now > deadline):
+                    name = late[0] if late else next(iter(self.deferred))
                     reached = self.trackers[name].phase if name in self.trackers else None
                     raise StartFailure(f"{name} not ready after {self.options.ready_timeout_s:.0f} s"
                                        + (f" (reached {reached.key}: {reached.label})" if reached else ""),
                                        server=name, phase=reached.key if reached else "?", stalled=True,
                                        hint="a first start compiles for minutes; raise --ready-timeout if it "
                                             "was still making progress")
-                if pending:
+                if pending or self.deferred:
                     await asyncio.sleep(self.options.probe_interval_s)
 
     def _remember_start(self, name: str, elapsed: float) -> None:
@@ -324,6 +367,32 @@ class Launch:
         targets = _targets(self.record.processes)
         stop_processes(targets, layout_id=self.layout_id, popens=self.popens,
                        int_wait=5.0 if self.host.simulated else 15.0)
+
+
+#: a server sharing a GPU waits until its neighbours have passed this phase (their KV cache is allocated)
+STAGGER_PHASE = "kv_cache"
+
+
+@dataclass(frozen=True, slots=True)
+class _SpawnItem:
+    name: str
+    role: str
+    url: str
+    gpus: tuple[int, ...]
+    cmd: Any
+    env: dict[str, str]
+    shown_argv: list[str]
+
+
+def shared_gpu_waits(servers: Sequence[tuple[str, Sequence[int]]]) -> dict[str, tuple[str, ...]]:
+    """For each server, the servers listed before it that use one of its GPUs (it must start after their KV cache
+    is allocated). Servers on GPUs of their own wait for nothing and start together."""
+    out: dict[str, tuple[str, ...]] = {}
+    for i, (name, gpus) in enumerate(servers):
+        before = tuple(n for n, g in servers[:i] if set(g) & set(gpus))
+        if before:
+            out[name] = before
+    return out
 
 
 def _busy(rec: LayoutRecord) -> LayoutBusy:
