@@ -45,7 +45,9 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
 
         text = json.dumps({"rows": table.cell_rows(cells),
                            "runs": [{"run": r.id, "status": r.meta.status, "path": str(r.path),
-                                     "flags": r.meta.flags, "simulated": r.simulated} for r in runs]},
+                                     "flags": r.meta.flags, "simulated": r.simulated,
+                                     "kv_xfer": r.meta.kv_xfer, "ttft_breakdown": r.meta.ttft_breakdown}
+                                    for r in runs]},
                           indent=2, default=str)
     else:
         df = table.comparison_frame(cells)

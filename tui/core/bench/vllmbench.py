@@ -296,7 +296,8 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                     "goodput_slo": dict(opts.goodput), "layout_id": target.layout.id if target.layout else "",
                     "message": "vllm bench serve: " + rate_label(w.request_rate) + " req/s",
                     "flags": probe.flags, "triton_jit": probe.triton_jit, "prefix_cache": probe.prefix_cache,
-                    "kv_transfer": probe.kv_transfer, "energy": probe.energy, "client": probe.client,
+                    "kv_transfer": probe.kv_transfer, "kv_xfer": probe.kv_xfer, "energy": probe.energy,
+                    "client": probe.client,
                     "fingerprint": fingerprint})
     if bus is not None:
         bus.publish(BenchDone(run_id=run.id, status=run.meta.status, run_dir=str(run.path), summary=run.summary,

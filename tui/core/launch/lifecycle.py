@@ -369,6 +369,8 @@ class Launch:
                        int_wait=5.0 if self.host.simulated else 15.0)
 
 
+#: written into a server's log when ``down`` stops it: what the log says after it is the stop, not a crash
+STOP_MARK = "[disagg-tui] stopping this server"
 #: a server sharing a GPU waits until its neighbours have passed this phase (their KV cache is allocated)
 STAGGER_PHASE = "kv_cache"
 
@@ -422,6 +424,10 @@ def stop_layout(record: LayoutRecord, *, int_wait: float = 15.0, on_step: Callab
     """Blocking: stop every process of a layout (proxy first, then the servers)."""
     proxy = _targets(p for p in record.processes if p.role == "proxy")
     servers = _targets(p for p in record.processes if p.role != "proxy")
+    for p in record.processes:  # what the log says after this is the stop, not a crash (the playbook reads it)
+        if p.role != "proxy" and p.log and process_alive(p.pid, p.create_time):
+            with contextlib.suppress(OSError), open(p.log, "a", encoding="utf-8") as fh:
+                fh.write(f"{STOP_MARK} (disagg-tui down, {time.strftime('%H:%M:%S')})\n")
     out = stop_processes(proxy, int_wait=3.0, on_step=on_step) if proxy else []
     out += stop_processes(servers, layout_id=record.id, int_wait=int_wait, on_step=on_step)
     return out
