@@ -25,6 +25,7 @@ import httpx
 from tui.core.errors import AppError, LayoutBusy, PlanRefused, RunFailed
 from tui.core.events import EventBus, Notice
 from tui.core.host.base import Host
+from tui.core.launch import subphases
 from tui.core.launch.events import (
     LayoutChanged,
     LogLine,
@@ -34,8 +35,10 @@ from tui.core.launch.events import (
     ServerPhase,
     ServerReady,
     ServerStalled,
+    ServerSubPhase,
+    StartupExpected,
 )
-from tui.core.launch.history import StartupHistory, StartupRecord, plan_key
+from tui.core.launch.history import StartupHistory, StartupRecord, expected_startup, plan_key
 from tui.core.launch.phases import PHASE_INDEX, PhaseTracker
 from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore, new_layout_id, redact_argv, redact_env
 from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
@@ -73,6 +76,9 @@ class UpOptions:
     #: start a server on a GPU another server of the layout uses only once that one has allocated its KV cache
     #: (vLLM's memory profiling counts a neighbour's allocations as its own: both would get about half the cache)
     stagger_shared_gpus: bool = True
+    #: how often a starting server's process tree and caches are sampled (sub-phases; progress for the stall
+    #: detector); 0 turns it off
+    watch_interval_s: float = 2.0
 
 
 def timeouts_for(host: Host) -> tuple[float, float]:
@@ -113,6 +119,10 @@ class Launch:
         #: servers held back until the servers they share a GPU with have allocated their KV cache
         self.deferred: dict[str, tuple[_SpawnItem, tuple[str, ...]]] = {}
         self.preflight: list[Check] = []
+        self.subtrackers: dict[str, subphases.SubPhaseTracker] = {}
+        self.progress_at: dict[str, float] = {}  # server -> last time a compiler worked or a cache grew
+        self.cache_states: dict[str, str] = {}  # server -> cold | warm, judged before it starts
+        self.envs: dict[str, dict[str, str]] = {}
 
     # --- state -------------------------------------------------------------------------------------------------
     def _claim_slot(self) -> LayoutRecord:
@@ -223,6 +233,8 @@ class Launch:
                                     ["disagg-tui", "proxy", *self.plan.proxy.args()]))
         waits = shared_gpu_waits([(i.name, i.gpus) for i in items]) if self.options.stagger_shared_gpus else {}
         for item in items:
+            if item.role != "proxy":
+                self._expect(item)
             before = waits.get(item.name, ())
             if before:
                 self.deferred[item.name] = (item, before)
@@ -244,11 +256,52 @@ class Launch:
         self.record.processes.append(rec)
         self._save()
         self.trackers[item.name] = PhaseTracker()
+        self.subtrackers[item.name] = subphases.SubPhaseTracker()
         follower.follow(item.name, log)
         self.bus.publish_threadsafe(ServerLaunched(layout_id=self.layout_id, server=item.name, role=item.role,
                                                    pid=popen.pid, url=item.url,
                                                    command=_shell(item.env, item.shown_argv), log=str(log)))
         return rec
+
+    def _expect(self, item: _SpawnItem) -> None:
+        """Before a server starts: its cache state and the ETA of a start in that state (a thread)."""
+        env = dict(item.cmd.env)
+        self.envs[item.name] = env
+        state = subphases.cache_state(env, item.shown_argv)
+        self.cache_states[item.name] = state
+        found = expected_startup(self.history, self.plan, item.name, sim_startup_s=self.host.sim_startup_s(),
+                                 cache_state=state)
+        hint = ""
+        if state == "cold":
+            hint = self.history.cold_hint(plan_key(self.plan), item.name)
+        self.bus.publish_threadsafe(StartupExpected(
+            server=item.name, seconds=found.seconds if found else None, samples=found.samples if found else 0,
+            cache_state=state, source=found.source if found else "", cold_hint=hint))
+
+    async def _watch(self, names: list[str]) -> None:
+        """Sample the starting servers' process trees and caches (in a thread) and publish sub-phases."""
+        assert self.record is not None
+        procs = {p.name: p for p in self.record.processes}
+        samples = await asyncio.to_thread(self._sample, [(n, procs[n].pid) for n in names if n in procs])
+        now = time.monotonic()
+        for name, (tree, caches) in samples.items():
+            tracker = self.subtrackers.setdefault(name, subphases.SubPhaseTracker())
+            t = now - self.spawned_at.get(name, self.started_at)
+            for tr in tracker.feed(t, tree, caches):
+                phase = self.trackers[name].phase.key if name in self.trackers else ""
+                self.bus.publish(ServerSubPhase(server=name, key=tr.key, label=tr.label, state=tr.state,
+                                                elapsed_s=tr.elapsed_s, phase=phase, jobs=tr.jobs, cpu_s=tr.cpu_s,
+                                                detail=tr.detail, cache_bytes=tr.cache_bytes))
+            if tracker.progress:
+                self.progress_at[name] = now
+
+    def _sample(self, servers: list[tuple[str, int]]) -> dict[str, tuple[list[subphases.ProcSample],
+                                                                          dict[str, tuple[str, int]]]]:
+        out = {}
+        for name, pid in servers:
+            dirs = subphases.cache_dirs(self.envs.get(name, {}))
+            out[name] = (subphases.sample_tree(pid), subphases.cache_sizes(dirs))
+        return out
 
     def _releasable(self) -> list[str]:
         """Held-back servers whose GPU neighbours have all allocated their KV cache (passed the ``kv_cache``
@@ -288,9 +341,15 @@ class Launch:
         pending = {p.name: p for p in self.record.processes}
         deadline = self.started_at + self.options.ready_timeout_s
         async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as client:
+            next_watch = 0.0
+            compressed = bool(self.host.sim_startup_s())  # a compressed simulated start: sample often
             while pending or self.deferred:
                 if self.deferred:
                     await self._release_deferred(follower, pending)
+                if self.options.watch_interval_s > 0 and time.monotonic() >= next_watch:
+                    next_watch = time.monotonic() + (min(self.options.watch_interval_s, 0.2) if compressed
+                                                     else self.options.watch_interval_s)
+                    await self._watch([n for n in pending if n != "proxy"])
                 # servers before the proxy: the proxy's /health needs them
                 for name, proc in list(pending.items()):
                     popen = self.popens.get(proc.pid)
@@ -325,7 +384,8 @@ class Launch:
                             await asyncio.to_thread(self._remember_start, name, elapsed)
                 now = time.monotonic()
                 for name in pending:
-                    silent = follower.silent_for(name)
+                    # a compiler at work or a cache that grows is progress, not silence
+                    silent = min(follower.silent_for(name), now - self.progress_at.get(name, -1e18))
                     if name != "proxy" and silent > self.options.stall_timeout_s:
                         phase = self.trackers[name].phase
                         last = tuple(follower.last_lines.get(name, ()))[-25:]
@@ -349,8 +409,14 @@ class Launch:
     def _remember_start(self, name: str, elapsed: float) -> None:
         """The start's length and phase times, for the next start's ETA (a history that cannot be written is no
         reason to fail a start that worked)."""
+        tracker = self.subtrackers.get(name)
+        subs: tuple[tuple[str, float], ...] = ()
+        if tracker is not None:
+            tracker.finish(elapsed)
+            subs = tuple((k, round(b - a, 3)) for k, a, b in tracker.history)
         record = StartupRecord(key=plan_key(self.plan), server=name, startup_s=elapsed, simulated=self.host.simulated,
-                               phases=tuple(sorted(self.phase_at.get(name, {}).items(), key=lambda kv: kv[1])))
+                               phases=tuple(sorted(self.phase_at.get(name, {}).items(), key=lambda kv: kv[1])),
+                               cache_state=self.cache_states.get(name, ""), subphases=subs)
         with contextlib.suppress(OSError):
             self.history.append(record)
 
