@@ -6,12 +6,15 @@ Lines come from the engine process (``EngineCore``, ``EngineCore_DP<n>``) or, wi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import os
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tui.sim import faults
+from tui.sim import faults, jitsim
 from tui.sim.config import VLLM_VERSION
 from tui.sim.logfmt import Proc, tqdm_segment
 from tui.sim.perfmodel import CUDA_CONTEXT_GIB, GIB
@@ -99,6 +102,7 @@ class EnginePhases:
         s.pacer.after(t.kv)
         self._kv_cache(nixl)
         self._graphs()
+        self._flashinfer_jit()
         s.pacer.after(t.warmup)
         for _e, wp, _h, r in s.each_worker():
             if r == 0:
@@ -203,10 +207,27 @@ class EnginePhases:
             self.info(wp, "backends.py:393", f"Compiling a graph for compile range {rng} takes "
                       f"{t.cache_graph + t.compile:.2f} s")
         s.pacer.after(t.save + t.cold_extra)
+        root = os.environ.get("VLLM_CACHE_ROOT")
+        if root:  # what the compile leaves behind: the next start finds a warm cache
+            with contextlib.suppress(OSError):
+                out = Path(root) / "torch_compile_cache" / key[:10] / "rank_0_0" / "backbone"
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "cache.bin").write_bytes(key.encode())
         for e, wp, _h, r in s.each_worker():
             self.info(wp, "decorators.py:708", f"saved AOT compiled function to /root/.cache/vllm/torch_compile_cache/"
                       f"torch_aot_compile/{key}/rank_{r}_{e.rank}/model")
             self.info(wp, "monitor.py:53", f"torch.compile took {self.compile_s:.2f} s in total")
+
+    def _flashinfer_jit(self) -> None:
+        """The sampler's first use JIT-compiles FlashInfer's sampling kernels when its cache is cold: ninja and
+        three nvcc jobs under the engine, a growing cache, and not a log line (as on the real H200)."""
+        s = self.s
+        arch = f"{round(self.cfg.gpu.compute_capability * 10)}a"
+        if not s.fp.flashinfer_jit or jitsim.is_warm(os.environ, arch):
+            return
+        pid = jitsim.start(os.environ, jitsim.JIT_S * s.scale, arch)
+        s.pacer.after(jitsim.JIT_S)
+        jitsim.wait(pid, 5.0 + jitsim.JIT_S * s.scale)
 
     def _profile_failures(self) -> None:
         s, fp, cfg = self.s, self.s.fp, self.cfg

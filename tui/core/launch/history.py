@@ -25,6 +25,8 @@ from tui.core.plan.spec import LaunchPlan
 HISTORY_FILE = "startups.jsonl"
 #: starts that make the estimate (the newest ones: a warm compile cache makes later starts faster)
 KEEP_LAST = 5
+#: sub-phases a warm cache skips (a warm start's estimate from cold ones leaves them out)
+WARM_SKIPS = ("flashinfer_jit",)
 #: the file is rewritten with only recent lines when it grows past this many bytes
 MAX_BYTES = 1 << 20
 
@@ -111,6 +113,8 @@ class StartupHistory:
         (a warm start is not judged by cold ones, nor the reverse; records without a state count for both)."""
         mine = [r for r in self.records() if r.key == key and r.server == server
                 and (cache_state is None or r.cache_state in (cache_state, ""))][-KEEP_LAST:]
+        if not mine and cache_state == "warm":
+            return self._warm_from_cold(key, server)
         if not mine:
             return None
         per_phase: dict[str, list[float]] = {}
@@ -120,6 +124,17 @@ class StartupHistory:
         phases = tuple(sorted(((k, statistics.median(v)) for k, v in per_phase.items()), key=lambda kv: kv[1]))
         return Expected(seconds=statistics.median(r.startup_s for r in mine), samples=len(mine), source="history",
                         phases=phases, cache_state=cache_state or "")
+
+    def _warm_from_cold(self, key: str, server: str) -> Expected | None:
+        """No warm start yet: the cold starts less what they spent compiling into the caches now warm (their
+        FlashInfer JIT and cache-writing sub-phases)."""
+        cold = [r for r in self.records() if r.key == key and r.server == server and r.cache_state == "cold"
+                and r.subphases][-KEEP_LAST:]
+        if not cold:
+            return None
+        secs = [max(r.startup_s - sum(v for k, v in r.subphases if k in WARM_SKIPS), 0.0) for r in cold]
+        return Expected(seconds=statistics.median(secs), samples=len(cold),
+                        source="history (cold starts less their JIT compiles)", cache_state="warm")
 
     def cold_hint(self, key: str, server: str) -> str:
         """What the last cold start of the plan's server compiled and for how long ("" when none is known)."""
