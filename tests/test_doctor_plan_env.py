@@ -64,7 +64,8 @@ def test_kv_path_of_a_disaggregated_plan() -> None:
 
 def test_doctor_cli_takes_the_plan_env() -> None:
     out = subprocess.run([sys.executable, "-m", "tui", "doctor", "--sim", "--sim-gpu", "h200", "--model",
-                          "dummy-qwen3-8b", "--topology", "1p1d", "--gpus", "0,0", "--allow-shared-gpus", "--gpu-memory-utilization", "0.4", "--env",
+                          "dummy-qwen3-8b", "--topology", "1p1d", "--gpus", "0,0", "--allow-shared-gpus",
+                          "--gpu-memory-utilization", "0.4", "--env",
                           "VLLM_USE_FLASHINFER_SAMPLER=0", "--json"], capture_output=True, text=True, cwd=ROOT,
                          timeout=60, check=False)
     assert out.returncode in (0, 1), out.stderr

@@ -94,8 +94,7 @@ class ProgressPrinter:
             if self._sub.get((ev.server, ev.key)) == key:
                 return
             self._sub[(ev.server, ev.key)] = key
-            state = "done: " if ev.state == "done" else ""
-            print(f"[{t:6.1f}s] {ev.server:<10}   ↳ {state}{ev.label}", file=out, flush=True)
+            print(f"[{t:6.1f}s] {ev.server:<10}   ↳ {ev.label}", file=out, flush=True)
         elif isinstance(ev, StartupExpected):
             if ev.seconds is not None:
                 print(f"[{t:6.1f}s] {ev.server:<10} expected start-up ~{ev.seconds:.0f} s ({ev.cache_state or '?'} "

@@ -100,7 +100,12 @@ def _delta(a: HistTotal, b: HistTotal | None) -> HistTotal:
 
 
 def _quantile(h: HistTotal, q: float) -> float | None:
+    """A quantile from the buckets; None when it lies above the highest finite bound (vLLM's NIXL time buckets
+    end at 5 s: a 24 s transfer would read "5,000 ms")."""
     if not h.buckets or h.count <= 0:
+        return None
+    finite = [c for le, c in h.buckets if le != float("inf")]
+    if not finite or finite[-1] < q * h.count:
         return None
     return Histogram(tuple(Bucket(le, c) for le, c in h.buckets), h.sum, h.count).quantile(q)
 

@@ -284,10 +284,17 @@ class Launch:
         procs = {p.name: p for p in self.record.processes}
         samples = await asyncio.to_thread(self._sample, [(n, procs[n].pid) for n in names if n in procs])
         now = time.monotonic()
+        users: dict[str, list[str]] = {}  # cache directory -> the starting servers that write to it
+        for name, (_tree, caches) in samples.items():
+            for path, _size in caches.values():
+                users.setdefault(path, []).append(name)
         for name, (tree, caches) in samples.items():
             tracker = self.subtrackers.setdefault(name, subphases.SubPhaseTracker())
             t = now - self.spawned_at.get(name, self.started_at)
             for tr in tracker.feed(t, tree, caches):
+                others = [u for u in users.get(tr.detail, []) if u != name] if tr.key.startswith("cache_") else []
+                if others:  # one cache directory, several starting servers: whose write it is is not known
+                    tr.label += f" (shared with {', '.join(others)})"
                 phase = self.trackers[name].phase.key if name in self.trackers else ""
                 self.bus.publish(ServerSubPhase(server=name, key=tr.key, label=tr.label, state=tr.state,
                                                 elapsed_s=tr.elapsed_s, phase=phase, jobs=tr.jobs, cpu_s=tr.cpu_s,

@@ -173,7 +173,8 @@ class SubPhaseTracker:
                 grown = size - self.cache_start[kind]
                 what = {"vllm": "torch.compile (cache miss: writing", "flashinfer": "FlashInfer JIT (writing",
                         "triton": "Triton (writing"}.get(kind, f"{kind} (writing")
-                out.append(Transition(f"cache_{kind}", f"{what} {path}, +{grown / 1e6:,.1f} MB)", "running",
+                size_text = f"+{grown / 1e6:,.1f} MB" if grown >= 100_000 else f"+{grown / 1e3:,.0f} kB"
+                out.append(Transition(f"cache_{kind}", f"{what} {path}, {size_text})", "running",
                                       t - first, detail=path, cache_bytes=grown))
         self.progress = progress
         return out
