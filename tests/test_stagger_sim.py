@@ -26,7 +26,7 @@ def _cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
 
 
 def _kv_after_up(*extra: str) -> tuple[dict[str, float], str]:
-    up = _cli("up", "--sim", "--sim-gpu", "h200", "--sim-gpus", "1", "--sim-startup", "1.5", "--model",
+    up = _cli("up", "--sim", "--sim-gpu", "h200", "--sim-gpus", "1", "--sim-startup", "1", "--model",
               "dummy-qwen3-8b", "--topology", "1p1d", "--gpus", "0,0", "--allow-shared-gpus",
               "--gpu-memory-utilization", "0.4", *layout_port_args(), *extra)
     try:
