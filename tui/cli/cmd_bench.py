@@ -117,7 +117,21 @@ def workload_from_args(args: argparse.Namespace, ctx: CliContext, name: str | No
     w = base.with_overrides(**changes)
     if lengths and name is None:
         w = w.with_overrides(name=f"random-{w.input_len}x{w.output_len}")
-    return w
+    return w.with_overrides(description=changed_description(base, w))
+
+
+def changed_description(base: Workload, w: Workload) -> str:
+    """The description of a workload as flags left it: the shipped one's when nothing that shapes the traffic
+    changed, else what it now is (the shipped description would describe another workload)."""
+    shape = ("input_len", "output_len", "prefix_len", "range_ratio", "num_prompts", "request_rate",
+             "max_concurrency", "burstiness")
+    changed = [f"{k} {getattr(base, k)}→{getattr(w, k)}" for k in shape if getattr(base, k) != getattr(w, k)]
+    if not changed:
+        return base.description
+    rate = "all at once" if w.request_rate == float("inf") else f"{w.request_rate:g} req/s"
+    prefix = f" after a shared {w.prefix_len}-token prefix" if w.prefix_len else ""
+    return (f"{w.num_prompts} random prompts of {w.input_len} tokens{prefix} → {w.output_len} output tokens, "
+            f"{rate} (workload '{base.name}' changed by flags: {', '.join(changed)})")
 
 
 def options_from_args(args: argparse.Namespace, workload: Workload, vocab: int | None) -> BenchOptions:
@@ -174,7 +188,32 @@ def active_target(args: argparse.Namespace, ctx: CliContext) -> tuple[BenchTarge
     target = BenchTarget(endpoint=layout.endpoint, topology=layout.topology or "layout", layout=layout)
     if not layout.simulated:
         _real_host_extras(ctx, target, layout)
+    target.link = _layout_link(ctx, layout)
     return target, profile_vocab(ctx, layout_model_ref(ctx, layout))
+
+
+def _layout_link(ctx: CliContext, layout: LayoutRecord) -> Any:
+    """The GPU-to-GPU bandwidth between a disaggregated layout's prefill and decode GPUs (None otherwise)."""
+    from tui.core.bench.kvxfer import link_bandwidth
+
+    pre = sorted({g for p in layout.processes if p.role == "prefill" for g in p.gpus})
+    dec = sorted({g for p in layout.processes if p.role == "decode" for g in p.gpus})
+    if not pre or not dec:
+        return None
+    try:
+        return link_bandwidth(ctx.host.facts, pre, dec)
+    except Exception:  # noqa: BLE001 - without the host's topology the transfer is not judged
+        return None
+
+
+def layout_vllm(layout: LayoutRecord) -> dict[str, Any]:
+    """The vLLM the layout runs (its plan's executable, version read from that executable's environment), not
+    whatever ``vllm`` is on this shell's PATH."""
+    from tui.core.plan.hostfacts import detect_vllm
+
+    exe = str(layout.plan.get("vllm_executable") or "vllm")
+    info = detect_vllm(exe)
+    return {"vllm": info.version, "vllm_executable": info.resolved or exe, "nixl": info.nixl}
 
 
 def _real_host_extras(ctx: CliContext, target: BenchTarget, layout: LayoutRecord) -> None:
@@ -187,7 +226,7 @@ def _real_host_extras(ctx: CliContext, target: BenchTarget, layout: LayoutRecord
             "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in facts.gpus
                      if g.index in layout.gpus],
             "driver": facts.driver, "cuda_driver": facts.cuda_driver,
-            "vllm": facts.vllm.version if facts.vllm is not None else None,
+            **layout_vllm(layout),
         }
         target.energy = nvml_energy_reader(ctx.host.nvml(), layout.gpus)
     except Exception as exc:  # noqa: BLE001 - the fingerprint and energy are extras: the run goes on without
@@ -326,6 +365,8 @@ def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> i
         line = client_line(r)
         if line:
             print(line, file=ctx.err)
+        for kv_line in kv_lines(r):
+            print(kv_line, file=ctx.err)
         for flag in r.meta.flags:
             ctx.warn(f"{r.id}: {flag_text(flag, r)}")
         note = prompts_note(r)
@@ -358,6 +399,16 @@ def flag_text(flag: str, r: Run) -> str:
         return (f"the simulated run departed from the simulator's own prediction ({off} measured/predicted): the "
                 "proxy, the client or this machine's CPUs shaped it, not the simulated GPUs (kept out of the "
                 "recommendation)")
+    if flag == "kv-slow-path":
+        kv = m.kv_xfer or {}
+        link = kv.get("link") or {}
+        gbps = kv.get("gb_per_s") or 0.0
+        return (f"KV moved at {gbps:.3f} GB/s, far below the {link.get('kind', '?')} link between the prefill and "
+                f"decode GPUs (~{(link.get('bytes_per_s') or 0) / 1e9:,.0f} GB/s): no GPU-to-GPU path (UCX over "
+                "host memory or TCP); this run says nothing about 1P1D here and is left out of recommendations "
+                "(see 'disagg-tui playbook show nixl-slow-transfer')")
+    if flag == "kv-failed-transfers":
+        return f"{(m.kv_xfer or {}).get('failed_transfers', 0):.0f} NIXL transfer(s) failed"
     if flag == "kv-no-transfer":
         return "no prompt token arrived over the KV connector during the run"
     if flag == "failed-requests":
@@ -367,6 +418,28 @@ def flag_text(flag: str, r: Run) -> str:
     if flag == "server-busy-at-start":
         return "the servers still had requests after the warm-up: the run started on a busy server"
     return flag
+
+
+def kv_lines(r: Run) -> list[str]:
+    """How KV travelled in a disaggregated run and where its TTFT went (stderr lines)."""
+    from tui.core.bench.kvxfer import KvTransferRun, Part, TtftBreakdown
+
+    out = []
+    kv = r.meta.kv_xfer
+    if kv:
+        run = KvTransferRun(kv["transfers"], kv["bytes"], kv["xfer_time_s"], kv["failed_transfers"],
+                            kv["failed_notifications"], tuple(kv["servers"]))
+        link = kv.get("link")
+        out.append(run.line() + (f" ({run.gb_per_s or 0.0:.3f} GB/s; link: {link['kind']} "
+                                 f"~{link['bytes_per_s'] / 1e9:,.0f} GB/s)" if link else ""))
+    b = r.meta.ttft_breakdown
+    if b:
+        def part(d: dict[str, Any]) -> Part:
+            return Part(d.get("mean_ms"), d.get("p50_ms"), d.get("p99_ms"), d.get("share"))
+
+        out.append(TtftBreakdown(b["ttft_mean_ms"], part(b["client_proxy"]), part(b["prefill"]),
+                                 part(b["kv_transfer"]), part(b["decode_first_token"])).line())
+    return out
 
 
 def prompts_note(r: Run) -> str:

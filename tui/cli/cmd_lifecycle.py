@@ -18,11 +18,14 @@ from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
 from tui.core.events import Event, EventBus, Notice
 from tui.core.guided import FixApplied, GuidedLaunch
 from tui.core.launch.events import (
+    ServerDeferred,
     ServerExited,
     ServerLaunched,
     ServerPhase,
     ServerReady,
     ServerStalled,
+    ServerSubPhase,
+    StartupExpected,
 )
 from tui.core.launch.lifecycle import UpOptions, process_states, tear_down, timeouts_for
 from tui.core.launch.state import LayoutRecord, StateStore
@@ -54,6 +57,8 @@ def register(sub: Any) -> None:
     up.add_argument("--stall-timeout", type=float, metavar="S",
                     help="report a start whose log is silent for S seconds as stalled")
     up.add_argument("--logs", action="store_true", help="print every server log line while starting")
+    up.add_argument("--no-stagger", action="store_true",
+                    help="start servers that share a GPU at once (each then gets a fraction of its KV cache)")
     up.add_argument("--apply-fix", metavar="ID|auto",
                     help="apply a playbook entry's fix to the plan before launching; 'auto': launch, and when a "
                          "start fails with a known failure whose fix is safe, apply it and relaunch")
@@ -80,6 +85,7 @@ class ProgressPrinter:
         self.show_logs = show_logs
         self.t0 = time.monotonic()
         self._last: dict[str, tuple[str, int]] = {}
+        self._sub: dict[tuple[str, str], tuple[str, int]] = {}
 
     def __call__(self, ev: Event) -> None:
         t = time.monotonic() - self.t0
@@ -95,6 +101,24 @@ class ProgressPrinter:
             detail = f" ({ev.detail})" if ev.detail else ""
             print(f"[{t:6.1f}s] {ev.server:<10} {_bar(ev.progress)} {pct:3d}% {ev.label}{detail}", file=out,
                   flush=True)
+        elif isinstance(ev, ServerDeferred):
+            print(f"[{t:6.1f}s] {ev.server:<10} waits: shares GPU {','.join(map(str, ev.gpus))} with "
+                  f"{', '.join(ev.waits_for)}; starts once {'they have' if len(ev.waits_for) > 1 else 'it has'} "
+                  "allocated the KV cache (a shared GPU's memory profiling would halve both caches)", file=out,
+                  flush=True)
+        elif isinstance(ev, ServerSubPhase):
+            key = (f"sub:{ev.key}:{ev.state}", int(ev.elapsed_s // 10))
+            if self._sub.get((ev.server, ev.key)) == key:
+                return
+            self._sub[(ev.server, ev.key)] = key
+            print(f"[{t:6.1f}s] {ev.server:<10}   ↳ {ev.label}", file=out, flush=True)
+        elif isinstance(ev, StartupExpected):
+            if ev.seconds is not None:
+                print(f"[{t:6.1f}s] {ev.server:<10} expected start-up ~{ev.seconds:.0f} s ({ev.cache_state or '?'} "
+                      f"cache; {ev.source}{f', {ev.samples} earlier start(s)' if ev.samples else ''})", file=out,
+                      flush=True)
+            if ev.cold_hint:
+                print(f"[{t:6.1f}s] {ev.server:<10} {ev.cold_hint}", file=out, flush=True)
         elif isinstance(ev, ServerReady):
             print(f"[{t:6.1f}s] {ev.server:<10} ready on {ev.url} after {ev.startup_s:.1f} s", file=out, flush=True)
         elif isinstance(ev, ServerExited):
@@ -171,6 +195,7 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
         ready_timeout_s=args.ready_timeout or ready_default,
         stall_timeout_s=args.stall_timeout or stall_default,
         replace=args.replace,
+        stagger_shared_gpus=not args.no_stagger,
     )
     for name, value in (("--ready-timeout", args.ready_timeout), ("--stall-timeout", args.stall_timeout)):
         if value is not None and value <= 0:

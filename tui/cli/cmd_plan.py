@@ -8,6 +8,7 @@ from typing import Any
 from tui.cli.common import add_plan_options, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_OK
+from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import preflight
 
 
@@ -35,4 +36,26 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         print("preflight:", file=ctx.err)
         for c in checks:
             print("  " + c.line(), file=ctx.err)
+    if not args.no_preflight and not args.json:
+        for line in cold_start_notes(ctx, launch):
+            print(line, file=ctx.err)
     return EXIT_OK
+
+
+def cold_start_notes(ctx: CliContext, launch: LaunchPlan) -> list[str]:
+    """Before a cold start: that it will JIT-compile FlashInfer kernels (the plan uses FlashInfer, nothing prebuilt,
+    nvcc can run) and how long the last cold start of this plan took here."""
+    import os
+
+    from tui.core.launch.history import StartupHistory, plan_key
+    from tui.core.launch.subphases import cache_state
+    from tui.core.playbook.doctor import check_flashinfer_cubin
+
+    facts = ctx.host.facts
+    fi = check_flashinfer_cubin(facts, launch, dict(os.environ),
+                                StartupHistory().cold_hint(plan_key(launch), launch.servers[0].name)
+                                if launch.servers else "")
+    if launch.servers and cache_state({**os.environ, **launch.servers[0].env_dict()},
+                                      list(launch.servers[0].argv)) == "cold" and fi.status != "pass":
+        return [f"note: cold start: {fi.reason}"]
+    return []

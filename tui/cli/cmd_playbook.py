@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,12 @@ def _register_doctor(sub: Any) -> None:
     p.add_argument("--topology", "-t", metavar="T", help="tp<N>, dp<N>, <X>p<Y>d ...: checks that layout's GPUs, "
                                                          "links, NIXL and ports (with --model: its full plan)")
     p.add_argument("--gpus", metavar="0,1", help="GPU indices the layout would use")
+    p.add_argument("--env", action="append", default=[], metavar="K=V",
+                   help="the plan's extra environment, as for 'up' (checks that depend on it read it)")
+    p.add_argument("--arg", action="append", default=[], metavar="'--flag value'",
+                   help="the plan's extra vllm serve argument(s), as for 'up'")
+    p.add_argument("--allow-shared-gpus", action="store_true", help="as for 'up' (--gpus 0,0)")
+    p.add_argument("--gpu-memory-utilization", type=float, metavar="F", help="as for 'up'")
     p.add_argument("--json", action="store_true")
     add_global_options(p)
     p.set_defaults(handler=run_doctor)
@@ -243,12 +250,22 @@ def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
     refused = None
     if profile is not None and topo is not None:
         try:
-            launch = plan(profile, topo, facts, PlanOptions(gpus=parse_gpu_list(args.gpus),
-                                                            vllm_executable=getattr(args, "vllm", None) or "vllm"))
+            extra: list[str] = []
+            for item in args.arg:
+                try:
+                    extra += shlex.split(item)
+                except ValueError as exc:
+                    raise InputError(f"cannot split {item!r}: {exc}", field="--arg") from None
+            launch = plan(profile, topo, facts, PlanOptions(
+                gpus=parse_gpu_list(args.gpus), vllm_executable=getattr(args, "vllm", None) or "vllm",
+                extra_env=tuple(parse_pairs(args.env, "--env")), extra_args=tuple(extra),
+                allow_shared_gpus=args.allow_shared_gpus, gpu_memory_utilization=args.gpu_memory_utilization))
         except PlanRefused as exc:
             refused = exc.one_line()
+    from tui.core.launch.history import StartupHistory
+
     checks = doctor(facts, ctx.nvml_or_none(), profile=profile, topology=topo, plan=launch, plan_refused=refused,
-                    simulated_reason=reason)
+                    simulated_reason=reason, history=StartupHistory())
     failed = [c for c in checks if c.status == FAIL]
     warned = [c for c in checks if c.status == WARN]
     if args.json:

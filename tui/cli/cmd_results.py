@@ -53,7 +53,8 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         text = json.dumps({"rows": table.cell_rows(cells),
                            "runs": [{"run": r.id, "status": r.meta.status, "path": str(r.path),
                                      "flags": r.meta.flags, "simulated": r.simulated,
-                                     "prediction": predictions.prediction_for(ctx, r) if r.summary else None}
+                                     "prediction": predictions.prediction_for(ctx, r) if r.summary else None,
+                                     "kv_xfer": r.meta.kv_xfer, "ttft_breakdown": r.meta.ttft_breakdown}
                                     for r in runs]},
                           indent=2, default=str)
     else:

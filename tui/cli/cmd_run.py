@@ -48,6 +48,8 @@ def register(sub: Any) -> None:
     p.add_argument("--workload", "-w", required=True, metavar="W1,W2", help="workload names or files, comma-separated")
     p.add_argument("--rates", metavar="R1,R2|auto",
                    help="request rates to sweep (req/s or inf), or auto: saturation, then fractions of it")
+    p.add_argument("--include-kv-slow-path", action="store_true",
+                   help="judge runs flagged kv-slow-path (KV over TCP or host memory) in the recommendation too")
     p.add_argument("--fresh", action="store_true", help="start a new campaign even if this one exists")
     add_traffic_options(p, single=False)
     add_record_options(p, default_on=True)
@@ -149,7 +151,9 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
     failed = [f"{o.cell.topology}/{o.cell.workload}@{o.cell.rate if o.cell.rate is not None else 'default'}"
               f": {o.message}" for o in result.failed]
     rec = rec_mod.recommend(cells, workloads, gpus=gpus, slo=result.spec.goodput or None,
-                            repeats=result.spec.repeat, failed=failed)
+                            repeats=result.spec.repeat, failed=failed,
+                            include_flagged=("kv-slow-path",) if getattr(args, "include_kv_slow_path", False)
+                            else ())
     if rec.slo_derived:  # the goodput column under the SLO the recommendation used
         cells = table.build_cells(runs, slo_by_workload=rec.slo)
     with session.results("run", result.spec.name) if session is not None else _nothing() as recorded:

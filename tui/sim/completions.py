@@ -14,6 +14,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
+from tui.sim import faults
 from tui.sim.asgi import BadRequest, Receive, Send, dumps, error_body, send_json
 from tui.sim.pd import Held, block_ids, external_tokens, producer_params, read_remote, remote_request_id
 from tui.sim.prefixcache import block_hashes
@@ -157,6 +158,8 @@ class Completions:
         same_gpu = bool(set(reply.get("gpus", [])) & set(st.started.engines[engine.index].gpus))
         sim.external_tokens = external_tokens(sim.prompt_len, int(kvp.get("remote_num_tokens", sim.prompt_len)))
         xfer = st.cost.kv_transfer_time(nbytes, same_gpu=same_gpu)
+        if st.fp.kv_slow_path:  # UCX found no GPU-to-GPU path: the blocks go over TCP loopback
+            xfer = max(xfer, nbytes / faults.SLOW_KV_BANDWIDTH)
         sim.transfer_time = xfer
         blocks = -(-sim.external_tokens // 16)
         descriptors = blocks * st.cfg.profile.shape.full_attention_layers * 2

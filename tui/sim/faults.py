@@ -21,6 +21,10 @@ port-taken            --port below 9000                                         
 nixl-missing          a NixlConnector kv-transfer-config                           none (install nixl)
 ssm-layout            a hybrid model behind NIXL without the DS layout             VLLM_SSM_CONV_STATE_LAYOUT=DS
 triton-jit            always (a first-batch stall, not a failure)                  none needed
+kv-slow-path          a NixlConnector decode server (KV read over TCP loopback at  none (a GPU-to-GPU path)
+                      ~0.4 GB/s, as UCX fell back on the real H200)
+flashinfer-jit        the FlashInfer sampler is on and its JIT cache is empty (a   VLLM_USE_FLASHINFER_SAMPLER=0, or
+                      silent compile: ninja and nvcc children, a growing cache)    a warm cache (the second start)
 ===================== =========================================================== ==================================
 
 Some fire without injection too, exactly where real vLLM fails: a hybrid model behind NIXL without the DS layout, an
@@ -37,7 +41,10 @@ from tui.sim.config import ServeConfig
 from tui.sim.perfmodel import FIRST_BATCH_JIT_S
 
 INJECTABLE = ("flashinfer-no-nvcc", "flashinfer-jit-stall", "dp-ready-timeout", "moe-dp-crash", "kv-too-small",
-              "gpu-memory-taken", "port-taken", "nixl-missing", "ssm-layout", "triton-jit")
+              "gpu-memory-taken", "port-taken", "nixl-missing", "ssm-layout", "triton-jit", "kv-slow-path",
+              "flashinfer-jit")
+#: kv-slow-path: what UCX's TCP-loopback fallback moved on the real H200 (bytes/s; fixtures vllm-0.24.0-h200-1p1d)
+SLOW_KV_BANDWIDTH = 0.4e9
 PORT_FIX_THRESHOLD = 9000
 HOG_SHARE = 0.40  # gpu-memory-taken: the share of each GPU another process holds
 DP_COLD_START_S = 800.0  # dp-ready-timeout: the engines' cold start (torch.compile, CUDA graphs) at least this long
@@ -60,6 +67,8 @@ class FaultPlan:
     nixl_missing: bool = False
     ssm_layout: bool = False
     triton_jit: bool = False
+    kv_slow_path: bool = False
+    flashinfer_jit: bool = False  # a FlashInfer JIT compile may run (the sampler is on); it runs if the cache is cold
 
 
 def moe_dp_fails(profile: ModelProfile, dp: int, moe_backend: str = "auto") -> bool:
@@ -87,6 +96,8 @@ def plan(cfg: ServeConfig) -> FaultPlan:
         nixl_missing="nixl-missing" in f and nixl,
         ssm_layout=hybrid_nixl,
         triton_jit="triton-jit" in f,
+        kv_slow_path="kv-slow-path" in f and nixl,
+        flashinfer_jit="flashinfer-jit" in f and cfg.env.flashinfer_sampler and "flashinfer-no-nvcc" not in f,
     )
 
 

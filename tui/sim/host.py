@@ -60,6 +60,10 @@ class SimHost(Host):
             "DISAGG_SIM_SERVER_NAME": server_name,
             "DISAGG_SIM_STARTUP_S": str(self.sim_startup_s()),
             "DISAGG_SIM_CLOCK": str(o.sim_clock or 1.0),
+            # the simulated servers' compile caches (FlashInfer JIT, torch.compile): in the state directory, never
+            # the operator's ~/.cache
+            "FLASHINFER_WORKSPACE_BASE": str(paths.state_dir() / "simhome"),
+            "VLLM_CACHE_ROOT": str(paths.state_dir() / "simhome" / ".cache" / "vllm"),
         }
         if o.sim_faults:
             env["DISAGG_SIM_FAULTS"] = ",".join(o.sim_faults)

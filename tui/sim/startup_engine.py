@@ -6,12 +6,15 @@ Lines come from the engine process (``EngineCore``, ``EngineCore_DP<n>``) or, wi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import os
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tui.sim import faults
+from tui.sim import faults, jitsim
 from tui.sim.config import VLLM_VERSION
 from tui.sim.logfmt import Proc, tqdm_segment
 from tui.sim.perfmodel import CUDA_CONTEXT_GIB, GIB
@@ -33,6 +36,9 @@ class EnginePhases:
         self.side_socks: list[socket.socket] = []
         self.compile_s = s.times.compile_total
         self.t_engine = s.pacer.now
+        #: GPU -> GiB other processes held when this engine took its memory baseline (``_free_memory_check``)
+        self.baseline: dict[int, float] = {}
+        self.interference = 0.0  # GiB of other processes' memory the profiling counted as this engine's
 
     def info(self, proc: Proc, where: str, msg: str) -> None:
         self.s.log.info(proc, where, msg)
@@ -88,6 +94,7 @@ class EnginePhases:
                           "FlashInfer top-p/top-k sampling disabled via VLLM_USE_FLASHINFER_SAMPLER=0.")
         s.set_memory(lambda _pid: 0.6 + per_gpu)
         self._compile()
+        self.interference = self._profiled_others()  # the profiling run starts: what others took counts as ours
         s.pacer.after(t.profile)
         self._profile_failures()
         for _e, wp, _h, _r in s.each_worker():
@@ -95,6 +102,7 @@ class EnginePhases:
         s.pacer.after(t.kv)
         self._kv_cache(nixl)
         self._graphs()
+        self._flashinfer_jit()
         s.pacer.after(t.warmup)
         for _e, wp, _h, r in s.each_worker():
             if r == 0:
@@ -147,9 +155,24 @@ class EnginePhases:
         total = cfg.hardware.torch_total_gib
         mine = {c.pid for c in s.all_children() if c.role != "hog"}
         for g in gpus:
-            free = total - s.claims.others_on(g, mine) - 0.55
+            others = s.claims.others_on(g, mine)
+            self.baseline[g] = min(self.baseline.get(g, others), others)
+            free = total - others - 0.55
             if free < cfg.gpu_memory_utilization * total:
                 s.fail_engine(e, wp, faults.free_memory(free, total, cfg.gpu_memory_utilization))
+
+    def _profiled_others(self) -> float:
+        """What vLLM's memory profiling wrongly counts as this engine's own: memory other processes took on its
+        GPUs between its baseline and the end of its profiling run (``non_torch`` grows by it, the KV cache shrinks
+        by it). Two servers starting at once on one GPU each see the other's weights and activations appear: the
+        real H200 gave 21.06 / 17.75 GiB instead of 39.45 GiB each (fixtures ``vllm-0.24.0-h200-1p1d``)."""
+        s, mem = self.s, self.s.memory
+        mine = {c.pid for c in s.all_children() if c.role != "hog"}
+        grew = [s.claims.others_on(g, mine) - base for g, base in self.baseline.items()]
+        # what a neighbour takes before its own KV cache (context, weights, activations): its cache comes after
+        # its profiling, which in a start at once ends about when this one's does
+        cap = CUDA_CONTEXT_GIB + mem.weights_gib + mem.activation_gib
+        return min(cap, max([0.0, *grew]))
 
     def _nixl_worker_init(self, e: Engine, wp: Proc) -> None:
         s, fp = self.s, self.s.fp
@@ -184,10 +207,27 @@ class EnginePhases:
             self.info(wp, "backends.py:393", f"Compiling a graph for compile range {rng} takes "
                       f"{t.cache_graph + t.compile:.2f} s")
         s.pacer.after(t.save + t.cold_extra)
+        root = os.environ.get("VLLM_CACHE_ROOT")
+        if root:  # what the compile leaves behind: the next start finds a warm cache
+            with contextlib.suppress(OSError):
+                out = Path(root) / "torch_compile_cache" / key[:10] / "rank_0_0" / "backbone"
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "cache.bin").write_bytes(key.encode())
         for e, wp, _h, r in s.each_worker():
             self.info(wp, "decorators.py:708", f"saved AOT compiled function to /root/.cache/vllm/torch_compile_cache/"
                       f"torch_aot_compile/{key}/rank_{r}_{e.rank}/model")
             self.info(wp, "monitor.py:53", f"torch.compile took {self.compile_s:.2f} s in total")
+
+    def _flashinfer_jit(self) -> None:
+        """The sampler's first use JIT-compiles FlashInfer's sampling kernels when its cache is cold: ninja and
+        three nvcc jobs under the engine, a growing cache, and not a log line (as on the real H200)."""
+        s = self.s
+        arch = f"{round(self.cfg.gpu.compute_capability * 10)}a"
+        if not s.fp.flashinfer_jit or jitsim.is_warm(os.environ, arch):
+            return
+        pid = jitsim.start(os.environ, jitsim.JIT_S * s.scale, arch)
+        s.pacer.after(jitsim.JIT_S)
+        jitsim.wait(pid, 5.0 + jitsim.JIT_S * s.scale)
 
     def _profile_failures(self) -> None:
         s, fp, cfg = self.s, self.s.fp, self.cfg
@@ -201,7 +241,7 @@ class EnginePhases:
     def _kv_cache(self, nixl: bool) -> None:
         s, cfg, fp = self.s, self.cfg, self.s.fp
         mem = s.memory
-        kv_gib = mem.kv_gib - (faults.kv_penalty_gib(cfg) if fp.kv_too_small else 0.0)
+        kv_gib = mem.kv_gib - (faults.kv_penalty_gib(cfg) if fp.kv_too_small else 0.0) - self.interference
         per_token = s.cost.kv_bytes_per_token
         for e, wp, _h, _r in s.each_worker():
             self.info(wp, "gpu_worker.py:508", f"Available KV cache memory: {kv_gib:.2f} GiB")

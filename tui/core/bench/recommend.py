@@ -66,6 +66,8 @@ class Recommendation:
     highest_rate_meeting_slo: dict[str, dict[str, float | None]] = field(default_factory=dict)
     evidence: list[str] = field(default_factory=list)
     thin: bool = False
+    #: cells left out of the verdicts and why (a run whose KV went over a slow path says nothing about the layout)
+    excluded: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -213,13 +215,23 @@ def _driver(objective: str, winner: str, ratio: float, *, tps_winner: str | None
                         "prefill pool and a decode pool cannot both stay busy")
 
 
+#: flags whose runs measure something else than the layout (KV over TCP): left out unless asked for
+EXCLUDED_FLAGS = ("kv-slow-path",)
+
+
 def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus: int | None = None,
-              slo: Mapping[str, float] | None = None, repeats: int = 1, failed: Sequence[str] = ()
-              ) -> Recommendation:
+              slo: Mapping[str, float] | None = None, repeats: int = 1, failed: Sequence[str] = (),
+              include_flagged: Sequence[str] = ()) -> Recommendation:
+    """``include_flagged``: flags of ``EXCLUDED_FLAGS`` whose cells are judged anyway (``--include-kv-slow-path``)."""
     rec = Recommendation()
     excluded = [c for c in cells if any(f in EXCLUDING_FLAGS for f in c.flags)]
     every = cells
     cells = [c for c in cells if c not in excluded]
+    left_out = [c for c in cells if any(f in c.flags for f in EXCLUDED_FLAGS if f not in include_flagged)]
+    if left_out:
+        cells = [c for c in cells if c not in left_out]
+        rec.excluded = [f"{c.topology}/{c.workload}@{'sat' if c.rate is None else f'{c.rate:g}'}: "
+                        + ", ".join(f for f in c.flags if f in EXCLUDED_FLAGS) for c in left_out]
     names = sorted({c.workload for c in every})  # a workload whose every cell is excluded: no winner
     rec.slo_derived = not slo
     for w in names:
@@ -292,6 +304,8 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
         out = sorted({f"{c.topology}/{c.workload}" for c in excluded if flag in c.flags})
         if out:
             rec.evidence.append(f"kept out of the recommendation ({flag}): {', '.join(out)}")
+    rec.evidence += [f"left out: {x} (KV moved far below the GPU link; --include-kv-slow-path to judge it)"
+                     for x in rec.excluded]
     rec.thin = bool(rec.evidence)
     return rec
 

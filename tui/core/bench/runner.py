@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tui.core import paths
-from tui.core.bench import serverside
+from tui.core.bench import kvxfer, serverside
 from tui.core.bench.dataset import RandomSpec
 from tui.core.bench.events import BenchDone, BenchStarted, BenchTick
 from tui.core.bench.live import LiveWindow
@@ -68,6 +68,9 @@ class BenchTarget:
     energy: serverside.EnergyReader | None = None
     fingerprint_extra: dict[str, Any] = field(default_factory=dict)
     runs_root: Path | None = None
+    #: the GPU-to-GPU bandwidth between the prefill and decode GPUs (host facts): a transfer far below it is
+    #: flagged kv-slow-path; None: not judged
+    link: kvxfer.LinkBandwidth | None = None
 
     def server_urls(self) -> list[str]:
         """The vLLM servers (not the proxy); the endpoint itself when no layout is known."""
@@ -79,6 +82,11 @@ class BenchTarget:
         if self.layout is None:
             return []
         return [p.url for p in self.layout.processes if p.role == "decode" and p.url]
+
+    def proxy_url(self) -> str | None:
+        if self.layout is None:
+            return None
+        return next((p.url for p in self.layout.processes if p.role == "proxy" and p.url), None)
 
     def log_files(self) -> list[str]:
         if self.layout is None:
@@ -223,6 +231,10 @@ class ServerBracket:
         self._pacing: dict[str, serverside.Pacing | None] = {}
         self._offsets: dict[str, int] = {}
         self._energy: dict[int, float] | None = None
+        self._nixl: dict[str, kvxfer.NixlCounters | None] = {}
+        self._proxy: dict[str, kvxfer.HistTotal] = {}
+        self.kv_run: kvxfer.KvTransferRun | None = None
+        self._proxy_after: dict[str, kvxfer.HistTotal] = {}
 
     async def open(self, meta: RunMeta, *, wait_idle: bool) -> None:
         """Read the starting point. The log positions and the energy first (quick, local): when the run is already
@@ -231,9 +243,12 @@ class ServerBracket:
             meta.flags.append("server-busy-at-start")
         self._offsets = await asyncio.to_thread(serverside.log_offsets, self.target.log_files())
         self._energy = await asyncio.to_thread(serverside.read_energy, self.target.energy)
-        texts = await serverside.scrape_metrics(self.server_urls)
+        proxy = self.target.proxy_url() if self.decode_urls else None
+        texts = await serverside.scrape_metrics([*self.server_urls, *([proxy] if proxy else [])])
         self._kv = serverside.sources_of(texts, self.decode_urls) if self.decode_urls else {}
-        self._prefix = serverside.prefix_counts_of(texts)
+        self._prefix = serverside.prefix_counts_of({u: t for u, t in texts.items() if u != proxy})
+        self._nixl = _nixl_of(texts, self.decode_urls)
+        self._proxy = kvxfer.proxy_histograms(texts.get(proxy) or "") if proxy else {}
         self._pacing = serverside.pacing_of(texts)
 
     async def close(self, meta: RunMeta, output_tokens: int, shared_prefix: float, directory: Path) -> None:
@@ -242,7 +257,11 @@ class ServerBracket:
         meta.triton_jit = await asyncio.to_thread(serverside.jit_lines, self._offsets)
         if meta.triton_jit:
             flags.append("triton-jit")
-        texts = await serverside.scrape_metrics(self.server_urls)
+        proxy = self.target.proxy_url() if self.decode_urls else None
+        texts = await serverside.scrape_metrics([*self.server_urls, *([proxy] if proxy else [])])
+        if proxy:
+            self._proxy_after = kvxfer.proxy_histograms(texts.get(proxy) or "")
+            texts.pop(proxy, None)
         prefix = serverside.prefix_check(self._prefix, serverside.prefix_counts_of(texts), shared_prefix)
         if prefix is not None:
             meta.prefix_cache = prefix.to_dict()
@@ -261,10 +280,33 @@ class ServerBracket:
                 flags.append("kv-recompute")
             elif check is not None and not check.transferred:
                 flags.append("kv-no-transfer")
+            self.kv_run = kvxfer.kv_transfer_run(self._nixl, _nixl_of(texts, self.decode_urls))
+            if self.kv_run is not None:
+                link = self.target.link
+                slow = kvxfer.slow_path(self.kv_run, link)
+                meta.kv_xfer = {**self.kv_run.to_dict(), "slow_path": slow,
+                                "link": None if link is None else {"kind": link.kind, "bytes_per_s": link.bytes_per_s}}
+                if self.kv_run.failed_transfers:
+                    flags.append("kv-failed-transfers")
+                if slow:
+                    flags.append("kv-slow-path")
         meta.energy = serverside.energy_delta(
             self._energy, await asyncio.to_thread(serverside.read_energy, self.target.energy), output_tokens)
         if self.target.log_files():
             await asyncio.to_thread(serverside.copy_logs, self.target.log_files(), directory / "logs")
+
+    def breakdown(self, meta: RunMeta, ttft_mean_ms: float | None) -> None:
+        """The TTFT breakdown of a disaggregated run, once its mean TTFT is known (after ``close``)."""
+        if not self.decode_urls or ttft_mean_ms is None:
+            return
+        if self.kv_run is None and not self._proxy_after:
+            return
+        meta.ttft_breakdown = kvxfer.ttft_breakdown(ttft_mean_ms, self.kv_run, self._proxy,
+                                                    self._proxy_after).to_dict()
+
+
+def _nixl_of(texts: dict[str, str | None], urls: list[str]) -> dict[str, kvxfer.NixlCounters | None]:
+    return {u: (kvxfer.nixl_counters(t) if (t := texts.get(u)) is not None else None) for u in urls}
 
 
 async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | None = None,
@@ -326,6 +368,8 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
         flags.append("incomplete")
     await bracket.close(meta, int(summary["total_output_tokens"]) if summary else 0, shared_prefix_share(opts),
                         directory)
+    bracket.breakdown(meta, float(summary["mean_ttft_ms"]) if summary and summary.get("mean_ttft_ms") is not None
+                      else None)
     await asyncio.to_thread(writer.finish, status, summary, message=message)
     run = await asyncio.to_thread(load_run, directory)
     done = BenchDone(run_id=meta.id, status=status, run_dir=str(directory), summary=summary or {},

@@ -91,6 +91,11 @@ class RunMeta:
     flags: list[str] = field(default_factory=list)
     client: dict[str, Any] = field(default_factory=dict)
     kv_transfer: dict[str, Any] | None = None
+    #: NIXL transfers over the run (``kvxfer.KvTransferRun.to_dict``: count, bytes, seconds, MB/s, failures),
+    #: with ``link`` (the GPU-to-GPU bandwidth it is judged against) and ``slow_path``
+    kv_xfer: dict[str, Any] | None = None
+    #: where the mean TTFT went (``kvxfer.TtftBreakdown.to_dict``): client→proxy, prefill, KV transfer, decode
+    ttft_breakdown: dict[str, Any] | None = None
     prefix_cache: dict[str, Any] | None = None
     sim_pacing: dict[str, Any] | None = None  # simulated servers: how far they fell behind their clock
     prompts: dict[str, Any] = field(default_factory=dict)  # format (text | ids | file) and how they were made

@@ -23,7 +23,7 @@ from tui.core.bench.store import Run, rate_label
 class Column:
     key: str  # the summary key (vllm's name)
     title: str
-    better: str  # max | min
+    better: str  # max | min | "" (shown, not ranked)
     fmt: str
 
 
@@ -33,6 +33,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("p99_tpot_ms", "TPOT p99 (ms)", "min", ".1f"),
     Column("mean_ttft_ms", "TTFT mean (ms)", "min", ",.0f"),
     Column("request_goodput", "goodput (req/s)", "max", ".2f"),
+    # disaggregated runs: the share of the mean TTFT spent moving KV (from the run's TTFT breakdown); not ranked
+    Column("kv_ttft_share_pct", "KV xfer % TTFT", "", ".0f"),
 )
 
 
@@ -72,6 +74,9 @@ def run_values(run: Run, slo_ms: Mapping[str, float] | None = None) -> dict[str,
         v = s.get(key)
         if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
             out[key] = float(v)
+    share = (run.meta.ttft_breakdown or {}).get("transfer_share")
+    if isinstance(share, int | float) and math.isfinite(share):
+        out["kv_ttft_share_pct"] = 100.0 * float(share)
     need_records = (percentile_key("tpot", 99) not in out) or bool(slo_ms)
     if need_records:
         records = run.records()
@@ -199,6 +204,8 @@ def best_marks(cells: Sequence[Cell]) -> dict[tuple[tuple[str, str, str, str], s
         groups.setdefault(c.group, []).append(c)
     for members in groups.values():
         for col in COLUMNS:
+            if col.better not in ("max", "min"):
+                continue
             vals = [(c.value(col.key), c) for c in members if c.value(col.key) is not None]
             if len(vals) < 2:
                 continue
@@ -329,5 +336,7 @@ def cell_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
         row["status"] = "complete"
         row["runs"] = [r.id for r in c.runs]
         row["flags"] = list(c.flags)
+        if c.value("kv_ttft_share_pct") is not None:
+            row["kv_ttft_share_pct"] = c.value("kv_ttft_share_pct")
         out.append(row)
     return out

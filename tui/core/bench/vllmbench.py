@@ -289,6 +289,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
     output_tokens = await asyncio.to_thread(_output_tokens, result)
     fingerprint = await asyncio.to_thread(run_fingerprint, target, setup.info, client="vllm bench serve")
     await bracket.close(probe, output_tokens, shared_prefix_share(opts), directory)
+    bracket.breakdown(probe, await asyncio.to_thread(_mean_ttft_ms, result))
     run = await asyncio.to_thread(
         import_vllm_result, result, campaign=target.campaign, topology=target.topology, workload=w.name,
         root=root, name=name, runner="vllm-bench",
@@ -296,8 +297,9 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                     "goodput_slo": dict(opts.goodput), "layout_id": target.layout.id if target.layout else "",
                     "message": "vllm bench serve: " + rate_label(w.request_rate) + " req/s",
                     "flags": probe.flags, "triton_jit": probe.triton_jit, "prefix_cache": probe.prefix_cache,
-                    "kv_transfer": probe.kv_transfer, "energy": probe.energy, "client": probe.client,
-                    "sim_pacing": probe.sim_pacing,
+                    "kv_transfer": probe.kv_transfer, "kv_xfer": probe.kv_xfer,
+                    "ttft_breakdown": probe.ttft_breakdown, "energy": probe.energy,
+                    "client": probe.client, "sim_pacing": probe.sim_pacing,
                     "fingerprint": fingerprint})
     if bus is not None:
         bus.publish(BenchDone(run_id=run.id, status=run.meta.status, run_dir=str(run.path), summary=run.summary,
@@ -316,6 +318,14 @@ async def _stop(proc: asyncio.subprocess.Process, grace_s: float = 10.0) -> None
             return
         except TimeoutError:
             continue
+
+
+def _mean_ttft_ms(result: Path) -> float | None:
+    try:
+        value = json.loads(result.read_text(encoding="utf-8")).get("mean_ttft_ms")
+        return float(value) if value is not None else None
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def _output_tokens(result: Path) -> int:

@@ -90,3 +90,56 @@ class ServerStalled(Event):
     phase: str
     silent_s: float
     last_lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerDeferred(Event):
+    """A server of the layout is held back: it shares a GPU with servers that are still starting, and vLLM's memory
+    profiling would count their allocations as its own (each would get a fraction of its KV cache). It is launched
+    once every server in ``waits_for`` has allocated its KV cache (the ``until`` phase was passed)."""
+
+    kind: ClassVar[str] = "server_deferred"
+    server: str
+    waits_for: tuple[str, ...]
+    gpus: tuple[int, ...]  # the GPUs it shares with them
+    until: str = "kv_cache"  # the phase each of them must have passed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSubPhase(Event):
+    """What a server does while its log is silent, seen from its process tree and its cache directories.
+
+    ``key`` names the activity (``flashinfer_jit``, ``triton_ptxas``, ``inductor_compile``, ``nvcc``,
+    ``cache_write``), ``label`` says it in words ("JIT-compiling FlashInfer sampling kernels (3 nvcc jobs, 40 s)"),
+    ``state`` is ``running`` while it is seen (published again as it changes: jobs, elapsed, bytes written) and
+    ``done`` once it is gone. ``elapsed_s`` is the sub-phase's own time since it was first seen; ``phase`` the log
+    phase the server was in. ``jobs`` counts the compiler processes (nvcc, cicc, ptxas); ``cpu_s`` their CPU
+    seconds so far; ``cache_bytes`` what the watched cache directory grew by since the start (``cache_write``)."""
+
+    kind: ClassVar[str] = "server_subphase"
+    server: str
+    key: str
+    label: str
+    state: str = "running"  # running | done
+    elapsed_s: float = 0.0
+    phase: str = ""
+    jobs: int = 0
+    cpu_s: float = 0.0
+    detail: str = ""  # the module being compiled ("sampling"), or the cache directory being written
+    cache_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartupExpected(Event):
+    """The ETA of a server's start, before it starts: earlier starts of the same plan on this host with the same
+    cache state (``cold``: compile caches empty, JIT compiles to come; ``warm``: caches filled), or the simulated
+    host's compressed start. ``seconds`` is None when this host has never started the plan; ``cold_hint`` then
+    says what a cold start will do (a FlashInfer JIT compile, torch.compile) and how long it took last time."""
+
+    kind: ClassVar[str] = "startup_expected"
+    server: str
+    seconds: float | None
+    samples: int = 0
+    cache_state: str = ""  # cold | warm | "" (not known)
+    source: str = ""  # history | simulated start | ""
+    cold_hint: str = ""

@@ -26,6 +26,8 @@ from tui.core.plan.spec import LaunchPlan
 HISTORY_FILE = "startups.jsonl"
 #: starts that make the estimate (the newest ones: a warm compile cache makes later starts faster)
 KEEP_LAST = 5
+#: sub-phases a warm cache skips (a warm start's estimate from cold ones leaves them out)
+WARM_SKIPS = ("flashinfer_jit",)
 #: the file is rewritten with only recent lines when it grows past this many bytes
 MAX_BYTES = 1 << 20
 
@@ -49,10 +51,15 @@ class StartupRecord:
     simulated: bool = False
     #: phase key -> seconds after the start when the server entered it
     phases: tuple[tuple[str, float], ...] = ()
+    #: the compile caches before the start: cold (JIT compiles to come) | warm | "" (not known: older records)
+    cache_state: str = ""
+    #: silent sub-phases seen (``flashinfer_jit``, ``triton_ptxas`` ...) and how long each lasted, seconds
+    subphases: tuple[tuple[str, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "server": self.server, "startup_s": round(self.startup_s, 3), "ts": self.ts,
-                "simulated": self.simulated, "phases": [[k, round(v, 3)] for k, v in self.phases]}
+                "simulated": self.simulated, "phases": [[k, round(v, 3)] for k, v in self.phases],
+                "cache_state": self.cache_state, "subphases": [[k, round(v, 3)] for k, v in self.subphases]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +70,7 @@ class Expected:
     samples: int
     source: str  # "history" (this host) | "simulated" (the simulated host's compressed start)
     phases: tuple[tuple[str, float], ...] = ()
+    cache_state: str = ""  # the cache state the estimate is for ("" = any)
 
     def describe(self) -> str:
         if self.source == "history":
@@ -96,13 +104,20 @@ class StartupHistory:
                 d = json.loads(line)
                 out.append(StartupRecord(key=str(d["key"]), server=str(d["server"]), startup_s=float(d["startup_s"]),
                                          ts=float(d.get("ts", 0.0)), simulated=bool(d.get("simulated", False)),
-                                         phases=tuple((str(k), float(v)) for k, v in d.get("phases", ()))))
+                                         phases=tuple((str(k), float(v)) for k, v in d.get("phases", ())),
+                                         cache_state=str(d.get("cache_state", "")),
+                                         subphases=tuple((str(k), float(v)) for k, v in d.get("subphases", ()))))
             except (ValueError, KeyError, TypeError):
                 continue  # a damaged or foreign line: skipped, never fatal
         return out
 
-    def expected(self, key: str, server: str) -> Expected | None:
-        mine = [r for r in self.records() if r.key == key and r.server == server][-KEEP_LAST:]
+    def expected(self, key: str, server: str, cache_state: str | None = None) -> Expected | None:
+        """The median of the last starts of the plan's server; with ``cache_state``, of starts in that state only
+        (a warm start is not judged by cold ones, nor the reverse; records without a state count for both)."""
+        mine = [r for r in self.records() if r.key == key and r.server == server
+                and (cache_state is None or r.cache_state in (cache_state, ""))][-KEEP_LAST:]
+        if not mine and cache_state == "warm":
+            return self._warm_from_cold(key, server)
         if not mine:
             return None
         per_phase: dict[str, list[float]] = {}
@@ -111,7 +126,30 @@ class StartupHistory:
                 per_phase.setdefault(k, []).append(v)
         phases = tuple(sorted(((k, statistics.median(v)) for k, v in per_phase.items()), key=lambda kv: kv[1]))
         return Expected(seconds=statistics.median(r.startup_s for r in mine), samples=len(mine), source="history",
-                        phases=phases)
+                        phases=phases, cache_state=cache_state or "")
+
+    def _warm_from_cold(self, key: str, server: str) -> Expected | None:
+        """No warm start yet: the cold starts less what they spent compiling into the caches now warm (their
+        FlashInfer JIT and cache-writing sub-phases)."""
+        cold = [r for r in self.records() if r.key == key and r.server == server and r.cache_state == "cold"
+                and r.subphases][-KEEP_LAST:]
+        if not cold:
+            return None
+        secs = [max(r.startup_s - sum(v for k, v in r.subphases if k in WARM_SKIPS), 0.0) for r in cold]
+        return Expected(seconds=statistics.median(secs), samples=len(cold),
+                        source="history (cold starts less their JIT compiles)", cache_state="warm")
+
+    def cold_hint(self, key: str, server: str) -> str:
+        """What the last cold start of the plan's server compiled and for how long ("" when none is known)."""
+        cold = [r for r in self.records() if r.key == key and r.server == server and r.cache_state == "cold"]
+        if not cold:
+            return ""
+        last = cold[-1]
+        subs = dict(last.subphases)
+        parts = [f"the last cold start took {last.startup_s:.0f} s"]
+        if "flashinfer_jit" in subs:
+            parts.append(f"{subs['flashinfer_jit']:.0f} s of it JIT-compiling FlashInfer kernels")
+        return "cold cache: " + ", ".join(parts)
 
     def _trim(self) -> None:
         try:
@@ -130,10 +168,11 @@ class StartupHistory:
 
 
 def expected_startup(history: StartupHistory, plan: LaunchPlan, server: str, *,
-                     sim_startup_s: float | None = None) -> Expected | None:
-    """The ETA of ``server``'s start: this host's earlier starts of the same plan, else the simulated host's
-    compressed start (a known length), else nothing (a first start: elapsed time only)."""
-    found = history.expected(plan_key(plan), server)
+                     sim_startup_s: float | None = None, cache_state: str | None = None) -> Expected | None:
+    """The ETA of ``server``'s start: this host's earlier starts of the same plan (in the same cache state when
+    given), else the simulated host's compressed start (a known length), else nothing (a first start: elapsed
+    time only)."""
+    found = history.expected(plan_key(plan), server, cache_state)
     if found is not None:
         return found
     if sim_startup_s:

@@ -25,18 +25,22 @@ import httpx
 from tui.core.errors import AppError, LayoutBusy, PlanRefused, RunFailed
 from tui.core.events import EventBus, Notice
 from tui.core.host.base import Host
+from tui.core.launch import subphases
 from tui.core.launch.events import (
     LayoutChanged,
     LogLine,
     PlanLaunched,
+    ServerDeferred,
     ServerExited,
     ServerLaunched,
     ServerPhase,
     ServerReady,
     ServerStalled,
+    ServerSubPhase,
+    StartupExpected,
 )
-from tui.core.launch.history import StartupHistory, StartupRecord, expected_startup, plan_key
-from tui.core.launch.phases import PhaseTracker
+from tui.core.launch.history import Expected, StartupHistory, StartupRecord, expected_startup, plan_key
+from tui.core.launch.phases import PHASE_INDEX, PhaseTracker
 from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore, new_layout_id, redact_argv, redact_env
 from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
 from tui.core.plan.planner import LaunchPlan
@@ -70,6 +74,12 @@ class UpOptions:
     probe_interval_s: float = 0.5
     skip_preflight: bool = False
     line_hooks: Sequence[LineHook] = field(default_factory=tuple)
+    #: start a server on a GPU another server of the layout uses only once that one has allocated its KV cache
+    #: (vLLM's memory profiling counts a neighbour's allocations as its own: both would get about half the cache)
+    stagger_shared_gpus: bool = True
+    #: how often a starting server's process tree and caches are sampled (sub-phases; progress for the stall
+    #: detector); 0 turns it off
+    watch_interval_s: float = 2.0
 
 
 def timeouts_for(host: Host) -> tuple[float, float]:
@@ -103,10 +113,18 @@ class Launch:
         self.record: LayoutRecord | None = None
         self.popens: dict[int, Any] = {}
         self.trackers: dict[str, PhaseTracker] = {}
+        self.expected: dict[str, Expected | None] = {}  # server -> the ETA its start was given
         self.phase_at: dict[str, dict[str, float]] = {}  # server -> phase -> seconds after the start
         self.history = StartupHistory(self.store.root)
         self.started_at = time.monotonic()
+        self.spawned_at: dict[str, float] = {}  # server -> when its process started (monotonic)
+        #: servers held back until the servers they share a GPU with have allocated their KV cache
+        self.deferred: dict[str, tuple[_SpawnItem, tuple[str, ...]]] = {}
         self.preflight: list[Check] = []
+        self.subtrackers: dict[str, subphases.SubPhaseTracker] = {}
+        self.progress_at: dict[str, float] = {}  # server -> last time a compiler worked or a cache grew
+        self.cache_states: dict[str, str] = {}  # server -> cold | warm, judged before it starts
+        self.envs: dict[str, dict[str, str]] = {}
 
     # --- state -------------------------------------------------------------------------------------------------
     def _claim_slot(self) -> LayoutRecord:
@@ -206,34 +224,115 @@ class Launch:
             raise
 
     def _spawn_all(self, follower: LogFollower) -> None:
-        """In a worker thread: start every process, record it, follow its log."""
+        """In a worker thread: start every process that need not wait, record it, follow its log. A server that
+        shares a GPU with one started before it is held back (``self.deferred``) until ``_release_deferred``."""
         assert self.record is not None
-        logs = self.store.logs_dir(self.layout_id)
         profile_json = self.profile.to_dict()
-        commands = [(s.name, s.role, s.url, list(s.gpus), self.host.server_command(s, self.plan, profile_json),
-                     s.env_dict(), list(s.argv)) for s in self.plan.servers]
+        items = [_SpawnItem(s.name, s.role, s.url, tuple(s.gpus), self.host.server_command(s, self.plan, profile_json),
+                            s.env_dict(), list(s.argv)) for s in self.plan.servers]
         if self.plan.proxy is not None:
             pc = self.host.proxy_command(self.plan.proxy)
-            commands.append(("proxy", "proxy", self.plan.proxy.url, [], pc, {}, ["disagg-tui", "proxy",
-                                                                                 *self.plan.proxy.args()]))
-        for name, role, url, gpus, cmd, env, shown_argv in commands:
-            log = logs / f"{name}.log"
-            popen = spawn(cmd, log, self.layout_id)
-            self.popens[popen.pid] = popen
-            rec = ProcessRecord(name=name, role=role, pid=popen.pid, pgid=popen.pid, create_time=create_time(popen.pid),
-                                log=str(log), url=url, gpus=gpus, argv=redact_argv(shown_argv),
-                                started=time.time())
-            self.record.processes.append(rec)
-            self._save()
-            self.trackers[name] = PhaseTracker()
-            follower.follow(name, log)
-            expected = expected_startup(self.history, self.plan, name, sim_startup_s=self.host.sim_startup_s()) \
-                if name != "proxy" else None
-            self.bus.publish_threadsafe(ServerLaunched(
-                layout_id=self.layout_id, server=name, role=role, pid=popen.pid, url=url,
-                command=_shell(env, shown_argv), log=str(log), gpus=tuple(gpus), started=rec.started,
-                expected_s=expected.seconds if expected else None,
-                expected_source=expected.describe() if expected else ""))
+            items.append(_SpawnItem("proxy", "proxy", self.plan.proxy.url, (), pc, {},
+                                    ["disagg-tui", "proxy", *self.plan.proxy.args()]))
+        waits = shared_gpu_waits([(i.name, i.gpus) for i in items]) if self.options.stagger_shared_gpus else {}
+        for item in items:
+            if item.role != "proxy":
+                self._expect(item)
+            before = waits.get(item.name, ())
+            if before:
+                self.deferred[item.name] = (item, before)
+                shared = tuple(sorted(set(item.gpus) & {g for i in items if i.name in before for g in i.gpus}))
+                self.bus.publish_threadsafe(ServerDeferred(server=item.name, waits_for=before, gpus=shared))
+                continue
+            self._spawn_one(item, follower)
+
+    def _spawn_one(self, item: _SpawnItem, follower: LogFollower) -> ProcessRecord:
+        """Blocking (a fork and the state file): start one process and follow its log."""
+        assert self.record is not None
+        log = self.store.logs_dir(self.layout_id) / f"{item.name}.log"
+        popen = spawn(item.cmd, log, self.layout_id)
+        self.popens[popen.pid] = popen
+        self.spawned_at[item.name] = time.monotonic()
+        rec = ProcessRecord(name=item.name, role=item.role, pid=popen.pid, pgid=popen.pid,
+                            create_time=create_time(popen.pid), log=str(log), url=item.url, gpus=list(item.gpus),
+                            argv=redact_argv(item.shown_argv), started=time.time())
+        self.record.processes.append(rec)
+        self._save()
+        self.trackers[item.name] = PhaseTracker()
+        self.subtrackers[item.name] = subphases.SubPhaseTracker()
+        follower.follow(item.name, log)
+        found = self.expected.get(item.name)
+        self.bus.publish_threadsafe(ServerLaunched(
+            layout_id=self.layout_id, server=item.name, role=item.role, pid=popen.pid, url=item.url,
+            command=_shell(item.env, item.shown_argv), log=str(log), gpus=tuple(item.gpus), started=rec.started,
+            expected_s=found.seconds if found else None, expected_source=found.describe() if found else ""))
+        return rec
+
+    def _expect(self, item: _SpawnItem) -> None:
+        """Before a server starts: its cache state and the ETA of a start in that state (a thread)."""
+        env = dict(item.cmd.env)
+        self.envs[item.name] = env
+        state = subphases.cache_state(env, item.shown_argv)
+        self.cache_states[item.name] = state
+        found = expected_startup(self.history, self.plan, item.name, sim_startup_s=self.host.sim_startup_s(),
+                                 cache_state=state)
+        self.expected[item.name] = found
+        hint = ""
+        if state == "cold":
+            hint = self.history.cold_hint(plan_key(self.plan), item.name)
+        self.bus.publish_threadsafe(StartupExpected(
+            server=item.name, seconds=found.seconds if found else None, samples=found.samples if found else 0,
+            cache_state=state, source=found.source if found else "", cold_hint=hint))
+
+    async def _watch(self, names: list[str]) -> None:
+        """Sample the starting servers' process trees and caches (in a thread) and publish sub-phases."""
+        assert self.record is not None
+        procs = {p.name: p for p in self.record.processes}
+        samples = await asyncio.to_thread(self._sample, [(n, procs[n].pid) for n in names if n in procs])
+        now = time.monotonic()
+        users: dict[str, list[str]] = {}  # cache directory -> the starting servers that write to it
+        for name, (_tree, caches) in samples.items():
+            for path, _size in caches.values():
+                users.setdefault(path, []).append(name)
+        for name, (tree, caches) in samples.items():
+            tracker = self.subtrackers.setdefault(name, subphases.SubPhaseTracker())
+            t = now - self.spawned_at.get(name, self.started_at)
+            for tr in tracker.feed(t, tree, caches):
+                others = [u for u in users.get(tr.detail, []) if u != name] if tr.key.startswith("cache_") else []
+                if others:  # one cache directory, several starting servers: whose write it is is not known
+                    tr.label += f" (shared with {', '.join(others)})"
+                phase = self.trackers[name].phase.key if name in self.trackers else ""
+                self.bus.publish(ServerSubPhase(server=name, key=tr.key, label=tr.label, state=tr.state,
+                                                elapsed_s=tr.elapsed_s, phase=phase, jobs=tr.jobs, cpu_s=tr.cpu_s,
+                                                detail=tr.detail, cache_bytes=tr.cache_bytes))
+            if tracker.progress:
+                self.progress_at[name] = now
+
+    def _sample(self, servers: list[tuple[str, int]]) -> dict[str, tuple[list[subphases.ProcSample],
+                                                                          dict[str, tuple[str, int]]]]:
+        out = {}
+        for name, pid in servers:
+            dirs = subphases.cache_dirs(self.envs.get(name, {}))
+            out[name] = (subphases.sample_tree(pid), subphases.cache_sizes(dirs))
+        return out
+
+    def _releasable(self) -> list[str]:
+        """Held-back servers whose GPU neighbours have all allocated their KV cache (passed the ``kv_cache``
+        phase: the line after it comes once the cache is allocated) or are ready."""
+        out = []
+        for name, (_item, before) in self.deferred.items():
+            if all(b in self.trackers and self.trackers[b].index > PHASE_INDEX[STAGGER_PHASE] for b in before):
+                out.append(name)
+        return out
+
+    async def _release_deferred(self, follower: LogFollower, pending: dict[str, ProcessRecord]) -> None:
+        for name in self._releasable():
+            item, before = self.deferred.pop(name)
+            self.bus.publish(Notice(level="info", source="up",
+                                    message=f"{name}: {', '.join(before)} allocated its KV cache; starting {name} "
+                                            f"on GPU {','.join(map(str, item.gpus))}"))
+            rec = await asyncio.to_thread(self._spawn_one, item, follower)
+            pending[name] = rec
 
     def _on_line(self, name: str, lineno: int, text: str) -> None:
         """In the follower thread: phases, log lines and hooks (the playbook matcher)."""
@@ -242,7 +341,7 @@ class Launch:
         if tracker is not None:
             update = tracker.feed(text)
             if update is not None:
-                elapsed = time.monotonic() - self.started_at
+                elapsed = time.monotonic() - self.spawned_at.get(name, self.started_at)
                 self.phase_at.setdefault(name, {}).setdefault(update.phase.key, elapsed)
                 self.bus.publish_threadsafe(ServerPhase(
                     server=name, phase=update.phase.key, label=update.phase.label, progress=update.progress,
@@ -255,7 +354,15 @@ class Launch:
         pending = {p.name: p for p in self.record.processes}
         deadline = self.started_at + self.options.ready_timeout_s
         async with httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as client:
-            while pending:
+            next_watch = 0.0
+            compressed = bool(self.host.sim_startup_s())  # a compressed simulated start: sample often
+            while pending or self.deferred:
+                if self.deferred:
+                    await self._release_deferred(follower, pending)
+                if self.options.watch_interval_s > 0 and time.monotonic() >= next_watch:
+                    next_watch = time.monotonic() + (min(self.options.watch_interval_s, 0.2) if compressed
+                                                     else self.options.watch_interval_s)
+                    await self._watch([n for n in pending if n != "proxy"])
                 # servers before the proxy: the proxy's /health needs them
                 for name, proc in list(pending.items()):
                     popen = self.popens.get(proc.pid)
@@ -270,7 +377,7 @@ class Launch:
                         self.bus.publish(ServerExited(server=name, returncode=code, during=at, last_lines=last))
                         raise StartFailure(f"{name} exited with code {code} during startup ({at})",
                                            server=name, phase=at, returncode=code, hint=f"log: {proc.log}")
-                checks = [n for n in pending if n != "proxy" or len(pending) == 1]
+                checks = [n for n in pending if n != "proxy" or (len(pending) == 1 and not self.deferred)]
                 results = await asyncio.gather(*(self._probe(client, pending[n].url) for n in checks))
                 if any(results):  # read what the log says up to now, so its phases come before "ready"
                     await asyncio.to_thread(follower.poll_once)
@@ -278,7 +385,7 @@ class Launch:
                     if ok:
                         proc = pending.pop(name)
                         proc.ready_at = time.time()
-                        elapsed = time.monotonic() - self.started_at
+                        elapsed = time.monotonic() - self.spawned_at.get(name, self.started_at)
                         tracker = self.trackers.get(name)
                         if tracker is not None:
                             upd = tracker.mark_ready()
@@ -290,7 +397,8 @@ class Launch:
                             await asyncio.to_thread(self._remember_start, name, elapsed)
                 now = time.monotonic()
                 for name in pending:
-                    silent = follower.silent_for(name)
+                    # a compiler at work or a cache that grows is progress, not silence
+                    silent = min(follower.silent_for(name), now - self.progress_at.get(name, -1e18))
                     if name != "proxy" and silent > self.options.stall_timeout_s:
                         phase = self.trackers[name].phase
                         last = tuple(follower.last_lines.get(name, ()))[-25:]
@@ -298,22 +406,30 @@ class Launch:
                         raise StartFailure(f"{name} stalled: no log output for {silent:.0f} s during startup "
                                            f"({phase.key}: {phase.label})", server=name, phase=phase.key,
                                            stalled=True, hint=f"log: {pending[name].log}")
-                if pending and now > deadline:
-                    name = next(iter(pending))
+                late = [n for n in pending if (n != "proxy" or len(pending) == 1) and now > self.spawned_at.get(
+                    n, self.started_at) + self.options.ready_timeout_s]
+                if late or (self.deferred and now > deadline):
+                    name = late[0] if late else next(iter(self.deferred))
                     reached = self.trackers[name].phase if name in self.trackers else None
                     raise StartFailure(f"{name} not ready after {self.options.ready_timeout_s:.0f} s"
                                        + (f" (reached {reached.key}: {reached.label})" if reached else ""),
                                        server=name, phase=reached.key if reached else "?", stalled=True,
                                        hint="a first start compiles for minutes; raise --ready-timeout if it "
                                             "was still making progress")
-                if pending:
+                if pending or self.deferred:
                     await asyncio.sleep(self.options.probe_interval_s)
 
     def _remember_start(self, name: str, elapsed: float) -> None:
         """The start's length and phase times, for the next start's ETA (a history that cannot be written is no
         reason to fail a start that worked)."""
+        tracker = self.subtrackers.get(name)
+        subs: tuple[tuple[str, float], ...] = ()
+        if tracker is not None:
+            tracker.finish(elapsed)
+            subs = tuple((k, round(b - a, 3)) for k, a, b in tracker.history)
         record = StartupRecord(key=plan_key(self.plan), server=name, startup_s=elapsed, simulated=self.host.simulated,
-                               phases=tuple(sorted(self.phase_at.get(name, {}).items(), key=lambda kv: kv[1])))
+                               phases=tuple(sorted(self.phase_at.get(name, {}).items(), key=lambda kv: kv[1])),
+                               cache_state=self.cache_states.get(name, ""), subphases=subs)
         with contextlib.suppress(OSError):
             self.history.append(record)
 
@@ -330,6 +446,34 @@ class Launch:
         targets = _targets(self.record.processes)
         stop_processes(targets, layout_id=self.layout_id, popens=self.popens,
                        int_wait=5.0 if self.host.simulated else 15.0)
+
+
+#: written into a server's log when ``down`` stops it: what the log says after it is the stop, not a crash
+STOP_MARK = "[disagg-tui] stopping this server"
+#: a server sharing a GPU waits until its neighbours have passed this phase (their KV cache is allocated)
+STAGGER_PHASE = "kv_cache"
+
+
+@dataclass(frozen=True, slots=True)
+class _SpawnItem:
+    name: str
+    role: str
+    url: str
+    gpus: tuple[int, ...]
+    cmd: Any
+    env: dict[str, str]
+    shown_argv: list[str]
+
+
+def shared_gpu_waits(servers: Sequence[tuple[str, Sequence[int]]]) -> dict[str, tuple[str, ...]]:
+    """For each server, the servers listed before it that use one of its GPUs (it must start after their KV cache
+    is allocated). Servers on GPUs of their own wait for nothing and start together."""
+    out: dict[str, tuple[str, ...]] = {}
+    for i, (name, gpus) in enumerate(servers):
+        before = tuple(n for n, g in servers[:i] if set(g) & set(gpus))
+        if before:
+            out[name] = before
+    return out
 
 
 def _busy(rec: LayoutRecord) -> LayoutBusy:
@@ -359,6 +503,10 @@ def stop_layout(record: LayoutRecord, *, int_wait: float = 15.0, on_step: Callab
     """Blocking: stop every process of a layout (proxy first, then the servers)."""
     proxy = _targets(p for p in record.processes if p.role == "proxy")
     servers = _targets(p for p in record.processes if p.role != "proxy")
+    for p in record.processes:  # what the log says after this is the stop, not a crash (the playbook reads it)
+        if p.role != "proxy" and p.log and process_alive(p.pid, p.create_time):
+            with contextlib.suppress(OSError), open(p.log, "a", encoding="utf-8") as fh:
+                fh.write(f"{STOP_MARK} (disagg-tui down, {time.strftime('%H:%M:%S')})\n")
     out = stop_processes(proxy, int_wait=3.0, on_step=on_step) if proxy else []
     out += stop_processes(servers, layout_id=record.id, int_wait=int_wait, on_step=on_step)
     return out

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tui.core.launch.history import StartupHistory, plan_key
 from tui.core.plan import planner
-from tui.core.plan.hostfacts import HostFacts
+from tui.core.plan.hostfacts import HostFacts, detect_toolchain
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import (
     FAIL,
@@ -147,18 +148,131 @@ def check_gpu_memory(facts: HostFacts, nvml: Any | None, scope: Sequence[int], p
     return _ok("gpu memory", "; ".join(parts) or "no GPU")
 
 
-def check_flashinfer_cubin(facts: HostFacts) -> Check:
+def server_envs(plan: LaunchPlan | None, env: Mapping[str, str]) -> list[dict[str, str]]:
+    """The environment each server of the plan starts with (the shell's, then the plan's ``--env``, profile and
+    fixes), or just the shell's without a plan."""
+    if plan is None or not plan.servers:
+        return [dict(env)]
+    return [{**env, **s.env_dict()} for s in plan.servers]
+
+
+def flashinfer_users(facts: HostFacts, plan: LaunchPlan | None, env: Mapping[str, str]) -> list[str]:
+    """What in the plan would use FlashInfer (and JIT-compile it without prebuilt kernels): its sampler (vLLM's
+    default unless ``VLLM_USE_FLASHINFER_SAMPLER=0`` in the server's environment) and its attention (vLLM's choice
+    on Blackwell unless ``--attention-backend`` names another; Hopper uses FlashAttention 3)."""
+    users: list[str] = []
+    servers = plan.servers if plan is not None else ()
+    for i, e in enumerate(server_envs(plan, env)):
+        name = servers[i].name if servers else "server"
+        if e.get("VLLM_USE_FLASHINFER_SAMPLER", "1").strip().lower() not in ("0", "false"):
+            users.append(f"{name}: the FlashInfer sampler (VLLM_USE_FLASHINFER_SAMPLER unset)")
+        gpus = servers[i].gpus if servers else tuple(g.index for g in facts.gpus)
+        argv = list(servers[i].argv) if servers else []
+        backend = argv[argv.index("--attention-backend") + 1].upper() if "--attention-backend" in argv[:-1] else ""
+        blackwell = any((g := facts.gpu(x)) is not None and g.compute_capability >= 10.0 for x in gpus)
+        if (backend.startswith("FLASHINFER")) or (not backend and blackwell):
+            users.append(f"{name}: FlashInfer attention" + ("" if backend else " (vLLM's choice on Blackwell)"))
+    return users
+
+
+def check_flashinfer_cubin(facts: HostFacts, plan: LaunchPlan | None = None, env: Mapping[str, str] | None = None,
+                           cold_hint: str = "") -> Check:
+    """Whether the first start will JIT-compile FlashInfer kernels: only when the plan uses FlashInfer (its
+    environment and the GPU architecture decide), no prebuilt kernels are installed and nvcc can run."""
     v = facts.vllm
+    env = dict(os.environ) if env is None else env
+    users = flashinfer_users(facts, plan, env)
+    if plan is not None and not users:
+        return _ok("flashinfer", "the plan does not use FlashInfer (sampler off through VLLM_USE_FLASHINFER_SAMPLER=0; "
+                                 "FlashAttention on this GPU): nothing to JIT-compile")
     if v is None or not v.found:
         return _warn("flashinfer-cubin", "unknown (vllm not found)")
     if v.flashinfer_cubin:
         return _ok("flashinfer-cubin", f"{v.flashinfer_cubin} installed: prebuilt FlashInfer kernels for the common "
                                        "cases, less JIT")
-    if not facts.toolchain.nvcc_usable:
+    toolchain = facts.toolchain
+    cuda_homes = {e.get("CUDA_HOME") for e in server_envs(plan, env) if e.get("CUDA_HOME")}
+    if cuda_homes and plan is not None:  # the plan's CUDA_HOME, not the shell's, decides what FlashInfer finds
+        toolchain = detect_toolchain({**env, "CUDA_HOME": sorted(h for h in cuda_homes if h)[0]})
+    if not toolchain.nvcc_usable:
         return _warn("flashinfer-cubin", "not installed and no usable nvcc: every FlashInfer kernel would need a JIT "
                                          "build that cannot run (the plan turns the FlashInfer sampler off)")
-    return _warn("flashinfer-cubin", "not installed: the first start JIT-compiles FlashInfer kernels (minutes, "
-                                     "silent); pip install flashinfer-cubin into vLLM's environment")
+    what = "; ".join(users) if users else "FlashInfer kernels"
+    return _warn("flashinfer-cubin", f"not installed: the first start JIT-compiles FlashInfer kernels for {what} "
+                                     "(minutes, silent; 'up' shows the compile)"
+                 + (f"; {cold_hint}" if cold_hint else "")
+                 + "; pip install flashinfer-cubin into vLLM's environment, or --env VLLM_USE_FLASHINFER_SAMPLER=0")
+
+
+def check_kv_path(facts: HostFacts, nvml: Any | None, plan: LaunchPlan, env: Mapping[str, str]) -> list[Check]:
+    """For a disaggregated plan: how KV will travel between its prefill and decode GPUs (shared GPU, NVLink, peer
+    access), the UCX transports its environment allows, and NIXL's version."""
+    out: list[Check] = []
+    pre = sorted({g for s in plan.servers if s.role == "prefill" for g in s.gpus})
+    dec = sorted({g for s in plan.servers if s.role == "decode" for g in s.gpus})
+    name = "kv path"
+    shared = sorted(set(pre) & set(dec))
+    if shared:
+        out.append(_warn(name, f"prefill and decode share GPU {','.join(map(str, shared))}: UCX has no CUDA IPC path "
+                               "between two processes on one GPU and moves KV over TCP loopback (0.01-0.4 GB/s on "
+                               "the real H200): a functional check; runs are flagged kv-slow-path"))
+    elif pre and dec:
+        matrix = facts.nvlink
+        links = {matrix[a][b] for a in pre for b in dec if a < len(matrix) and b < len(matrix[a])}
+        if links and all(link.startswith("NV") for link in links):
+            out.append(_ok(name, f"NVLink between prefill GPU {','.join(map(str, pre))} and decode GPU "
+                                 f"{','.join(map(str, dec))} ({', '.join(sorted(links))})"))
+        elif links:
+            out.append(_warn(name, f"no NVLink between prefill and decode GPUs ({', '.join(sorted(links))}): KV moves "
+                                   "over PCIe at best"))
+        else:
+            out.append(_warn(name, "GPU topology unknown: how KV will travel is not known"))
+        p2p = _peer_access(nvml, pre[0], dec[0])
+        if p2p is not None:
+            out.append(_ok("peer access", f"GPU {pre[0]} → {dec[0]}: {p2p}") if p2p == "OK" else
+                       _warn("peer access", f"GPU {pre[0]} → {dec[0]}: {p2p}: CUDA IPC/peer copies are not possible, "
+                                            "UCX falls back to host memory"))
+    for e, s in zip(server_envs(plan, env), plan.servers, strict=False):
+        tls = e.get("UCX_TLS")
+        if tls and "cuda_ipc" not in tls and tls.strip() != "all":
+            out.append(_warn("ucx", f"{s.name}: UCX_TLS={tls} leaves out cuda_ipc: KV cannot go GPU to GPU"))
+            break
+    v = facts.vllm
+    if v is not None and v.found and v.nixl:
+        ucx = _ucx_version()
+        out.append(_ok("nixl", f"nixl {v.nixl} in vLLM's environment" + (f"; UCX {ucx}" if ucx else "")))
+    return out
+
+
+def _peer_access(nvml: Any | None, a: int, b: int) -> str | None:
+    """NVML's P2P read status between two GPUs ("OK", or why not); None when it cannot be asked."""
+    if nvml is None or not hasattr(nvml, "nvmlDeviceGetP2PStatus"):
+        return None
+    try:
+        ha, hb = nvml.nvmlDeviceGetHandleByIndex(a), nvml.nvmlDeviceGetHandleByIndex(b)
+        status = int(nvml.nvmlDeviceGetP2PStatus(ha, hb, getattr(nvml, "NVML_P2P_CAPS_INDEX_READ", 0)))
+    except Exception:  # noqa: BLE001 - a driver that cannot say is no finding
+        return None
+    words = {0: "OK", 1: "chipset not supported", 2: "GPU not supported", 3: "IOH topology not supported",
+             4: "disabled by the driver's registry key", 5: "not supported"}
+    return words.get(status, f"status {status}")
+
+
+def _ucx_version() -> str | None:
+    """The UCX version ``ucx_info -v`` reports, when the tool is on PATH (NIXL wheels bundle their own UCX)."""
+    exe = shutil.which("ucx_info")
+    if exe is None:
+        return None
+    import subprocess
+
+    try:
+        out = subprocess.run([exe, "-v"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        if "version" in line.lower():
+            return line.strip().lstrip("# ")
+    return None
 
 
 def check_nixl(facts: HostFacts, topology: Topology | None) -> Check | None:
@@ -309,8 +423,8 @@ def check_known_issues(profile: ModelProfile, facts: HostFacts, topology: Topolo
     return out
 
 
-def check_environment(env: Mapping[str, str]) -> Check:
-    if env.get("VLLM_ATTENTION_BACKEND"):
+def check_environment(env: Mapping[str, str], plan: LaunchPlan | None = None) -> Check:
+    if any(e.get("VLLM_ATTENTION_BACKEND") for e in server_envs(plan, env)):
         return _warn("environment", "VLLM_ATTENTION_BACKEND is set, and vLLM 0.24 ignores it (it only warns): "
                                     "use '--attention-backend NAME' (--arg), and unset it")
     return _ok("environment", "no ignored VLLM_* variables set")
@@ -328,6 +442,7 @@ def doctor(
     env: Mapping[str, str] | None = None,
     ports: Sequence[tuple[str, int]] | None = None,
     min_cache_free_gib: float = MIN_CACHE_FREE_GIB,
+    history: StartupHistory | None = None,
 ) -> list[Check]:
     """Every check, in reading order. ``plan`` (from ``up``/``plan``) narrows GPUs and ports to the layout;
     ``topology`` without a plan uses the planner's default ports and the first GPUs; ``plan_refused``: why the
@@ -348,16 +463,21 @@ def doctor(
     checks.append(check_interconnect(facts, scope))
     checks.append(check_gpu_memory(facts, nvml, scope, plan))
     checks.append(check_toolchain(facts))
-    checks.append(check_flashinfer_cubin(facts))
+    hint = ""
+    if history is not None and plan is not None and plan.servers:
+        hint = history.cold_hint(plan_key(plan), plan.servers[0].name)
+    checks.append(check_flashinfer_cubin(facts, plan, env, hint))
     checks += check_vllm(facts, plan)
     if plan is None or plan.proxy is None:
         nixl = check_nixl(facts, topology)
         if nixl is not None:
             checks.append(nixl)
+    if plan is not None and plan.proxy is not None:
+        checks += check_kv_path(facts, nvml, plan, env)
     checks.append(check_free_ports(plan, topology, ports))
     checks.append(check_compile_cache(env, facts.simulated, min_cache_free_gib))
     if profile is not None:
         checks.append(check_model_files(profile, env, facts.simulated))
         checks += check_known_issues(profile, facts, topology, plan, scope)
-    checks.append(check_environment(env))
+    checks.append(check_environment(env, plan))
     return checks

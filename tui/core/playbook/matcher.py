@@ -31,6 +31,11 @@ class Rules(Protocol):
 
 
 READY_MARK = "Application startup complete."
+#: a server's shutdown began: vLLM's own ``[shutdown]`` lines (0.24), uvicorn's, or the supervisor's stop marker.
+#: What it prints after that (0.24's abort-mode stop prints an ``EngineDeadError`` traceback) is no crash.
+SHUTDOWN = re.compile(r"\[shutdown\] |Shutting down FastAPI HTTP server|Waiting for application shutdown|"
+                      r"\[disagg-tui\] stopping this server")
+
 MAX_LINE_CHARS = 2000
 _ARGS = re.compile(r"non-default args: \{(?P<body>.*)\}")
 _DP_SIZE = re.compile(r"'data_parallel_size': (\d+)")
@@ -62,6 +67,7 @@ class Matcher:
         self._keys: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         self._deferred: list[Diagnosis] = []
         self._finished = False
+        self.shutting_down = False  # a shutdown line was seen: error entries no longer match
         self._refilter()
 
     # --- context ------------------------------------------------------------------------------------------
@@ -107,6 +113,8 @@ class Matcher:
         if not self.ready_seen and READY_MARK in text:
             self.ready_seen = True
         self._learn(text)
+        if not self.shutting_down and SHUTDOWN.search(text):
+            self.shutting_down = True
         out: list[Diagnosis] = []
         book = self.playbook
         rule_ids, probe_ids = book.candidates(text)
@@ -114,6 +122,8 @@ class Matcher:
             if not self._admitted[i]:
                 continue
             entry, probe = book.line_rules[i]
+            if self.shutting_down and entry.severity == "error":
+                continue  # the stop's own tracebacks: a clean stop is not a crash
             m = probe.regex.search(text)
             if m is None or not self._after_ok(entry, n):
                 continue

@@ -90,6 +90,12 @@ class KvTransferFigures:
     failed_notifications: float
     expired_requests: float
     failed_transfers_total: float | None = None
+    xfer_time_s: float = 0.0  # seconds spent transferring over the window (the histogram's sum)
+
+    @property
+    def mb_per_s(self) -> float | None:
+        """Transfer throughput over the window as vLLM's log states it (MiB per second of transfer time)."""
+        return self.bytes / float(1 << 20) / self.xfer_time_s if self.xfer_time_s > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +293,7 @@ class MetricsWindow:
             failed_notifications=counter_delta(sc, NIXL_FAILED_NOTIFICATIONS) or 0.0,
             expired_requests=counter_delta(sc, NIXL_EXPIRED) or 0.0,
             failed_transfers_total=exp.total(NIXL_FAILED_TRANSFERS),
+            xfer_time_s=xfer.sum if xfer is not None else 0.0,
         )
 
     def _disagg(self, sc: list[Scrape], exp: Exposition) -> DisaggProof | None:

@@ -98,7 +98,7 @@ def figures_dict(f: ServerFigures | None) -> dict[str, Any] | None:
             "bytes_per_s": _num(kv.bytes_per_s), "xfer_time_mean_ms": _ms(kv.xfer_time_mean_s),
             "xfer_time_p90_ms": _ms(kv.xfer_time_p90_s), "failed_transfers": _num(kv.failed_transfers),
             "failed_notifications": _num(kv.failed_notifications), "expired_requests": _num(kv.expired_requests),
-            "failed_transfers_total": _num(kv.failed_transfers_total)},
+            "failed_transfers_total": _num(kv.failed_transfers_total), "mb_per_s": _num(kv.mb_per_s)},
         "disaggregation": None if d is None else {
             "verdict": d.verdict, "external_kv_transfer_tokens": _num(d.external_tokens),
             "local_compute_tokens": _num(d.local_compute_tokens), "local_cache_hit_tokens": _num(d.cache_hit_tokens),
@@ -214,7 +214,8 @@ def server_line(s: dict[str, Any]) -> str:
             parts.append(f"{label} p50 {q['p50_ms']:.0f} p99 {q['p99_ms']:.0f} ms")
     kv = m["kv_transfer"]
     if kv is not None:
-        parts.append(f"KV xfer {_fmt(kv['transfers_per_s'], '.1f')}/s {_fmt(kv['bytes_per_s'], '.2e')} B/s"
+        parts.append(f"KV xfer {_fmt(kv['transfers_per_s'], '.1f')}/s {_fmt(kv.get('mb_per_s'), ',.1f')} MB/s "
+                     f"{_fmt(kv['bytes_per_s'], '.2e')} B/s"
                      + (f" FAILED {kv['failed_transfers']:.0f}" if kv["failed_transfers"] else ""))
     d = m["disaggregation"]
     if d is not None:
