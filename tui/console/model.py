@@ -18,11 +18,13 @@ from tui.core.events import Event, Notice
 from tui.core.launch.events import (
     LayoutChanged,
     LogLine,
+    ServerDeferred,
     ServerExited,
     ServerLaunched,
     ServerPhase,
     ServerReady,
     ServerStalled,
+    ServerSubPhase,
 )
 from tui.core.playbook import Diagnosis
 from tui.core.telemetry.derive import ServerFigures
@@ -74,6 +76,10 @@ class ServerView:
     exited: ServerExited | None = None
     stalled: ServerStalled | None = None
     last_line: str = ""
+    #: what its silent log hides (a JIT compile, a cache being written), while it lasts
+    subphase: ServerSubPhase | None = None
+    #: held back until these servers on its GPU have allocated their KV cache (a shared GPU's staggered start)
+    waits_for: tuple[str, ...] = ()
     logs: deque[tuple[int, str, str | None]] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
     #: counts the lines appended (the log pane appends only those new since it last drew)
     log_serial: int = 0
@@ -214,6 +220,7 @@ class ConsoleModel:
         v.expected_s, v.expected_source = ev.expected_s, ev.expected_source
         v.exited = None
         v.stalled = None
+        v.waits_for = ()
         self.dirty.update((SERVERS, BAND))
 
     def _log(self, ev: LogLine) -> None:
@@ -234,6 +241,18 @@ class ConsoleModel:
         v = self.server(ev.server)
         v.ready_s = ev.startup_s
         v.phase, v.progress = "ready", 1.0
+        v.subphase = None
+        self.dirty.update((SERVERS, BAND))
+
+    def _deferred(self, ev: ServerDeferred) -> None:
+        v = self.server(ev.server)
+        v.waits_for = ev.waits_for
+        v.gpus = v.gpus or ev.gpus
+        self.dirty.update((SERVERS, BAND))
+
+    def _subphase(self, ev: ServerSubPhase) -> None:
+        v = self.server(ev.server)
+        v.subphase = ev if ev.state == "running" else None
         self.dirty.update((SERVERS, BAND))
 
     def _exited(self, ev: ServerExited) -> None:
@@ -342,6 +361,8 @@ _HANDLERS: dict[type[Event], Callable[[ConsoleModel, Event], None]] = {
     ServerReady: ConsoleModel._ready,  # type: ignore[dict-item]
     ServerExited: ConsoleModel._exited,  # type: ignore[dict-item]
     ServerStalled: ConsoleModel._stalled,  # type: ignore[dict-item]
+    ServerSubPhase: ConsoleModel._subphase,  # type: ignore[dict-item]
+    ServerDeferred: ConsoleModel._deferred,  # type: ignore[dict-item]
     Diagnosis: ConsoleModel._diagnosis,  # type: ignore[dict-item]
     BenchStarted: ConsoleModel._bench_started,  # type: ignore[dict-item]
     BenchTick: ConsoleModel._bench_tick,  # type: ignore[dict-item]

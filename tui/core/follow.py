@@ -15,6 +15,7 @@ front end's event loop through ``EventBus.publish_threadsafe``.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -22,9 +23,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from tui.core.errors import InputError
 from tui.core.events import EventBus, event_from_dict
-from tui.core.launch.events import LayoutChanged, LogLine, ServerExited, ServerLaunched, ServerPhase, ServerReady
+from tui.core.launch import subphases
+from tui.core.launch.events import (
+    LayoutChanged,
+    LogLine,
+    ServerDeferred,
+    ServerExited,
+    ServerLaunched,
+    ServerPhase,
+    ServerReady,
+    ServerSubPhase,
+)
 from tui.core.launch.history import StartupHistory, expected_startup
 from tui.core.launch.phases import PhaseTracker
 from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
@@ -34,6 +47,8 @@ from tui.core.playbook import Diagnosis, MatchContext, Matcher, Playbook
 from tui.core.topology import parse_topology
 
 ACTIVE = ("starting", "ready", "stopping")
+#: how often a starting server's process tree and caches are sampled (what its silent log hides)
+SUBPHASE_PERIOD_S = 2.0
 #: how many of a server's last lines an exit event carries
 LAST_LINES = 25
 
@@ -49,6 +64,8 @@ class _Server:
     last: deque[str] = field(default_factory=lambda: deque(maxlen=LAST_LINES))
     ready_sent: bool = False
     exit_sent: bool = False
+    subs: subphases.SubPhaseTracker = field(default_factory=subphases.SubPhaseTracker)
+    env: dict[str, str] | None = None
 
 
 def shown_layout(layouts: dict[str, LayoutRecord]) -> LayoutRecord | None:
@@ -80,6 +97,8 @@ class LayoutFollower(threading.Thread):
         self._diagnosed: set[tuple[str, str, int | None]] = set()
         self._dismissed: set[str] = set()
         self._lock = threading.Lock()
+        self._next_sample = 0.0
+        self._deferred: set[str] = set()
 
     # --- control (any thread) ------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -119,15 +138,20 @@ class LayoutFollower(threading.Thread):
             self._publish_layout(rec)
         self._layout = rec
         self._add_processes(rec)
+        self._held_back(rec)
         for srv in self._servers.values():
             self._read(srv)
         self._check_processes(rec)
+        if rec.status == "starting" and time.monotonic() >= self._next_sample:
+            self._next_sample = time.monotonic() + SUBPHASE_PERIOD_S
+            self._sample_subphases()
         if rec.status == "failed":
             self._saved_diagnoses(rec)
 
     def _switch(self, rec: LayoutRecord) -> None:
         self._servers = {}
         self._diagnosed = set()
+        self._deferred = set()
         self._publish_layout(rec)
 
     def _publish_layout(self, rec: LayoutRecord) -> None:
@@ -165,6 +189,21 @@ class LayoutFollower(threading.Thread):
                 log=p.log, gpus=tuple(p.gpus), started=p.started,
                 expected_s=expected.seconds if expected else None,
                 expected_source=expected.describe() if expected else ""))
+
+    def _held_back(self, rec: LayoutRecord) -> None:
+        """Servers of the plan not launched yet while the layout starts: held back behind a GPU neighbour."""
+        if rec.status != "starting":
+            return
+        for s in rec.plan.get("servers", []):
+            name = str(s.get("name", ""))
+            if not name or name in self._servers or name in self._deferred:
+                continue
+            gpus = {int(g) for g in s.get("gpus", [])}
+            before = tuple(p.name for p in rec.processes if gpus & set(p.gpus))
+            if before:
+                self._deferred.add(name)
+                self.bus.publish_threadsafe(ServerDeferred(server=name, waits_for=before,
+                                                           gpus=tuple(sorted(gpus))))
 
     def _read(self, srv: _Server) -> None:
         path = Path(srv.record.log)
@@ -220,6 +259,26 @@ class LayoutFollower(threading.Thread):
                 if srv.matcher is not None and not srv.ready_sent and rec.status != "stopping":
                     for d in srv.matcher.finish(exit_code=p.exited, ready=False):
                         self._diagnosis(d)
+
+    def _sample_subphases(self) -> None:
+        """What each starting server's process tree and compile caches show (``up`` publishes the same from its
+        own process; a console that did not launch the layout sees it here)."""
+        for srv in self._servers.values():
+            p = srv.record
+            if p.role == "proxy" or srv.ready_sent or srv.exit_sent:
+                continue
+            if srv.env is None:
+                try:
+                    srv.env = dict(psutil.Process(p.pid).environ())
+                except psutil.Error:
+                    srv.env = dict(os.environ)
+            tree = subphases.sample_tree(p.pid)
+            caches = subphases.cache_sizes(subphases.cache_dirs(srv.env))
+            for tr in srv.subs.feed(self._elapsed(srv), tree, caches):
+                self.bus.publish_threadsafe(ServerSubPhase(
+                    server=p.name, key=tr.key, label=tr.label, state=tr.state, elapsed_s=tr.elapsed_s,
+                    phase=srv.tracker.phase.key, jobs=tr.jobs, cpu_s=tr.cpu_s, detail=tr.detail,
+                    cache_bytes=tr.cache_bytes))
 
     def _saved_diagnoses(self, rec: LayoutRecord) -> None:
         for d in rec.diagnoses:

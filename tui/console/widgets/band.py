@@ -124,6 +124,11 @@ def _startup(model: ConsoleModel, width: int) -> Text:
         if v.exited is not None:
             t.append(f"exited {v.exited.returncode} during {v.exited.during}", style=fmt.BAD)
             continue
+        if v.waits_for and not v.started:
+            t.append(f"held back: starts once {', '.join(v.waits_for)} allocated its KV cache on GPU "
+                     f"{','.join(map(str, v.gpus))} (a shared GPU's memory profiling would halve both caches)",
+                     style=fmt.DIM)
+            continue
         done = v.phase == "ready"
         t.append_text(fmt.bar(v.progress, bar_w, style=fmt.OK if done else fmt.BUSY))
         t.append(f" {v.progress * 100:3.0f}% ")
@@ -134,7 +139,9 @@ def _startup(model: ConsoleModel, width: int) -> Text:
             t.append(f" in {fmt.duration(v.ready_s)}")
         else:
             t.append(" " + _server_eta(model, v, short=width < 100))
-        if width >= 120 and v.last_line and not done:
+        if v.subphase is not None and not done:  # the silent log's reason, from the process tree and caches
+            t.append("\n" + " " * 11 + "↳ " + v.subphase.label, style=fmt.BUSY)
+        elif width >= 120 and v.last_line and not done:
             room = width - len(t.plain.splitlines()[-1]) - 4
             if room > 20:
                 tail = v.last_line.strip()

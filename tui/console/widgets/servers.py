@@ -21,6 +21,8 @@ def state_cell(model: ConsoleModel, v: ServerView) -> Text:
         return Text(f"exited {code if code is not None else '?'} ({v.exited.during})", style=fmt.BAD)
     if v.stalled is not None and v.phase != "ready":
         return Text(f"stalled {fmt.duration(v.stalled.silent_s)}", style=fmt.BAD)
+    if v.waits_for and not v.started:
+        return Text(f"held for {','.join(v.waits_for)}", style=fmt.DIM)
     starting = model.layout is not None and model.layout.status == "starting" and v.phase != "ready" \
         and v.role != "proxy"
     if starting:
