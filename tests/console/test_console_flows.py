@@ -94,6 +94,17 @@ async def test_walkthrough_1p1d_then_dp2_into_the_results() -> None:
         assert {c.topology for c in results.data.cells} == {"1p1d", "dp2"}
         rec = results.data.recommendation
         assert rec is not None and rec.summary.get("max_throughput", "not measured") != "not measured"
+        assert app.recorder is not None  # the session is recorded by default
+    # the recording holds what was seen and done: both layouts, both runs, the operator's launches
+    from tui.core import paths
+    from tui.core.record import Recording
+
+    (path,) = sorted(paths.recordings_dir().glob("*console*"))
+    with Recording.open(path) as recording:
+        kinds = {type(e).__name__ for e in recording.events()}
+        marks = {m.kind for m in recording.markers_of(None)}
+    assert {"GpuSampled", "ServerPhase", "BenchTick", "BenchDone", "OperatorAction"} <= kinds
+    assert {"phase", "run", "operator"} <= marks
 
 
 async def test_a_failed_start_is_diagnosed_and_fixed_with_one_key() -> None:

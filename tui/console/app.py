@@ -58,11 +58,14 @@ class ConsoleContext:
     replay: str | None = None
     #: ports for the layouts this console launches (endpoint, first server, first side channel); None: defaults
     ports: tuple[int, int, int] | None = None
+    #: record the session (a live console does by default)
+    record: bool = True
 
 
 def make_console(options: HostOptions | None = None, *, live: bool = True, clock: Callable[[], float] | None = None,
                  host: Host | None = None, catalog: Catalog | None = None, book: Playbook | None = None,
-                 events: Iterable[Event] = (), ports: tuple[int, int, int] | None = None) -> ConsoleApp:
+                 events: Iterable[Event] = (), ports: tuple[int, int, int] | None = None,
+                 record: bool = True) -> ConsoleApp:
     """The console on the host ``options`` select (``live``), or fed only by ``events`` (tests, replay)."""
     opts = options or HostOptions()
     if host is None and live:
@@ -71,7 +74,7 @@ def make_console(options: HostOptions | None = None, *, live: bool = True, clock
         host = select_host(opts)
     ctx = ConsoleContext(options=opts, host=host, catalog=catalog or Catalog.load(), store=StateStore(),
                          book=book if book is not None else (load_playbook() if live else None), live=live,
-                         ports=ports)
+                         ports=ports, record=record and live)
     app = ConsoleApp(ctx, clock=clock)
     for ev in events:
         app.model.apply(ev)
@@ -95,6 +98,7 @@ class ConsoleApp(App[int]):
         Binding("r", "mode('results')", "results"),
         Binding("p", "mode('playbook')", "playbook"),
         Binding("escape", "mode('dashboard')", "dashboard", show=False),
+        Binding("ctrl+t", "toggle_recording", "rec on/off"),
         Binding("q", "quit_console", "quit"),
         Binding("ctrl+c", "quit_console", "quit", show=False, priority=True),
     ]
@@ -112,6 +116,9 @@ class ConsoleApp(App[int]):
         self.last_launch: tuple[str, str, LaunchKnobs] | None = None
         self.draws = 0
         self.last_draw_ms = 0.0
+        #: the session's recording (on by default in a live console; ctrl+t toggles it)
+        self.recorder: Any = None
+        self.recording_path: str = ""
 
     # --- modes -------------------------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -146,6 +153,8 @@ class ConsoleApp(App[int]):
         self.follower.start()
         self.run_telemetry()
         self.run_reattach_check()
+        if self.ctx.record:
+            self.start_recording()
 
     @work(exclusive=True, group="telemetry", exit_on_error=False, description="GPU sampler and server poller")
     async def run_telemetry(self) -> None:
@@ -169,6 +178,44 @@ class ConsoleApp(App[int]):
         for c in running:
             self.notify(f"campaign {c.name} is running: {c.done}/{c.total} cells done (c to watch it)",
                         title="Reattached")
+
+    # --- recording ----------------------------------------------------------------------------------------------
+    @work(exclusive=True, group="recorder", thread=True, exit_on_error=False, description="starting the recording")
+    def start_recording(self) -> None:
+        """Record every event of the session (GPU samples, health, phases, logs, diagnoses, runs, the operator's
+        actions) under the data directory's ``recordings/``; flushed twice a second, replayable in this console."""
+        from tui.core.record import Recorder, new_header, recording_path
+        from tui.core.record.fingerprint import host_fingerprint
+
+        host = self.ctx.host
+        facts = host.facts if host is not None else None
+        rec = Recorder(recording_path("console"), new_header("disagg-tui console", host=host_fingerprint(
+            facts, simulated=bool(host and host.simulated)), simulated=bool(host and host.simulated))).start()
+        rec.attach(self.ctx.bus)
+        self.recorder, self.recording_path = rec, str(rec.path)
+        self.call_from_thread(self.notify, self.recording_path, title="recording this session", timeout=4)
+
+    @work(exclusive=True, group="recorder", thread=True, exit_on_error=False, description="closing the recording")
+    def stop_recording(self) -> None:
+        rec, self.recorder = self.recorder, None
+        if rec is not None:
+            stats = rec.close()
+            self.call_from_thread(self.notify, f"{self.recording_path}: {stats.events} events",
+                                  title="recording closed", timeout=4)
+
+    def action_toggle_recording(self) -> None:
+        if self.refuse_in_replay():
+            return
+        if self.recorder is None:
+            self.start_recording()
+        else:
+            self.stop_recording()
+
+    def operator(self, action: str, target: str = "", **detail: Any) -> None:
+        """What the operator did, on the bus (the recording keeps it; a replay's markers show it)."""
+        from tui.core.events import OperatorAction
+
+        self.ctx.bus.publish(OperatorAction(action=action, target=target, source="console", detail=detail))
 
     # --- drawing ---------------------------------------------------------------------------------------------
     def flush(self) -> None:
@@ -199,6 +246,7 @@ class ConsoleApp(App[int]):
             return None
         job = await asyncio.to_thread(start_job, name, argv)
         self.jobs.append(job)
+        self.operator(name, argv=argv)
         self.notify(job.shell(), title=f"{name} started", timeout=4)
         assert job.popen is not None
         code = await asyncio.to_thread(job.popen.wait)
@@ -247,3 +295,5 @@ class ConsoleApp(App[int]):
         self._unsubscribe()
         if self.follower is not None:
             self.follower.stop()
+        if self.recorder is not None:
+            self.recorder.close()  # its last events flushed; a kill loses at most the last half second

@@ -163,7 +163,7 @@ class ReplayConsoleApp(ConsoleApp):
 def make_replay(path: Path, *, speed: float = 1.0, options: HostOptions | None = None) -> ReplayConsoleApp:
     recording = Recording.open(path)
     ctx = ConsoleContext(options=options or HostOptions(sim=True), host=None, catalog=Catalog.load(),
-                         store=StateStore(), book=load_playbook(), live=False, replay=str(path))
+                         store=StateStore(), book=load_playbook(), live=False, replay=str(path), record=False)
     return ReplayConsoleApp(ctx, recording, speed=speed)
 
 

@@ -18,10 +18,12 @@ class HeaderBar(TextPanel):
 
     def draw(self, model: ConsoleModel, *, replay: str | None = None, screen: str = "") -> None:
         width = self.size.width or self.app.size.width
-        self.set_text(render_header(model, width, replay=replay, screen=screen))
+        recording = getattr(self.app, "recorder", None) is not None
+        self.set_text(render_header(model, width, replay=replay, screen=screen, recording=recording))
 
 
-def render_header(model: ConsoleModel, width: int, *, replay: str | None = None, screen: str = "") -> Text:
+def render_header(model: ConsoleModel, width: int, *, replay: str | None = None, screen: str = "",
+                  recording: bool = False) -> Text:
     t = Text()
     t.append(" disagg-tui ", style="bold reverse")
     if replay:
@@ -44,6 +46,8 @@ def render_header(model: ConsoleModel, width: int, *, replay: str | None = None,
         if width >= 120 and lay.since:
             t.append(" since " + time.strftime("%H:%M:%S", time.localtime(lay.since)), style=fmt.DIM)
     clock = time.strftime("%H:%M:%S", time.localtime(model.clock()))
+    if recording:
+        clock = "⏺ rec  " + clock
     pad = width - len(t.plain) - len(clock) - 1
     if pad > 0:
         t.append(" " * pad)
