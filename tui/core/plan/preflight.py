@@ -54,6 +54,25 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def only_time_wait(port: int) -> bool:
+    """True when the sockets on local ``port`` are all connections in TIME-WAIT (Linux ``/proc/net/tcp``): no
+    listener, only what a closed one left. They block a bind only when that listener lacked SO_REUSEADDR, and
+    clear within ~60 s."""
+    states: list[str] = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name, encoding="ascii") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            with contextlib.suppress(IndexError, ValueError):
+                if int(cols[1].rsplit(":", 1)[1], 16) == port:
+                    states.append(cols[3])
+    return bool(states) and all(st == "06" for st in states)
+
+
 def check_ports(plan: LaunchPlan) -> list[Check]:
     out: list[Check] = []
     busy: list[str] = []
@@ -64,7 +83,9 @@ def check_ports(plan: LaunchPlan) -> list[Check]:
         entries += [(f"{s.name} NIXL side channel", "127.0.0.1", p) for p in s.side_channel_ports()]
     for name, host, port in entries:
         if not port_free(host, port):
-            busy.append(f"{port} ({name})")
+            why = (": only connections in TIME-WAIT, left by a listener without SO_REUSEADDR; free within ~60 s"
+                   if only_time_wait(port) else "")
+            busy.append(f"{port} ({name}{why})")
     if busy:
         out.append(Check("ports", FAIL, f"in use: {', '.join(busy)}"))
     else:
