@@ -10,10 +10,13 @@ from tui.core.host.base import Host, HostOptions
 from tui.core.host.local import LocalHost
 from tui.core.host.nvml import NvmlUnavailable, open_nvml
 from tui.sim.faults import INJECTABLE
+from tui.sim.host import MAX_SIM_GPUS as SIM_MAX_GPUS
 from tui.sim.host import SimHost
 
 #: the simulated failures ``--sim-fault`` can inject (the front ends' choices)
 SIM_FAULTS = INJECTABLE
+#: the most GPUs ``--sim-gpus`` may ask for
+MAX_SIM_GPUS = SIM_MAX_GPUS
 
 
 def select_host(options: HostOptions) -> Host:

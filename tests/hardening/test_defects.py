@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import time
 from pathlib import Path
@@ -95,3 +94,70 @@ def test_preflight_names_a_port_held_only_by_time_wait() -> None:
                   PlanOptions(port=port, server_base_port=free_port(), side_channel_base=free_port()))
     check = next(c for c in check_ports(layout) if c.name == "ports")
     assert check.status == "fail" and "TIME-WAIT" in check.reason and str(port) in check.reason
+
+
+def test_sim_gpus_has_an_upper_bound() -> None:
+    """Defect 2: ``--sim-gpus 100000`` ran for over 30 s without an answer; now one line, exit 2, at once."""
+    start = time.monotonic()
+    res = run_cli(["--sim-gpus", "100000", "plan", "--model", MODEL, "--topology", "tp1"])
+    assert res.code == 2
+    assert "--sim-gpus" in res.err and "72" in res.err and len(res.err_lines) == 1
+    assert time.monotonic() - start < 5
+    assert run_cli(["plan", "--sim-gpus", "0", "--model", MODEL, "--topology", "tp1"]).code == 2
+
+
+def test_sim_gpus_bound_holds_in_the_core_too() -> None:
+    """The console reaches the simulated host without argparse: SimHost refuses the same count."""
+    from tui.core.errors import InputError
+    from tui.core.host.base import HostOptions
+    from tui.hosts import select_host
+
+    with pytest.raises(InputError, match="--sim-gpus"):
+        select_host(HostOptions(sim=True, sim_gpus=100000))
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://[::1]:notaport", "http://host:99999", "ftp://x:1", "http://"])
+def test_bench_endpoint_bad_url_is_one_line(url: str) -> None:
+    """Defect 3: ``bench --endpoint 'http://[::1'`` printed a traceback (ValueError: Invalid IPv6 URL)."""
+    res = run_cli(["bench", "--endpoint", url, "--num-prompts", "1"])
+    assert res.code == 2, res.err
+    assert no_traceback(res) and len(res.err_lines) == 1 and "--endpoint" in res.err
+
+
+def test_ipv6_endpoint_url_keeps_its_brackets() -> None:
+    from tui.core.bench.streamclient import StreamClient, parse_endpoint
+
+    ep = parse_endpoint("http://[::1]:8000/v1/")
+    assert ep.url == "http://[::1]:8000/v1"
+    assert b"Host: [::1]:8000\r\n" in StreamClient(ep.url).request_bytes("/completions", b"{}")
+
+
+@pytest.mark.timeout(60)
+def test_bench_against_a_server_that_never_answers_ends_in_bounded_time(tmp_path: Path) -> None:
+    """Defect 4: a server that accepts and never answers kept ``bench`` at 'warm-up: 0/5 done' forever. Now the
+    run-level stall timeout (--no-token-timeout) ends it with a verdict, exit 1."""
+    from tests.hardening.badserver import MODEL as BAD_MODEL
+    from tests.hardening.badserver import BadServer
+
+    with BadServer("no-stream") as srv:
+        start = time.monotonic()
+        res = run_cli(["bench", "--endpoint", srv.url, "--served-model", BAD_MODEL, "--prompt-format", "ids",
+                       "--num-prompts", "4", "--input-len", "16", "--output-len", "4", "--no-token-timeout", "1",
+                       "-q"])
+        took = time.monotonic() - start
+    assert res.code == 1, res.err
+    assert "stalled: no token for 1 s" in res.err and no_traceback(res)
+    assert took < 30
+
+
+@pytest.mark.timeout(60)
+def test_bench_request_timeout_fails_each_request_with_its_reason() -> None:
+    from tests.hardening.badserver import MODEL as BAD_MODEL
+    from tests.hardening.badserver import BadServer
+
+    with BadServer("headers-only") as srv:
+        res = run_cli(["bench", "--endpoint", srv.url, "--served-model", BAD_MODEL, "--prompt-format", "ids",
+                       "--num-prompts", "2", "--input-len", "16", "--output-len", "4", "--request-timeout", "1",
+                       "--no-token-timeout", "0", "-q"])
+    assert res.code == 1, res.err
+    assert "timed out after 1 s" in res.err and no_traceback(res)

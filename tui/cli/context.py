@@ -8,11 +8,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from tui.cli.argtypes import nonneg_float, positive_float, positive_int
+from tui.cli.argtypes import bounded_int, nonneg_float, positive_float
 from tui.core.errors import InputError
 from tui.core.host.base import Host, HostOptions
 from tui.core.profiles import Catalog
-from tui.hosts import SIM_FAULTS, select_host
+from tui.hosts import MAX_SIM_GPUS, SIM_FAULTS, select_host
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
@@ -23,8 +23,8 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = Fal
                    help="use the simulated host (automatic when no NVIDIA driver answers)")
     g.add_argument("--sim-gpu", choices=("b200", "h200"), default=default,
                    help="simulated GPU model (default b200)")
-    g.add_argument("--sim-gpus", type=positive_int, default=default, metavar="N",
-                   help="number of simulated GPUs (default 2)")
+    g.add_argument("--sim-gpus", type=bounded_int(1, MAX_SIM_GPUS, " (a simulated host)"), default=default, metavar="N",
+                   help=f"number of simulated GPUs, up to {MAX_SIM_GPUS} (default 2)")
     g.add_argument("--sim-fault", action="append", choices=SIM_FAULTS, default=default, metavar="NAME",
                    help=f"inject a known failure into simulated servers (repeatable): {', '.join(SIM_FAULTS)}")
     g.add_argument("--sim-startup", type=nonneg_float, default=default, metavar="SECONDS",

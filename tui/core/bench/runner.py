@@ -51,7 +51,8 @@ class BenchOptions:
     headers: dict[str, str] = field(default_factory=dict)
     tick_s: float = 0.25
     worker_cpu: int | None = None
-    timeout_s: float = 6 * 3600.0
+    timeout_s: float = 6 * 3600.0  # one request, end to end (vllm bench's 6 h)
+    stall_timeout_s: float = 120.0  # stop the run when no token arrives for this long with requests out; 0: never
 
 
 @dataclass
@@ -106,7 +107,7 @@ def worker_config(opts: BenchOptions, endpoint: str, model: str) -> dict[str, An
             "burstiness": w.burstiness, "max_concurrency": w.max_concurrency, "seed": w.seed,
             "ignore_eos": w.ignore_eos, "extra_body": opts.extra_body, "headers": opts.headers,
             "request_id_prefix": f"bench-{int(time.time()) & 0xFFFFFF:06x}-", "tick_s": opts.tick_s,
-            "timeout_s": opts.timeout_s,
+            "timeout_s": opts.timeout_s, "stall_s": opts.stall_timeout_s,
         },
         "dataset": dataset,
         "warmup": opts.warmup,
@@ -302,6 +303,8 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
         meta.client = final.get("client") or {}
     if error:
         status, message = "failed", error
+    elif final is not None and final.get("stalled"):
+        status, message = "failed", str(final["stalled"])
     elif aborted or final is None or final.get("aborted"):
         status, message = "incomplete", "stopped before every request finished"
     elif not records:
@@ -313,6 +316,8 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
         flags.append("failed-requests")
     if status == "incomplete":
         flags.append("incomplete")
+    if final is not None and final.get("stalled"):
+        flags.append("stalled")
     await bracket.close(meta, int(summary["total_output_tokens"]) if summary else 0, shared_prefix_share(opts),
                         directory)
     await asyncio.to_thread(writer.finish, status, summary, message=message)
