@@ -30,6 +30,11 @@ def run_cli(argv: Sequence[str]) -> CliResult:
             code = main(list(argv))
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        except Exception:  # an escaped exception is what the corpus looks for: record it as the operator sees it
+            import traceback
+
+            err.write(traceback.format_exc())
+            code = -1
     return CliResult(code, out.getvalue(), err.getvalue())
 
 

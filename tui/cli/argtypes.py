@@ -13,8 +13,8 @@ def _number(text: str, kind: type[int] | type[float]) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected {'a whole number' if kind is int else 'a number'}, got {text!r}") from None
-    if isinstance(value, float) and math.isnan(value):
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
 
 

@@ -248,6 +248,7 @@ def _register_doctor(sub: Any) -> None:
 def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
     from tui.core.playbook.doctor import doctor
 
+    gpus = parse_gpu_list(args.gpus)  # a bad list is refused even when no layout is checked
     host = ctx.host
     facts = host.facts
     profile = ctx.catalog.model(args.model) if args.model else None
@@ -257,7 +258,7 @@ def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
     refused = None
     if profile is not None and topo is not None:
         try:
-            launch = plan(profile, topo, facts, PlanOptions(gpus=parse_gpu_list(args.gpus),
+            launch = plan(profile, topo, facts, PlanOptions(gpus=gpus,
                                                             vllm_executable=getattr(args, "vllm", None) or "vllm"))
         except PlanRefused as exc:
             refused = exc.one_line()
