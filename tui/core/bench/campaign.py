@@ -182,7 +182,7 @@ class CampaignStore:
                 raise InputError(f"campaign {self.spec.name!r} exists with other cells", field="--campaign",
                                  hint="choose another --campaign name, or repeat the same command to resume")
             return True
-        self.dir.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(self.dir)
         write_json(f, {**self.spec.to_dict(), "created": time.time()})
         return False
 
@@ -212,7 +212,7 @@ class CampaignStore:
         if keep_runner_record and (d / RUN_FILE).exists():
             with contextlib.suppress(InputError):
                 return load_run(d)
-        d.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(d)
         rate = wl.request_rate if cell.rate is None else cell.rate
         meta = RunMeta(campaign=safe_name(self.spec.name), name=d.name, topology=cell.topology,
                        workload=cell.workload, request_rate=None if math.isinf(rate) else rate, repeat=cell.repeat,

@@ -138,9 +138,15 @@ def load_prompts_file(path: str | Path, default_output_len: int, num_prompts: in
     """Prompts from a JSONL file (cycled when ``num_prompts`` exceeds the file's lines)."""
     p = Path(path).expanduser()
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        data = p.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read prompts: {exc.strerror}", file=p) from None
+    try:
+        # split on newlines only: str.splitlines would also split inside a prompt at U+2028 and the like
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", file=p, line=data.count(b"\n", 0, exc.start) + 1
+                         ) from None
     prompts: list[Prompt] = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():

@@ -138,7 +138,7 @@ class LoadGenerator:
         stall = asyncio.create_task(self._stall_watch()) if self.s.stall_s > 0 else None
         try:
             warm = await self._warmup()
-            if self.stalled:
+            if self._stall_reason():
                 return {"t": "error", "message": f"warm-up {self.stalled}"}
             if warm is not None:
                 return warm
@@ -150,7 +150,7 @@ class LoadGenerator:
                     return self._final(0.0, aborted=True)
             final = await self._main()
             self.sink(self.tick())  # the last figures (a run shorter than a tick gets one too)
-            if self.stalled:
+            if self._stall_reason():
                 final["stalled"] = self.stalled
             return final
         finally:
@@ -161,6 +161,9 @@ class LoadGenerator:
             for t in list(self._tasks):
                 t.cancel()
             self.client.close()
+
+    def _stall_reason(self) -> str:
+        return self.stalled  # a method: the stall watch sets it while the run awaits
 
     def _stopped(self) -> bool:
         return self.stop_requested  # a method: the flag changes while the dispatch loop sleeps

@@ -19,7 +19,7 @@ from typing import Any
 
 from tui.core import paths
 from tui.core.bench import serverside
-from tui.core.bench.dataset import RandomSpec
+from tui.core.bench.dataset import RandomSpec, load_prompts_file
 from tui.core.bench.events import BenchDone, BenchStarted, BenchTick
 from tui.core.bench.live import LiveWindow
 from tui.core.bench.metrics import DEFAULT_METRICS, DEFAULT_PERCENTILES, summarize
@@ -148,7 +148,9 @@ async def resolve_model(endpoint: str, model: str | None) -> tuple[str, dict[str
 def check_options(opts: BenchOptions) -> None:
     """Refuse a workload the worker could not build, before anything is created (InputError, exit 2)."""
     w = opts.workload
-    if not opts.prompts_file:
+    if opts.prompts_file:
+        load_prompts_file(opts.prompts_file, w.output_len, w.num_prompts)  # a bad file is refused before the run
+    else:
         RandomSpec(input_len=w.input_len, output_len=w.output_len, num_prompts=w.num_prompts,
                    range_ratio=w.range_ratio, prefix_len=w.prefix_len, seed=w.seed,
                    vocab_size=opts.vocab_size).check()

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from tui import __version__
+from tui.core import paths
 from tui.core.telemetry import prom
 from tui.core.telemetry.derive import (
     DEFAULT_MIN_EXTERNAL_SHARE,
@@ -245,7 +246,7 @@ def jit_lines(offsets: Mapping[str, int], limit: int = 20) -> list[str]:
 def copy_logs(logs: Iterable[str], dest: Path, max_bytes: int = 20 * 1024 * 1024) -> list[str]:
     """Copy the servers' logs into the run (the last ``max_bytes`` of each)."""
     copied = []
-    dest.mkdir(parents=True, exist_ok=True)
+    paths.make_dirs(dest)
     for path in logs:
         p = Path(path)
         with contextlib.suppress(OSError):

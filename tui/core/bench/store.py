@@ -174,7 +174,7 @@ class RunWriter:
                  plan: dict[str, Any] | None = None) -> None:
         self.dir = directory
         self.meta = meta
-        directory.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(directory)
         (directory / PARTS_DIR).mkdir(exist_ok=True)
         if workload is not None:
             write_json(directory / "workload.json", workload)
@@ -391,7 +391,7 @@ def import_vllm_result(file: Path, *, campaign: str = "imported", topology: str 
     for key, value in (meta_extra or {}).items():
         setattr(meta, key, value)
     meta.ended = meta.started + float(data.get("duration") or 0.0)
-    directory.mkdir(parents=True, exist_ok=True)
+    paths.make_dirs(directory)
     records = records_from_vllm_json(data)
     summary = strip_detailed(data)
     summary.setdefault("topology", topo)

@@ -152,7 +152,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
     argv = bench_argv(command, opts, target.endpoint, model, tokenizer, out_dir, target.topology)
 
     def prepare_dir() -> None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(out_dir)
         (directory / "command.txt").write_text(" ".join(argv) + "\n", encoding="utf-8")
 
     await asyncio.to_thread(prepare_dir)
