@@ -137,9 +137,10 @@ def cases() -> Iterator[Case]:
                                                      "--apply-fix", "no-such-fix"], "no-such-fix")
     yield c("layout flags", "run-workload-unknown", ["run", "--model", M, "--topology", "tp1", "--workload", "nope"],
             ("--workload", "nope"))
-    yield c("layout flags", "run-rates-word", ["run", "--model", M, "--topology", "tp1", "-w", "decode-heavy", "--rates", "abc"], "--rates")
-    yield c("layout flags", "run-rates-zero", ["run", "--model", M, "--topology", "tp1", "-w", "decode-heavy", "--rates", "0"], "--rates")
-    yield c("layout flags", "run-rates-empty", ["run", "--model", M, "--topology", "tp1", "-w", "decode-heavy", "--rates", ""], "--rates")
+    run = ("run", "--model", M, "--topology", "tp1", "-w", "decode-heavy")
+    yield c("layout flags", "run-rates-word", [*run, "--rates", "abc"], "--rates")
+    yield c("layout flags", "run-rates-zero", [*run, "--rates", "0"], "--rates")
+    yield c("layout flags", "run-rates-empty", [*run, "--rates", ""], "--rates")
     # --- status, down, watch, doctor, proxy -----------------------------------------------------------------------
     yield c("other commands", "status-unknown-flag", ["status", "--bogus"], "--bogus")
     yield c("other commands", "down-unknown-flag", ["down", "--json"], "--json")
@@ -201,8 +202,9 @@ def cases() -> Iterator[Case]:
     for path in sorted((FIXTURES / "bad_profiles").glob("*.yaml")):
         line, fld, text = expectation(path)
         # a YAML syntax error names the file and line; the field it was in is known only to the loader
+        syntax = "YAML syntax" in text or "duplicate key" in text
         yield c("model profiles", path.stem, ["plan", "--model", "{T}/m.yaml", "--topology", "tp1"],
-                (f"m.yaml:{line}", "" if "YAML syntax" in text or "duplicate key" in text else fld, text), files={"m.yaml": path.read_bytes()})
+                (f"m.yaml:{line}", "" if syntax else fld, text), files={"m.yaml": path.read_bytes()})
     yield c("model profiles", "operator-profile-broken", [*PLAN],
             ("config:profiles/models/mine.yaml"[7:], "expected a mapping"),
             files={"config:profiles/models/mine.yaml": b"[1]\n"})
