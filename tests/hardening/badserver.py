@@ -110,8 +110,8 @@ class BadServer:
                 else:
                     self._get(writer, path)
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, asyncio.CancelledError):
+            pass  # the client went away, or the server is closing
         finally:
             self._writers.discard(writer)
             with contextlib.suppress(Exception):

@@ -281,7 +281,8 @@ class LoadGenerator:
                 last, since = seen, now
                 continue
             if now - since >= self.s.stall_s:
-                self.stalled = (f"stalled: no token for {self.s.stall_s:g} s with {len(out)} request(s) in flight "
+                sent = max(1, len(out) - self.waiting)  # not those still queued for a --max-concurrency slot
+                self.stalled = (f"stalled: no token for {self.s.stall_s:g} s with {sent} request(s) in flight "
                                 "(the server accepted them and went silent)")
                 self.stop()
                 return
