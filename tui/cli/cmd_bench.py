@@ -337,6 +337,8 @@ def _flag_text(flag: str, r: Run) -> str:
         return f"{r.summary.get('failed', 0)} request(s) failed"
     if flag == "incomplete":
         return "incomplete run"
+    if flag == "server-died":
+        return "a process of the layout died during the run: " + r.meta.message
     if flag == "stalled":
         return "the run was stopped: no token arrived for --no-token-timeout seconds"
     if flag == "server-busy-at-start":

@@ -24,9 +24,10 @@ from tui.core.bench.events import BenchDone, BenchStarted, BenchTick
 from tui.core.bench.live import LiveWindow
 from tui.core.bench.metrics import DEFAULT_METRICS, DEFAULT_PERCENTILES, summarize
 from tui.core.bench.store import Run, RunMeta, RunWriter, load_run, rate_label, run_name, safe_name
-from tui.core.errors import InputError
+from tui.core.errors import InputError, RunFailed
 from tui.core.events import EventBus
 from tui.core.launch.state import LayoutRecord
+from tui.core.launch.supervisor import process_alive
 from tui.core.profiles import Workload
 
 _LINE_LIMIT = 1 << 27
@@ -289,7 +290,10 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
             on_tick(tick)
 
     config = worker_config(opts, target.endpoint, model)
-    result = await _drive_worker(config, writer, live, publish, at_start)
+    try:
+        result = await _drive_worker(config, writer, live, publish, at_start)
+    except OSError as exc:  # a journal or parquet write failed (disk full): what reached the disk stays there
+        raise _write_failed(meta.id, directory, exc) from None
     final, error, aborted = result.final, result.error, result.aborted
     meta.prompts = result.prompts
     records = writer.records
@@ -303,7 +307,12 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
         summary = summarize(records, duration, goodput=opts.goodput or None, percentiles=opts.percentiles,
                             metrics=opts.metrics, header=summary_header(opts, target, model))
         meta.client = final.get("client") or {}
-    if error:
+    dead = await asyncio.to_thread(dead_processes, target.layout)
+    if "proxy" in dead:
+        status, message = "failed", "the layout's proxy died during the run: the requests after it could not be sent"
+    elif dead:
+        status, message = "incomplete", f"{', '.join(dead)} died during the run (see 'disagg-tui status')"
+    elif error:
         status, message = "failed", error
     elif final is not None and final.get("stalled"):
         status, message = "failed", str(final["stalled"])
@@ -320,9 +329,17 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
         flags.append("incomplete")
     if final is not None and final.get("stalled"):
         flags.append("stalled")
+    if dead:
+        flags.append("server-died")
     await bracket.close(meta, int(summary["total_output_tokens"]) if summary else 0, shared_prefix_share(opts),
                         directory)
-    await asyncio.to_thread(writer.finish, status, summary, message=message)
+    try:
+        await asyncio.to_thread(writer.finish, status, summary, message=message)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # a few hundred bytes may still fit: say why the run has no summary
+            writer.meta.status, writer.meta.message = "failed", f"results could not be written: {exc}"
+            writer.save_meta()
+        raise _write_failed(meta.id, directory, exc) from None
     run = await asyncio.to_thread(load_run, directory)
     done = BenchDone(run_id=meta.id, status=status, run_dir=str(directory), summary=summary or {},
                      flags=tuple(flags), message=message)
@@ -331,6 +348,21 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     if result.cancelled:
         raise asyncio.CancelledError
     return run
+
+
+def dead_processes(layout: LayoutRecord | None) -> list[str]:
+    """The layout's processes (servers, the proxy) that are no longer running."""
+    if layout is None:
+        return []
+    return [p.name for p in layout.processes if p.pid > 0 and not process_alive(p.pid, p.create_time)]
+
+
+def _write_failed(run_id: str, directory: Path, exc: OSError) -> RunFailed:
+    """A run whose results could not be written: no summary is left that could pass for a good one (the summary is
+    written whole or not at all, and the run stays marked unfinished), the finished requests' journal is kept."""
+    return RunFailed(f"cannot write the results of run {run_id} to {directory}: {exc.strerror or exc}",
+                     hint="free some space there; the requests that finished are kept in its journal, and "
+                          "'disagg-tui results' lists the run as incomplete")
 
 
 @dataclass

@@ -117,9 +117,15 @@ class RunMeta:
 
 
 def write_json(path: Path, data: Any) -> None:
+    """Whole or not at all: a reader never finds half a file (a full disk leaves the old file, or none)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _to_wire(rec: RequestRecord) -> dict[str, Any]:
