@@ -27,7 +27,7 @@ def select_host(options: HostOptions) -> Host:
         module = open_nvml()
     except NvmlUnavailable as exc:
         return SimHost(options, reason=f"SIMULATED host: {exc}")
-    return LocalHost(module, options.vllm)
+    return LocalHost(module, options.vllm, api_key=options.api_key)
 
 
 def host_for_layout(options: HostOptions, simulated_layout: bool | None, default: Host | None = None) -> Host:

@@ -122,7 +122,8 @@ def workload_from_args(args: argparse.Namespace, ctx: CliContext, name: str | No
     return w
 
 
-def options_from_args(args: argparse.Namespace, workload: Workload, vocab: int | None) -> BenchOptions:
+def options_from_args(args: argparse.Namespace, workload: Workload, vocab: int | None, api_key: str | None = None
+                      ) -> BenchOptions:
     extra: dict[str, Any] = {}
     if args.extra_body:
         try:
@@ -140,6 +141,7 @@ def options_from_args(args: argparse.Namespace, workload: Workload, vocab: int |
         warmup=-1 if args.warmup is None else args.warmup, goodput=parse_goodput(args.goodput or []),
         extra_body=extra, prompt_format=args.prompt_format,
         timeout_s=args.request_timeout, stall_timeout_s=args.no_token_timeout,
+        headers={"Authorization": f"Bearer {key}"} if (key := api_key) else {},
     )
 
 
@@ -254,7 +256,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         raise InputError("--prompts gives the prompts; drop --input-len", field="--prompts")
     target, vocab = active_target(args, ctx)
     workload = workload_from_args(args, ctx, args.workload)
-    opts = options_from_args(args, workload, vocab)
+    opts = options_from_args(args, workload, vocab, ctx.api_key)
     target.campaign = args.campaign or "bench"
     progress = ProgressLine(ctx.err, enabled=not args.quiet)
     runs: list[Run] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -31,6 +32,9 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = Fal
                    help="how long a simulated cold start takes (default compressed to ~4 s; 0 = real-time ~2-15 min)")
     g.add_argument("--sim-clock", type=positive_float, default=default, metavar="X",
                    help="simulated token pacing speed-up (default 1 = real time)")
+    g.add_argument("--api-key", default=default, metavar="KEY",
+                   help="vLLM's API key: servers started here require it, bench and run send it (default: "
+                        "$VLLM_API_KEY); never shown in plans or written to state, logs or results")
     g.add_argument("--vllm", default=default, metavar="PATH",
                    help="the vllm executable (default: found on PATH; it often lives in its own venv)")
 
@@ -82,7 +86,15 @@ class CliContext:
             sim_startup_s=getattr(a, "sim_startup", None),
             sim_clock=getattr(a, "sim_clock", None),
             vllm=getattr(a, "vllm", None),
+            api_key=self.api_key,
         )
+
+    @property
+    def api_key(self) -> str | None:
+        key = getattr(self.args, "api_key", None) or os.environ.get("VLLM_API_KEY") or None
+        if key is not None and (not key.strip() or any(c.isspace() for c in key)):
+            raise InputError("must be one word without spaces", field="--api-key")
+        return key
 
     @property
     def catalog(self) -> Catalog:

@@ -78,6 +78,8 @@ class SimHost(Host):
         env = paths.child_env(self.sim_env(spec.name, profile_json))
         env.update(spec.env_dict())
         env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.options.api_key:
+            env["VLLM_API_KEY"] = self.options.api_key  # the environment, not --api-key: vLLM logs its argv
         return Command(argv=argv, env=env)
 
     def nvml(self) -> Any:

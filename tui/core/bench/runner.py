@@ -129,12 +129,13 @@ def summary_header(opts: BenchOptions, target: BenchTarget, model: str) -> dict[
     }
 
 
-async def resolve_model(endpoint: str, model: str | None) -> tuple[str, dict[str, Any]]:
+async def resolve_model(endpoint: str, model: str | None, headers: dict[str, str] | None = None
+                        ) -> tuple[str, dict[str, Any]]:
     """The served model name (given, or the first of ``/v1/models``) and what the server says about itself."""
     import httpx
 
     try:
-        info = await serverside.server_info(endpoint)
+        info = await serverside.server_info(endpoint, headers=headers)
     except (httpx.HTTPError, ValueError) as exc:
         if model:
             return model, {"server_version": None, "models": [], "error": str(exc)}
@@ -185,7 +186,7 @@ async def prepare_run(opts: BenchOptions, target: BenchTarget) -> RunSetup:
     """Check the options, ask the endpoint for its model, and name the run's directory (ours and vllm's runner)."""
     w = opts.workload
     check_options(opts)
-    model, info = await resolve_model(target.endpoint, opts.model)
+    model, info = await resolve_model(target.endpoint, opts.model, opts.headers)
     rate = None if math.isinf(w.request_rate) else w.request_rate
     name = target.name or (run_name(target.topology, w.name, rate, target.repeat)
                            + time.strftime("-%Y%m%d-%H%M%S"))

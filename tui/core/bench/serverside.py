@@ -318,10 +318,11 @@ def fingerprint(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return out
 
 
-async def server_info(base_url: str, timeout_s: float = 10.0) -> dict[str, Any]:
+async def server_info(base_url: str, timeout_s: float = 10.0, *, headers: dict[str, str] | None = None
+                      ) -> dict[str, Any]:
     """``/version`` and ``/v1/models`` of an endpoint (what model it serves; empty values when it does not say)."""
     info: dict[str, Any] = {"server_version": None, "models": [], "max_model_len": None}
-    async with httpx.AsyncClient(timeout=timeout_s) as client:
+    async with httpx.AsyncClient(timeout=timeout_s, headers=headers) as client:
         with contextlib.suppress(httpx.HTTPError, ValueError):
             r = await client.get(base_url.rstrip("/") + "/version")
             if r.status_code == 200:
