@@ -46,7 +46,6 @@ def test_a_non_loopback_host_warns(host: str, warns: bool) -> None:
 def _raw(port: int, request: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(request)
-        s.shutdown(socket.SHUT_WR)
         out = b""
         while chunk := s.recv(65536):
             out += chunk
@@ -72,7 +71,7 @@ def test_the_proxy_calls_only_its_own_servers() -> None:
                         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
                 _raw(port, head + body)
             assert other.requests == 0
-            assert prefill.requests == 4  # each went to the proxy's own prefill server (whose stub answer ends it)
+            assert prefill.requests == 3  # each completion went to the proxy's own prefill ('//host/...' is a 404)
         finally:
             px.stop()
 
