@@ -107,3 +107,13 @@ def test_api_key_is_passed_through_and_never_written(isolated_dirs: Path) -> Non
     assert leaks == []
     for folder in (paths.state_dir() / "layouts", paths.runs_dir()):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
+
+
+def test_an_ipv6_host_gives_bracketed_urls() -> None:
+    """Found by the corpus: ``--host ::1`` planned the endpoint ``http://::1:8000``, a URL nothing can parse."""
+    res = run_cli(["plan", "--sim", "--model", MODEL, "--topology", "1p1d", "--host", "::1", "--json",
+                   "--no-preflight"])
+    plan = json.loads(res.out)["plan"]
+    assert plan["endpoint"] == f"http://[::1]:{plan['proxy']['port']}"
+    assert all(s["url"].startswith("http://[::1]:") for s in plan["servers"])
+    assert httpx.URL(plan["endpoint"]).host == "::1"
