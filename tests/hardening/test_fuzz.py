@@ -97,7 +97,7 @@ def test_yaml_loaders_take_any_change_to_a_good_file(fn: Any, base: str, change:
     _only_input_errors(fn, _yaml_of(_mutate(data, *change)))
 
 
-@settings(max_examples=25)  # each example compiles the entries' regular expressions
+@settings(max_examples=15)  # each example compiles the entries' regular expressions
 @given(change=mutation)
 def test_playbook_loader_takes_any_change_to_an_entry(change: tuple[list[int], Any]) -> None:
     data = yaml.safe_load(PLAYBOOK_TEXT)
@@ -150,6 +150,7 @@ def test_prometheus_parser_takes_any_bytes_decoded(data: bytes) -> None:
     prom.parse(data.decode("utf-8", "replace"))
 
 
+@settings(max_examples=30)
 @given(st.dictionaries(metric_names, st.lists(st.tuples(st.dictionaries(label_names, label_values, max_size=3),
                                                         values), min_size=1, max_size=3), min_size=1, max_size=4))
 def test_prometheus_render_parse_round_trip(families: dict[str, list[tuple[dict[str, str], float]]]) -> None:
@@ -329,6 +330,7 @@ RESULT = {k: (v[:8] if isinstance(v, list) and len(v) == len(FULL_RESULT["ttfts"
           for k, v in FULL_RESULT.items()}
 
 
+@settings(max_examples=30)  # each example writes and reads a run directory
 @given(change=mutation)
 def test_vllm_result_reader_takes_any_change(change: tuple[list[int], Any], tmp_path_factory: Any) -> None:
     from tui.core.bench.store import import_vllm_result, load_run

@@ -323,13 +323,20 @@ async def server_info(base_url: str, timeout_s: float = 10.0, *, headers: dict[s
     """``/version`` and ``/v1/models`` of an endpoint (what model it serves; empty values when it does not say)."""
     info: dict[str, Any] = {"server_version": None, "models": [], "max_model_len": None}
     async with httpx.AsyncClient(timeout=timeout_s, headers=headers) as client:
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            r = await client.get(base_url.rstrip("/") + "/version")
-            if r.status_code == 200:
-                info["server_version"] = r.json().get("version")
-        r = await client.get(base_url.rstrip("/") + "/v1/models")
-        r.raise_for_status()
-        data = r.json().get("data") or []
+        # both at once: a server that accepts and never answers costs one timeout, not two
+        version, models = await asyncio.gather(client.get(base_url.rstrip("/") + "/version"),
+                                               client.get(base_url.rstrip("/") + "/v1/models"),
+                                               return_exceptions=True)
+        if isinstance(version, httpx.Response) and version.status_code == 200:
+            with contextlib.suppress(ValueError, AttributeError):
+                info["server_version"] = version.json().get("version")
+        if isinstance(models, BaseException):
+            raise models
+        models.raise_for_status()
+        body = models.json()
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            raise ValueError("/v1/models did not answer an OpenAI model list")
         info["models"] = [str(m.get("id")) for m in data if isinstance(m, dict)]
         if data and isinstance(data[0], dict):
             info["max_model_len"] = data[0].get("max_model_len")
