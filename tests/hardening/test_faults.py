@@ -242,3 +242,31 @@ def test_disk_full_while_writing_results(where: str, sims: SimServers, monkeypat
     run = load_run(run_dir)
     assert run.meta.status != "complete"
     assert len(read_records(run_dir)) == 5
+
+
+@pytest.mark.timeout(150)
+def test_cli_run_killed_leaves_its_layout_up_and_the_same_command_resumes() -> None:
+    """``run`` SIGKILLed in the middle of its first cell: the layout stays up (``status`` shows it, servers
+    running); the same command again stops that orphaned layout itself, redoes the unfinished cell and ends with
+    nothing left running. Before, the resume waited for the GPUs the orphan held, then failed."""
+    argv = ["run", "--sim", "--sim-startup", "0.3", "--model", MODEL, "--topology", "tp1", "--workload",
+            "decode-heavy", "--num-prompts", "9", "--max-concurrency", "3", "--warmup", "0", "--campaign", "fault",
+            "--sim-clock", "10", *layout_port_args()]
+    runner = subprocess.Popen([*paths.python_module_argv("tui"), *argv], cwd=ROOT, env=paths.child_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_records(1)
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait(10)
+        left = StateStore().active()
+        assert left is not None and _ours(), "the layout went down with its launcher"
+        status = run_cli(["status"])
+        assert left.id in status.out and "running" in status.out, status.out
+        again = run_cli(argv)
+        assert again.code == 0, again.err[-2000:]
+        assert "left up by an interrupted run" in again.err
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        run_cli(["down", "--all"])
+    assert StateStore().active() is None and _ours() == []
