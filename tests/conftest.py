@@ -35,3 +35,12 @@ def sims(tmp_path: Path) -> Iterator[SimServers]:
         yield servers
     finally:
         servers.close()
+
+
+# Property-based tests (tests/hardening/test_fuzz.py): a bounded number of examples each, and no per-example deadline
+# (the shared 2-core machine makes timings noisy), so the whole suite stays within its time budget.
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("disagg", max_examples=50, deadline=None, derandomize=False,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile("disagg")

@@ -12,6 +12,7 @@ from tui.core.host.nvml import NvmlUnavailable, open_nvml
 from tui.sim import predict as predictor
 from tui.sim import runpredict
 from tui.sim.faults import INJECTABLE
+from tui.sim.host import MAX_SIM_GPUS as SIM_MAX_GPUS
 from tui.sim.host import SimHost
 
 #: the simulator as a predictor, for the front ends (the core never imports it): the same performance model and
@@ -20,6 +21,8 @@ __all__ = ["SIM_FAULTS", "host_for_layout", "predictor", "runpredict", "select_h
 
 #: the simulated failures ``--sim-fault`` can inject (the front ends' choices)
 SIM_FAULTS = INJECTABLE
+#: the most GPUs ``--sim-gpus`` may ask for
+MAX_SIM_GPUS = SIM_MAX_GPUS
 
 
 def select_host(options: HostOptions) -> Host:
@@ -30,7 +33,7 @@ def select_host(options: HostOptions) -> Host:
         module = open_nvml()
     except NvmlUnavailable as exc:
         return SimHost(options, reason=f"SIMULATED host: {exc}")
-    return LocalHost(module, options.vllm)
+    return LocalHost(module, options.vllm, api_key=options.api_key)
 
 
 def host_for_layout(options: HostOptions, simulated_layout: bool | None, default: Host | None = None) -> Host:

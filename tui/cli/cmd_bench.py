@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tui.cli import predictions
-from tui.cli.argtypes import nonneg_int, positive_float, positive_int
+from tui.cli.argtypes import nonneg_float, nonneg_int, positive_float, positive_int
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
 from tui.cli.recording import SessionRecording, add_record_options
@@ -72,6 +72,11 @@ def add_traffic_options(p: argparse.ArgumentParser, *, single: bool) -> None:
                    help="warm-up burst size, excluded from results (default: the run's concurrency; 0 = none)")
     p.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                    help="run each cell N times; report mean and 95%% confidence interval")
+    p.add_argument("--request-timeout", type=positive_float, default=6 * 3600.0, metavar="S",
+                   help="fail a request that has not finished after S seconds (default 21600, vllm bench's)")
+    p.add_argument("--no-token-timeout", type=nonneg_float, default=120.0, metavar="S",
+                   help="stop the run when no token arrives for S seconds while requests are in flight "
+                        "(default 120; 0 = never); finished requests are kept")
     p.add_argument("--served-model", metavar="NAME", help="model name in requests (default: from /v1/models)")
     p.add_argument("--prompt-format", choices=("text", "ids"), default="text",
                    help="random prompts as text made with the server's tokenizer, as vllm bench sends them "
@@ -134,7 +139,8 @@ def changed_description(base: Workload, w: Workload) -> str:
             f"{rate} (workload '{base.name}' changed by flags: {', '.join(changed)})")
 
 
-def options_from_args(args: argparse.Namespace, workload: Workload, vocab: int | None) -> BenchOptions:
+def options_from_args(args: argparse.Namespace, workload: Workload, vocab: int | None, api_key: str | None = None
+                      ) -> BenchOptions:
     extra: dict[str, Any] = {}
     if args.extra_body:
         try:
@@ -151,6 +157,8 @@ def options_from_args(args: argparse.Namespace, workload: Workload, vocab: int |
         vocab_size=args.vocab_size or vocab or DEFAULT_VOCAB,
         warmup=-1 if args.warmup is None else args.warmup, goodput=parse_goodput(args.goodput or []),
         extra_body=extra, prompt_format=args.prompt_format,
+        timeout_s=args.request_timeout, stall_timeout_s=args.no_token_timeout,
+        headers={"Authorization": f"Bearer {key}"} if (key := api_key) else {},
     )
 
 
@@ -299,7 +307,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         raise InputError("--prompts gives the prompts; drop --input-len", field="--prompts")
     target, vocab = active_target(args, ctx)
     workload = workload_from_args(args, ctx, args.workload)
-    opts = options_from_args(args, workload, vocab)
+    opts = options_from_args(args, workload, vocab, ctx.api_key)
     target.campaign = args.campaign or "bench"
     progress = ProgressLine(ctx.err, enabled=not args.quiet)
     runs: list[Run] = []
@@ -415,6 +423,10 @@ def flag_text(flag: str, r: Run) -> str:
         return f"{r.summary.get('failed', 0)} request(s) failed"
     if flag == "incomplete":
         return "incomplete run"
+    if flag == "server-died":
+        return "a process of the layout died during the run: " + r.meta.message
+    if flag == "stalled":
+        return "the run was stopped: no token arrived for --no-token-timeout seconds"
     if flag == "server-busy-at-start":
         return "the servers still had requests after the warm-up: the run started on a busy server"
     return flag

@@ -241,6 +241,7 @@ def _register_doctor(sub: Any) -> None:
 def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
     from tui.core.playbook.doctor import doctor
 
+    gpus = parse_gpu_list(args.gpus)  # a bad list is refused even when no layout is checked
     host = ctx.host
     facts = host.facts
     profile = ctx.catalog.model(args.model) if args.model else None
@@ -257,7 +258,7 @@ def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
                 except ValueError as exc:
                     raise InputError(f"cannot split {item!r}: {exc}", field="--arg") from None
             launch = plan(profile, topo, facts, PlanOptions(
-                gpus=parse_gpu_list(args.gpus), vllm_executable=getattr(args, "vllm", None) or "vllm",
+                gpus=gpus, vllm_executable=getattr(args, "vllm", None) or "vllm",
                 extra_env=tuple(parse_pairs(args.env, "--env")), extra_args=tuple(extra),
                 allow_shared_gpus=args.allow_shared_gpus, gpu_memory_utilization=args.gpu_memory_utilization))
         except PlanRefused as exc:

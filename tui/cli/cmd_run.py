@@ -103,7 +103,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     progress = ProgressLine(ctx.err, enabled=not args.quiet)
 
     def options(wl: Workload) -> Any:
-        return options_from_args(args, wl, vocab)
+        return options_from_args(args, wl, vocab, ctx.api_key)
 
     spec.goodput = options(next(iter(workloads.values()))).goodput
     gpus = _gpu_count(args, ctx, topologies)

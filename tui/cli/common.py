@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import re
 import shlex
 
 from tui.cli.argtypes import positive_int
@@ -34,6 +36,26 @@ def add_plan_options(p: argparse.ArgumentParser, *, topology_required: bool = Tr
                    help="let servers of a disaggregated layout share a GPU (--gpus 0,0): a functional check only")
 
 
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                        r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+
+
+def check_host(text: str, ctx: CliContext, flag: str = "--host") -> str:
+    """The address servers and the proxy bind: an IP address or a host name; anything but loopback warns (vLLM's
+    API answers whoever reaches it unless it has an API key)."""
+    host = text.strip()
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        addr = None
+        if not _HOST_NAME.match(host):
+            raise InputError(f"expected an IP address or a host name, got {text!r}", field=flag) from None
+    if not (host == "localhost" or (addr is not None and addr.is_loopback)):
+        ctx.warn(f"{flag} {host}: the servers and the proxy will accept connections from other machines "
+                 "(their API has no authentication unless --api-key); the default 127.0.0.1 keeps them local")
+    return host
+
+
 def plan_options(args: argparse.Namespace, ctx: CliContext) -> PlanOptions:
     extra_args: list[str] = []
     for item in args.arg:
@@ -46,11 +68,12 @@ def plan_options(args: argparse.Namespace, ctx: CliContext) -> PlanOptions:
                         ("--side-channel-port", args.side_channel_port)):
         if not 1 <= value <= 65535:
             raise InputError(f"port must be 1..65535, got {value}", field=name)
+    host = check_host(args.host, ctx)
     gmu = args.gpu_memory_utilization
     if gmu is not None and not 0.05 <= gmu <= 0.99:
         raise InputError(f"must be within 0.05..0.99, got {gmu}", field="--gpu-memory-utilization")
     return PlanOptions(
-        gpus=parse_gpu_list(args.gpus), host=args.host, port=args.port, server_base_port=args.server_port,
+        gpus=parse_gpu_list(args.gpus), host=host, port=args.port, server_base_port=args.server_port,
         side_channel_base=args.side_channel_port,
         vllm_executable=getattr(args, "vllm", None) or "vllm", extra_args=tuple(extra_args), extra_env=tuple(env),
         model_path=args.model_path, gpu_memory_utilization=gmu, max_model_len=args.max_model_len,

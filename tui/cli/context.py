@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from tui.cli.argtypes import nonneg_float, positive_float, positive_int
+from tui.cli.argtypes import bounded_int, nonneg_float, positive_float
 from tui.core.errors import InputError
 from tui.core.host.base import Host, HostOptions
 from tui.core.profiles import Catalog
-from tui.hosts import SIM_FAULTS, select_host
+from tui.hosts import MAX_SIM_GPUS, SIM_FAULTS, select_host
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
@@ -23,14 +24,17 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = Fal
                    help="use the simulated host (automatic when no NVIDIA driver answers)")
     g.add_argument("--sim-gpu", choices=("b200", "h200"), default=default,
                    help="simulated GPU model (default b200)")
-    g.add_argument("--sim-gpus", type=positive_int, default=default, metavar="N",
-                   help="number of simulated GPUs (default 2)")
+    g.add_argument("--sim-gpus", type=bounded_int(1, MAX_SIM_GPUS, " (a simulated host)"), default=default, metavar="N",
+                   help=f"number of simulated GPUs, up to {MAX_SIM_GPUS} (default 2)")
     g.add_argument("--sim-fault", action="append", choices=SIM_FAULTS, default=default, metavar="NAME",
                    help=f"inject a known failure into simulated servers (repeatable): {', '.join(SIM_FAULTS)}")
     g.add_argument("--sim-startup", type=nonneg_float, default=default, metavar="SECONDS",
                    help="how long a simulated cold start takes (default compressed to ~4 s; 0 = real-time ~2-15 min)")
     g.add_argument("--sim-clock", type=positive_float, default=default, metavar="X",
                    help="simulated token pacing speed-up (default 1 = real time)")
+    g.add_argument("--api-key", default=default, metavar="KEY",
+                   help="vLLM's API key: servers started here require it, bench and run send it (default: "
+                        "$VLLM_API_KEY); never shown in plans or written to state, logs or results")
     g.add_argument("--vllm", default=default, metavar="PATH",
                    help="the vllm executable (default: found on PATH; it often lives in its own venv)")
 
@@ -82,7 +86,15 @@ class CliContext:
             sim_startup_s=getattr(a, "sim_startup", None),
             sim_clock=getattr(a, "sim_clock", None),
             vllm=getattr(a, "vllm", None),
+            api_key=self.api_key,
         )
+
+    @property
+    def api_key(self) -> str | None:
+        key = getattr(self.args, "api_key", None) or os.environ.get("VLLM_API_KEY") or None
+        if key is not None and (not key.strip() or any(c.isspace() for c in key)):
+            raise InputError("must be one word without spaces", field="--api-key")
+        return key
 
     @property
     def catalog(self) -> Catalog:

@@ -53,6 +53,24 @@ def recordings_dir() -> Path:
     return Path(override) if override else data_dir() / "recordings"
 
 
+def make_dirs(path: Path) -> Path:
+    """Create ``path`` and its missing parents with mode 0700: state, server logs, results and the operator's
+    config are theirs alone (a log or a plan may carry what the operator would not show). Existing folders keep
+    their mode."""
+    missing: list[Path] = []
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+    return Path(path)
+
+
 def _shipped(name: str) -> Path:
     inside = _PACKAGE_DIR / "_shipped" / name
     if inside.is_dir():

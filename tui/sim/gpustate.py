@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tui.core import paths
 from tui.core.plan.gpuspecs import PRESETS, GpuSpec
 from tui.core.procs import pid_alive
 
@@ -30,7 +31,7 @@ def simgpu_dir(state_dir: Path) -> Path:
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    paths.make_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data), encoding="utf-8")
     os.replace(tmp, path)

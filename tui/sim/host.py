@@ -12,6 +12,7 @@ import socket
 from typing import Any
 
 from tui.core import paths
+from tui.core.errors import InputError
 from tui.core.host.base import Command, Host, HostOptions
 from tui.core.plan.hostfacts import HostFacts, sim_facts
 from tui.core.plan.planner import LaunchPlan, ServerSpec
@@ -20,6 +21,8 @@ from tui.sim.gpustate import SimGpuState
 
 DEFAULT_SIM_GPU = "b200"
 DEFAULT_SIM_GPUS = 2
+#: the most GPUs a simulated host holds (the largest NVLink domain sold, GB200 NVL72; hosts have 4-16)
+MAX_SIM_GPUS = 72
 #: default simulated cold start, seconds (a real one takes ~2 min for an 8B model, ~15 for the seed's 27B)
 DEFAULT_SIM_STARTUP_S = 4.0
 
@@ -37,6 +40,8 @@ class SimHost(Host):
         current = self.state.host() if self.state.claims() else None
         gpu = options.sim_gpu or (current[0].key if current else DEFAULT_SIM_GPU)
         count = options.sim_gpus or (current[1] if current else DEFAULT_SIM_GPUS)
+        if not 1 <= count <= MAX_SIM_GPUS:
+            raise InputError(f"must be within [1, {MAX_SIM_GPUS}], got {count}", field="--sim-gpus")
         if current is None or (current[0].key, current[1]) != (gpu, count):
             self.state.init_host(gpu, count)
         self.gpu = gpu
@@ -77,6 +82,8 @@ class SimHost(Host):
         env = paths.child_env(self.sim_env(spec.name, profile_json))
         env.update(spec.env_dict())
         env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.options.api_key:
+            env["VLLM_API_KEY"] = self.options.api_key  # the environment, not --api-key: vLLM logs its argv
         return Command(argv=argv, env=env)
 
     def nvml(self) -> Any:

@@ -285,6 +285,9 @@ class EnginePhases:
             host = cfg.env.side_channel_host
             port = cfg.env.side_channel_port + e.rank
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            # ZMQ's TCP listener sets SO_REUSEADDR: connections of an earlier layout left in TIME-WAIT on this port
+            # neither block this bind nor (left by this listener) the next layout's preflight
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind(("127.0.0.1" if host == "localhost" else host, port))
             except OSError:

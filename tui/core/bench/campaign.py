@@ -35,8 +35,9 @@ from tui.core.bench.store import RUN_FILE, Run, RunMeta, load_run, rate_label, r
 from tui.core.errors import AppError, InputError, RunFailed
 from tui.core.events import EventBus
 from tui.core.host.base import Host
-from tui.core.launch.state import LayoutRecord
+from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.plan.planner import LaunchPlan
+from tui.core.procs import pid_alive
 from tui.core.profiles import ModelProfile, Workload
 
 CAMPAIGN_FILE = "campaign.json"
@@ -44,6 +45,23 @@ AUTO_FRACTIONS = (0.25, 0.5, 0.75, 0.9)
 GPU_FREE_TIMEOUT_S = 120.0
 #: a GPU counts as free when this little memory is in use (the driver's own reservation stays below it)
 GPU_FREE_MIB = 1024
+
+
+def orphaned_layout(plan: LaunchPlan, campaign_dir: Path, state: StateStore | None = None) -> LayoutRecord | None:
+    """The active layout when this campaign's runs were measured on it (same model and topology) and the process
+    that launched it is gone: what a ``run`` killed with SIGKILL or SIGHUP leaves up. The same command run again
+    stops it and starts afresh, rather than waiting for the GPUs it holds. A layout of anyone else is left alone."""
+    try:
+        rec = (state or StateStore()).active()
+    except AppError:
+        return None
+    if rec is None or rec.profile_id != plan.profile_id or rec.topology != plan.topology or pid_alive(rec.owner_pid):
+        return None
+    for run_file in campaign_dir.glob(f"*/{RUN_FILE}"):
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(run_file.read_text(encoding="utf-8")).get("layout_id") == rec.id:
+                return rec
+    return None
 
 
 class Lifecycle(Protocol):
@@ -182,7 +200,7 @@ class CampaignStore:
                 raise InputError(f"campaign {self.spec.name!r} exists with other cells", field="--campaign",
                                  hint="choose another --campaign name, or repeat the same command to resume")
             return True
-        self.dir.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(self.dir)
         write_json(f, {**self.spec.to_dict(), "created": time.time()})
         return False
 
@@ -212,7 +230,7 @@ class CampaignStore:
         if keep_runner_record and (d / RUN_FILE).exists():
             with contextlib.suppress(InputError):
                 return load_run(d)
-        d.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(d)
         rate = wl.request_rate if cell.rate is None else cell.rate
         meta = RunMeta(campaign=safe_name(self.spec.name), name=d.name, topology=cell.topology,
                        workload=cell.workload, request_rate=None if math.isinf(rate) else rate, repeat=cell.repeat,
@@ -335,6 +353,7 @@ class CampaignRunner:
             except AppError as exc:
                 await self._fail_all(store, outcomes, everything, f"plan refused: {exc.one_line()}")
                 continue
+            await self._stop_orphan(plan, store.dir)
             wait = self.wait_free or wait_gpus_free
             try:
                 await wait(self.host, list(plan.gpus), self.gpu_free_timeout_s)
@@ -376,6 +395,13 @@ class CampaignRunner:
                 for rep in range(1, self.spec.repeat + 1):
                     out.append(Cell(topo, wname, rate, rep, derived=True))
         return out
+
+    async def _stop_orphan(self, plan: LaunchPlan, campaign_dir: Path) -> None:
+        rec = await asyncio.to_thread(orphaned_layout, plan, campaign_dir)
+        if rec is not None:
+            self._step("tear_down", f"{plan.topology}: stopping layout {rec.id}, left up by an interrupted run",
+                       topology=plan.topology)
+            await self.lifecycle.tear_down(rec, self.bus)
 
     async def _fail_all(self, store: CampaignStore, outcomes: dict[Cell, CellOutcome], cells: Sequence[Cell],
                         message: str) -> None:

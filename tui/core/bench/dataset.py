@@ -27,6 +27,11 @@ from typing import Any
 
 from tui.core.errors import InputError
 
+#: bounds on a random workload: a length no model context reaches, and prompts that fit in memory
+MAX_LEN = 10_000_000
+MAX_PROMPTS = 1_000_000
+MAX_PROMPT_TOKENS = 100_000_000
+
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
@@ -63,6 +68,15 @@ class RandomSpec:
     def check(self) -> None:
         if self.input_len < 1 or self.output_len < 1 or self.num_prompts < 1:
             raise InputError("input_len, output_len and num_prompts must be ≥ 1")
+        for name, value, top in (("input_len", self.input_len, MAX_LEN), ("output_len", self.output_len, MAX_LEN),
+                                 ("prefix_len", self.prefix_len, MAX_LEN),
+                                 ("num_prompts", self.num_prompts, MAX_PROMPTS)):
+            if value > top:
+                raise InputError(f"must be at most {top:,}, got {value:,}", field=name)
+        total = self.num_prompts * (self.prefix_len + length_bounds(self.input_len, self.range_ratio)[1])
+        if total > MAX_PROMPT_TOKENS:
+            raise InputError(f"the prompts would hold {total:,} tokens; at most {MAX_PROMPT_TOKENS:,} in one run "
+                             "(they are built in memory before the clock starts)", field="num_prompts")
         if not 0.0 <= self.range_ratio < 1.0:
             raise InputError(f"range_ratio must be within [0, 1), got {self.range_ratio}", field="range_ratio")
         if self.prefix_len < 0:
@@ -124,9 +138,15 @@ def load_prompts_file(path: str | Path, default_output_len: int, num_prompts: in
     """Prompts from a JSONL file (cycled when ``num_prompts`` exceeds the file's lines)."""
     p = Path(path).expanduser()
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        data = p.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read prompts: {exc.strerror}", file=p) from None
+    try:
+        # split on newlines only: str.splitlines would also split inside a prompt at U+2028 and the like
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", file=p, line=data.count(b"\n", 0, exc.start) + 1
+                         ) from None
     prompts: list[Prompt] = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():

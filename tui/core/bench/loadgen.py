@@ -58,7 +58,8 @@ class LoadSettings:
     headers: dict[str, str] = field(default_factory=dict)
     request_id_prefix: str = "bench-"
     tick_s: float = 0.25
-    timeout_s: float = 6 * 3600.0
+    timeout_s: float = 6 * 3600.0  # one request, end to end
+    stall_s: float = 120.0  # the run stops when no token arrives for this long while requests are out; 0: never
 
 
 def request_body(settings: LoadSettings, prompt: Prompt) -> bytes:
@@ -127,14 +128,18 @@ class LoadGenerator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.hold = False  # wait for go() between warm-up and the run
         self.go = asyncio.Event()
+        self.stalled = ""  # why the run was stopped by the stall watch
 
     # --- running ------------------------------------------------------------------------------------------
 
     async def run(self) -> dict[str, Any]:
         ticker = asyncio.create_task(self._ticker())
         lag = asyncio.create_task(self._lag_monitor())
+        stall = asyncio.create_task(self._stall_watch()) if self.s.stall_s > 0 else None
         try:
             warm = await self._warmup()
+            if self._stall_reason():
+                return {"t": "error", "message": f"warm-up {self.stalled}"}
             if warm is not None:
                 return warm
             if self.hold:
@@ -145,13 +150,20 @@ class LoadGenerator:
                     return self._final(0.0, aborted=True)
             final = await self._main()
             self.sink(self.tick())  # the last figures (a run shorter than a tick gets one too)
+            if self._stall_reason():
+                final["stalled"] = self.stalled
             return final
         finally:
             ticker.cancel()
             lag.cancel()
+            if stall is not None:
+                stall.cancel()
             for t in list(self._tasks):
                 t.cancel()
             self.client.close()
+
+    def _stall_reason(self) -> str:
+        return self.stalled  # a method: the stall watch sets it while the run awaits
 
     def _stopped(self) -> bool:
         return self.stop_requested  # a method: the flag changes while the dispatch loop sleeps
@@ -251,6 +263,29 @@ class LoadGenerator:
             "lat": res.latency, "itl": pack_floats(res.itl), "pt": prompt_tokens, "ct": res.completion_tokens,
             "ch": res.chunks, "err": res.error or res.stream_error, "ei": exp_in, "eo": exp_out,
         })
+
+    def _progress(self) -> tuple[int, ...]:
+        """What changes whenever anything arrives: requests ended, and the chunks of the ones streaming."""
+        return (self.warm_done, self.done, self.failed, sum(c.chunks for c in self.client.streaming()))
+
+    async def _stall_watch(self) -> None:
+        """Stop the run when requests are out and nothing arrived for ``stall_s`` (a server that accepted the
+        connection and never answers, or stopped streaming): a verdict in bounded time, finished records kept."""
+        period = min(1.0, self.s.stall_s / 4)
+        last, since = self._progress(), _perf()
+        while True:
+            await asyncio.sleep(period)
+            now, seen = _perf(), self._progress()
+            out = [t for t in self._tasks if not t.done()]
+            if seen != last or not out:
+                last, since = seen, now
+                continue
+            if now - since >= self.s.stall_s:
+                sent = max(1, len(out) - self.waiting)  # not those still queued for a --max-concurrency slot
+                self.stalled = (f"stalled: no token for {self.s.stall_s:g} s with {sent} request(s) in flight "
+                                "(the server accepted them and went silent)")
+                self.stop()
+                return
 
     # --- live figures and self-measurement ----------------------------------------------------------------
 

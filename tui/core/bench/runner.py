@@ -19,14 +19,15 @@ from typing import Any
 
 from tui.core import paths
 from tui.core.bench import kvxfer, serverside
-from tui.core.bench.dataset import RandomSpec
+from tui.core.bench.dataset import RandomSpec, load_prompts_file
 from tui.core.bench.events import BenchDone, BenchStarted, BenchTick
 from tui.core.bench.live import LiveWindow
 from tui.core.bench.metrics import DEFAULT_METRICS, DEFAULT_PERCENTILES, summarize
 from tui.core.bench.store import Run, RunMeta, RunWriter, load_run, rate_label, run_name, safe_name
-from tui.core.errors import InputError
+from tui.core.errors import InputError, RunFailed
 from tui.core.events import EventBus
 from tui.core.launch.state import LayoutRecord
+from tui.core.launch.supervisor import process_alive
 from tui.core.profiles import Workload
 
 _LINE_LIMIT = 1 << 27
@@ -51,7 +52,8 @@ class BenchOptions:
     headers: dict[str, str] = field(default_factory=dict)
     tick_s: float = 0.25
     worker_cpu: int | None = None
-    timeout_s: float = 6 * 3600.0
+    timeout_s: float = 6 * 3600.0  # one request, end to end (vllm bench's 6 h)
+    stall_timeout_s: float = 120.0  # stop the run when no token arrives for this long with requests out; 0: never
 
 
 @dataclass
@@ -114,7 +116,7 @@ def worker_config(opts: BenchOptions, endpoint: str, model: str) -> dict[str, An
             "burstiness": w.burstiness, "max_concurrency": w.max_concurrency, "seed": w.seed,
             "ignore_eos": w.ignore_eos, "extra_body": opts.extra_body, "headers": opts.headers,
             "request_id_prefix": f"bench-{int(time.time()) & 0xFFFFFF:06x}-", "tick_s": opts.tick_s,
-            "timeout_s": opts.timeout_s,
+            "timeout_s": opts.timeout_s, "stall_s": opts.stall_timeout_s,
         },
         "dataset": dataset,
         "warmup": opts.warmup,
@@ -139,12 +141,13 @@ def summary_header(opts: BenchOptions, target: BenchTarget, model: str) -> dict[
     }
 
 
-async def resolve_model(endpoint: str, model: str | None) -> tuple[str, dict[str, Any]]:
+async def resolve_model(endpoint: str, model: str | None, headers: dict[str, str] | None = None
+                        ) -> tuple[str, dict[str, Any]]:
     """The served model name (given, or the first of ``/v1/models``) and what the server says about itself."""
     import httpx
 
     try:
-        info = await serverside.server_info(endpoint)
+        info = await serverside.server_info(endpoint, headers=headers)
     except (httpx.HTTPError, ValueError) as exc:
         if model:
             return model, {"server_version": None, "models": [], "error": str(exc)}
@@ -159,7 +162,9 @@ async def resolve_model(endpoint: str, model: str | None) -> tuple[str, dict[str
 def check_options(opts: BenchOptions) -> None:
     """Refuse a workload the worker could not build, before anything is created (InputError, exit 2)."""
     w = opts.workload
-    if not opts.prompts_file:
+    if opts.prompts_file:
+        load_prompts_file(opts.prompts_file, w.output_len, w.num_prompts)  # a bad file is refused before the run
+    else:
         RandomSpec(input_len=w.input_len, output_len=w.output_len, num_prompts=w.num_prompts,
                    range_ratio=w.range_ratio, prefix_len=w.prefix_len, seed=w.seed,
                    vocab_size=opts.vocab_size).check()
@@ -193,7 +198,7 @@ async def prepare_run(opts: BenchOptions, target: BenchTarget) -> RunSetup:
     """Check the options, ask the endpoint for its model, and name the run's directory (ours and vllm's runner)."""
     w = opts.workload
     check_options(opts)
-    model, info = await resolve_model(target.endpoint, opts.model)
+    model, info = await resolve_model(target.endpoint, opts.model, opts.headers)
     rate = None if math.isinf(w.request_rate) else w.request_rate
     name = target.name or (run_name(target.topology, w.name, rate, target.repeat)
                            + time.strftime("-%Y%m%d-%H%M%S"))
@@ -339,7 +344,10 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
             on_tick(tick)
 
     config = worker_config(opts, target.endpoint, model)
-    result = await _drive_worker(config, writer, live, publish, at_start)
+    try:
+        result = await _drive_worker(config, writer, live, publish, at_start)
+    except OSError as exc:  # a journal or parquet write failed (disk full): what reached the disk stays there
+        raise _write_failed(meta.id, directory, exc) from None
     final, error, aborted = result.final, result.error, result.aborted
     meta.prompts = result.prompts
     records = writer.records
@@ -353,8 +361,15 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
         summary = summarize(records, duration, goodput=opts.goodput or None, percentiles=opts.percentiles,
                             metrics=opts.metrics, header=summary_header(opts, target, model))
         meta.client = final.get("client") or {}
-    if error:
+    dead = await asyncio.to_thread(dead_processes, target.layout)
+    if "proxy" in dead:
+        status, message = "failed", "the layout's proxy died during the run: the requests after it could not be sent"
+    elif dead:
+        status, message = "incomplete", f"{', '.join(dead)} died during the run (see 'disagg-tui status')"
+    elif error:
         status, message = "failed", error
+    elif final is not None and final.get("stalled"):
+        status, message = "failed", str(final["stalled"])
     elif aborted or final is None or final.get("aborted"):
         status, message = "incomplete", "stopped before every request finished"
     elif not records:
@@ -366,11 +381,21 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
         flags.append("failed-requests")
     if status == "incomplete":
         flags.append("incomplete")
+    if final is not None and final.get("stalled"):
+        flags.append("stalled")
+    if dead:
+        flags.append("server-died")
     await bracket.close(meta, int(summary["total_output_tokens"]) if summary else 0, shared_prefix_share(opts),
                         directory)
     bracket.breakdown(meta, float(summary["mean_ttft_ms"]) if summary and summary.get("mean_ttft_ms") is not None
                       else None)
-    await asyncio.to_thread(writer.finish, status, summary, message=message)
+    try:
+        await asyncio.to_thread(writer.finish, status, summary, message=message)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # a few hundred bytes may still fit: say why the run has no summary
+            writer.meta.status, writer.meta.message = "failed", f"results could not be written: {exc}"
+            writer.save_meta()
+        raise _write_failed(meta.id, directory, exc) from None
     run = await asyncio.to_thread(load_run, directory)
     done = BenchDone(run_id=meta.id, status=status, run_dir=str(directory), summary=summary or {},
                      flags=tuple(flags), message=message, meta=run.meta.to_dict())
@@ -379,6 +404,21 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     if result.cancelled:
         raise asyncio.CancelledError
     return run
+
+
+def dead_processes(layout: LayoutRecord | None) -> list[str]:
+    """The layout's processes (servers, the proxy) that are no longer running."""
+    if layout is None:
+        return []
+    return [p.name for p in layout.processes if p.pid > 0 and not process_alive(p.pid, p.create_time)]
+
+
+def _write_failed(run_id: str, directory: Path, exc: OSError) -> RunFailed:
+    """A run whose results could not be written: no summary is left that could pass for a good one (the summary is
+    written whole or not at all, and the run stays marked unfinished), the finished requests' journal is kept."""
+    return RunFailed(f"cannot write the results of run {run_id} to {directory}: {exc.strerror or exc}",
+                     hint="free some space there; the requests that finished are kept in its journal, and "
+                          "'disagg-tui results' lists the run as incomplete")
 
 
 @dataclass

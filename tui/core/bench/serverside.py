@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from tui import __version__
+from tui.core import paths
 from tui.core.redact import Redactor
 from tui.core.telemetry import prom
 from tui.core.telemetry.derive import (
@@ -328,7 +329,7 @@ def jit_lines(offsets: Mapping[str, int], limit: int = 20) -> list[str]:
 def copy_logs(logs: Iterable[str], dest: Path, max_bytes: int = 20 * 1024 * 1024) -> list[str]:
     """Copy the servers' logs into the run (the last ``max_bytes`` of each), secrets redacted."""
     copied = []
-    dest.mkdir(parents=True, exist_ok=True)
+    paths.make_dirs(dest)
     red = Redactor()
     for path in logs:
         p = Path(path)
@@ -401,17 +402,25 @@ def fingerprint(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return out
 
 
-async def server_info(base_url: str, timeout_s: float = 10.0) -> dict[str, Any]:
+async def server_info(base_url: str, timeout_s: float = 10.0, *, headers: dict[str, str] | None = None
+                      ) -> dict[str, Any]:
     """``/version`` and ``/v1/models`` of an endpoint (what model it serves; empty values when it does not say)."""
     info: dict[str, Any] = {"server_version": None, "models": [], "max_model_len": None}
-    async with httpx.AsyncClient(timeout=timeout_s) as client:
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            r = await client.get(base_url.rstrip("/") + "/version")
-            if r.status_code == 200:
-                info["server_version"] = r.json().get("version")
-        r = await client.get(base_url.rstrip("/") + "/v1/models")
-        r.raise_for_status()
-        data = r.json().get("data") or []
+    async with httpx.AsyncClient(timeout=timeout_s, headers=headers) as client:
+        # both at once: a server that accepts and never answers costs one timeout, not two
+        version, models = await asyncio.gather(client.get(base_url.rstrip("/") + "/version"),
+                                               client.get(base_url.rstrip("/") + "/v1/models"),
+                                               return_exceptions=True)
+        if isinstance(version, httpx.Response) and version.status_code == 200:
+            with contextlib.suppress(ValueError, AttributeError):
+                info["server_version"] = version.json().get("version")
+        if isinstance(models, BaseException):
+            raise models
+        models.raise_for_status()
+        body = models.json()
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            raise ValueError("/v1/models did not answer an OpenAI model list")
         info["models"] = [str(m.get("id")) for m in data if isinstance(m, dict)]
         if data and isinstance(data[0], dict):
             info["max_model_len"] = data[0].get("max_model_len")

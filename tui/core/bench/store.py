@@ -26,7 +26,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,9 +124,15 @@ class RunMeta:
 
 
 def write_json(path: Path, data: Any) -> None:
+    """Whole or not at all: a reader never finds half a file (a full disk leaves the old file, or none)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _to_wire(rec: RequestRecord) -> dict[str, Any]:
@@ -181,7 +187,7 @@ class RunWriter:
                  plan: dict[str, Any] | None = None) -> None:
         self.dir = directory
         self.meta = meta
-        directory.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(directory)
         (directory / PARTS_DIR).mkdir(exist_ok=True)
         red = Redactor()  # secrets never reach a run directory (a plan's HF_TOKEN, an --api-key)
         if workload is not None:
@@ -382,6 +388,7 @@ def import_vllm_result(file: Path, *, campaign: str = "imported", topology: str 
         raise InputError(f"not a JSON result: {exc}", file=file) from None
     if not isinstance(data, dict) or "duration" not in data or "output_throughput" not in data:
         raise InputError("not a vllm bench serve result (no duration/output_throughput)", file=file)
+    check_vllm_result(data, file)
     topo = topology or str(data.get("topology") or "unknown")
     rate = data.get("request_rate", "inf")
     rate_f = None if rate in ("inf", None) else float(rate)
@@ -399,7 +406,7 @@ def import_vllm_result(file: Path, *, campaign: str = "imported", topology: str 
     for key, value in (meta_extra or {}).items():
         setattr(meta, key, value)
     meta.ended = meta.started + float(data.get("duration") or 0.0)
-    directory.mkdir(parents=True, exist_ok=True)
+    paths.make_dirs(directory)
     records = records_from_vllm_json(data)
     summary = strip_detailed(data)
     summary.setdefault("topology", topo)
@@ -412,6 +419,50 @@ def import_vllm_result(file: Path, *, campaign: str = "imported", topology: str 
     shutil.copyfile(file, directory / "vllm-result.json")
     write_json(directory / RUN_FILE, meta.to_dict())
     return load_run(directory)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_PER_REQUEST: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "ttfts": ("a number of seconds or null", lambda v: v is None or _is_number(v)),
+    "input_lens": ("a whole number ≥ 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "output_lens": ("a whole number ≥ 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "start_times": ("a number of seconds", _is_number),
+    "errors": ("a text or null", lambda v: v is None or isinstance(v, str)),
+    "itls": ("a list of seconds", lambda v: v is None or (isinstance(v, list) and all(_is_number(g) for g in v))),
+}
+
+
+def check_vllm_result(data: dict[str, Any], file: str | Path) -> None:
+    """The fields an import reads have the types ``vllm bench serve`` writes; one error naming the field otherwise."""
+    for key in ("duration", "output_throughput"):
+        if not _is_number(data[key]) or data[key] < 0:
+            raise InputError(f"expected a number ≥ 0, got {data[key]!r}"[:200], file=file, field=key)
+    rate = data.get("request_rate", "inf")
+    if rate not in ("inf", None) and not (_is_number(rate) and rate > 0):
+        raise InputError(f"expected 'inf' or a number > 0, got {rate!r}"[:200], file=file, field="request_rate")
+    for key in ("num_prompts", "completed", "total_input_tokens", "total_output_tokens"):
+        if data.get(key) is not None and not _is_number(data[key]):
+            raise InputError(f"expected a number, got {data[key]!r}"[:200], file=file, field=key)
+    ttfts = data.get("ttfts")
+    if ttfts is None:
+        return
+    if not isinstance(ttfts, list):
+        raise InputError(f"expected a list (one item per request), got {type(ttfts).__name__}", file=file,
+                         field="ttfts")
+    for key, (what, ok) in _PER_REQUEST.items():
+        items = data.get(key)
+        if not items:
+            continue  # absent or empty: the reader fills it in
+        if not isinstance(items, list) or len(items) != len(ttfts):
+            raise InputError(f"expected a list of {len(ttfts)} items (one per request, as ttfts), got "
+                             f"{len(items) if isinstance(items, list) else type(items).__name__}", file=file,
+                             field=key)
+        for i, item in enumerate(items):
+            if not ok(item):
+                raise InputError(f"expected {what}, got {item!r}"[:200], file=file, field=f"{key}[{i}]")
 
 
 def _guess_workload(data: dict[str, Any]) -> str:

@@ -24,13 +24,21 @@ class Endpoint:
     base_path: str
 
     @property
+    def netloc(self) -> str:
+        """``host:port`` with an IPv6 address in brackets."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
     def url(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}{self.base_path}"
+        return f"{self.scheme}://{self.netloc}{self.base_path}"
 
 
 def parse_endpoint(url: str) -> Endpoint:
     """``http://host:port[/prefix]`` → parts; bad URLs are one-line input errors."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+    except ValueError as exc:  # e.g. 'http://[::1' (an unclosed IPv6 bracket)
+        raise InputError(f"expected http://HOST:PORT, got {url!r} ({exc})", field="--endpoint") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InputError(f"expected http://HOST:PORT, got {url!r}", field="--endpoint")
     try:
@@ -55,7 +63,7 @@ class StreamClient:
 
     def request_bytes(self, path: str, body: bytes, headers: Mapping[str, str] | None = None) -> bytes:
         ep = self.endpoint
-        host = ep.host if ep.port in (80, 443) else f"{ep.host}:{ep.port}"
+        host = ep.netloc.rsplit(":", 1)[0] if ep.port in (80, 443) else ep.netloc
         lines = [f"POST {ep.base_path}{path} HTTP/1.1", f"Host: {host}", "Content-Type: application/json",
                  "Accept: */*", f"Content-Length: {len(body)}"]
         for k, v in {**self.headers, **(headers or {})}.items():

@@ -78,6 +78,13 @@ def bench_argv(command: Sequence[str], opts: BenchOptions, endpoint: str, model:
     return argv
 
 
+def _key_env(opts: BenchOptions) -> dict[str, str]:
+    """vllm bench sends ``Authorization: Bearer $OPENAI_API_KEY``: the key of our bearer header, in its environment
+    (never on its command line)."""
+    auth = opts.headers.get("Authorization", "")
+    return {"OPENAI_API_KEY": auth.removeprefix("Bearer ")} if auth.startswith("Bearer ") else {}
+
+
 def parse_progress(segment: str) -> tuple[int, int] | None:
     m = _TQDM.search(segment)
     return (int(m.group(1)), int(m.group(2))) if m else None
@@ -152,7 +159,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
     argv = bench_argv(command, opts, target.endpoint, model, tokenizer, out_dir, target.topology)
 
     def prepare_dir() -> None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(out_dir)
         (directory / "command.txt").write_text(" ".join(argv) + "\n", encoding="utf-8")
 
     await asyncio.to_thread(prepare_dir)
@@ -230,7 +237,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         # order it wrote them, or a warm-up bar read after "Starting main benchmark run" would count as the run's
         proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
                                                     stderr=asyncio.subprocess.STDOUT,
-                                                    env=paths.child_env({"PYTHONUNBUFFERED": "1"}),
+                                                    env=paths.child_env({"PYTHONUNBUFFERED": "1", **_key_env(opts)}),
                                                     start_new_session=True)
     except OSError as exc:
         raise InputError(f"cannot run {argv[0]}: {exc.strerror}", field="--vllm-bench",

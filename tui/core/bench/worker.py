@@ -38,7 +38,7 @@ def settings_from_dict(d: dict[str, Any]) -> LoadSettings:
         seed=int(d.get("seed", 0)), ignore_eos=bool(d.get("ignore_eos", True)),
         extra_body=dict(d.get("extra_body") or {}), headers=dict(d.get("headers") or {}),
         request_id_prefix=str(d.get("request_id_prefix", "bench-")), tick_s=float(d.get("tick_s", 0.25)),
-        timeout_s=float(d.get("timeout_s", 6 * 3600.0)),
+        timeout_s=float(d.get("timeout_s", 6 * 3600.0)), stall_s=float(d.get("stall_s", 120.0)),
     )
 
 

@@ -24,6 +24,9 @@ class HostOptions:
     sim_startup_s: float | None = None
     sim_clock: float | None = None
     vllm: str | None = None
+    #: vLLM's API key: handed to every server as VLLM_API_KEY at spawn, never part of a plan (so never shown,
+    #: recorded or stored), and sent by the load generator as a bearer token
+    api_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

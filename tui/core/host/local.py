@@ -20,9 +20,10 @@ class LocalHost(Host):
 
     simulated = False
 
-    def __init__(self, nvml_module: Any, vllm: str | None = None) -> None:
+    def __init__(self, nvml_module: Any, vllm: str | None = None, *, api_key: str | None = None) -> None:
         self._nvml = nvml_module
         self._vllm_exe = vllm
+        self._api_key = api_key
         self._facts: HostFacts | None = None
         self.notes: list[str] = []
 
@@ -55,6 +56,8 @@ class LocalHost(Host):
         env = dict(os.environ)
         env.update(spec.env_dict())
         env.setdefault("PYTHONUNBUFFERED", "1")
+        if self._api_key:
+            env["VLLM_API_KEY"] = self._api_key  # the environment, not --api-key: vLLM logs its argv
         return Command(argv=argv, env=env)
 
     def nvml(self) -> Any:

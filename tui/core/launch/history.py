@@ -84,7 +84,7 @@ class StartupHistory:
 
     def append(self, record: StartupRecord) -> None:
         """One line, one ``write`` (O_APPEND): safe with concurrent writers. Blocking: call from a thread."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(self.path.parent)
         line = (json.dumps(record.to_dict(), separators=(",", ":")) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:

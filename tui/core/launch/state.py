@@ -113,7 +113,7 @@ class StateStore:
     @contextlib.contextmanager
     def locked(self) -> Iterator[dict[str, LayoutRecord]]:
         """Hold the lock; yields the layouts by id; whatever the block leaves in the dict is written back."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(self.root)
         with open(self.lock_file, "a+", encoding="utf-8") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
@@ -128,12 +128,24 @@ class StateStore:
             raw = self.file.read_text(encoding="utf-8")
         except FileNotFoundError:
             return {}
+        except (OSError, ValueError) as exc:  # not UTF-8 (ValueError), a folder in its place, unreadable
+            raise InputError(f"state file cannot be read ({exc}); move it aside to start afresh",
+                             file=self.file) from None
         try:
             data = json.loads(raw)
-            items = data["layouts"]
-            return {k: LayoutRecord.from_dict(v) for k, v in items.items()}
-        except (ValueError, KeyError, TypeError) as exc:
+            version = data.get("version") if isinstance(data, dict) else None
+        except ValueError as exc:
             raise InputError(f"state file is damaged ({exc}); move it aside to start afresh",
+                             file=self.file) from None
+        if version != STATE_VERSION:
+            raise InputError(f"state file is version {version!r}; this disagg-tui reads version {STATE_VERSION}",
+                             file=self.file, field="version",
+                             hint="stop its layouts with the disagg-tui that wrote it, or move the file aside")
+        try:
+            items = data["layouts"]
+            return {str(k): LayoutRecord.from_dict(v) for k, v in items.items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"state file is damaged ({type(exc).__name__}: {exc}); move it aside to start afresh",
                              file=self.file) from None
 
     def _write(self, layouts: dict[str, LayoutRecord]) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psutil
 
+from tui.core import paths
 from tui.core.host.base import Command
 
 LAYOUT_ENV = "DISAGG_TUI_LAYOUT"
@@ -32,7 +33,7 @@ LAYOUT_ENV = "DISAGG_TUI_LAYOUT"
 
 def spawn(cmd: Command, log_path: Path, layout_id: str) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in its own session; output appended to ``log_path``."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    paths.make_dirs(log_path.parent)
     env = dict(cmd.env)
     env[LAYOUT_ENV] = layout_id
     with open(log_path, "ab", buffering=0) as log:

@@ -292,6 +292,9 @@ def check_plan(p: LaunchPlan) -> None:
     side: dict[int, str] = {}
     for s in p.servers:
         for sp in s.side_channel_ports():
+            if not 1 <= sp <= 65535:
+                raise PlanRefused(f"{s.name} would get NIXL side-channel port {sp}, outside 1..65535; choose a "
+                                  "lower --side-channel-port")
             if sp in side:
                 raise PlanRefused(f"NIXL side-channel port {sp} given to both {side[sp]} and {s.name}: the second "
                                   "engine would hang forever in init")

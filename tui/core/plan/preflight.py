@@ -36,7 +36,8 @@ class Check:
 
 def port_free(host: str, port: int) -> bool:
     """True when nothing listens on host:port (we can bind it without SO_REUSEPORT)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host if host not in ("", "0.0.0.0") else "0.0.0.0", port))
@@ -45,13 +46,32 @@ def port_free(host: str, port: int) -> bool:
                 return False
             raise
     # a listener with SO_REUSEPORT (another vLLM) does not stop a plain bind on some kernels: try to connect too
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as c:
+    with socket.socket(family, socket.SOCK_STREAM) as c:
         c.settimeout(0.2)
         target = "127.0.0.1" if host in ("", "0.0.0.0") else host
         with contextlib.suppress(OSError):
             if c.connect_ex((target, port)) == 0:
                 return False
     return True
+
+
+def only_time_wait(port: int) -> bool:
+    """True when the sockets on local ``port`` are all connections in TIME-WAIT (Linux ``/proc/net/tcp``): no
+    listener, only what a closed one left. They block a bind only when that listener lacked SO_REUSEADDR, and
+    clear within ~60 s."""
+    states: list[str] = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name, encoding="ascii") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            with contextlib.suppress(IndexError, ValueError):
+                if int(cols[1].rsplit(":", 1)[1], 16) == port:
+                    states.append(cols[3])
+    return bool(states) and all(st == "06" for st in states)
 
 
 def check_ports(plan: LaunchPlan) -> list[Check]:
@@ -63,8 +83,15 @@ def check_ports(plan: LaunchPlan) -> list[Check]:
     for s in plan.servers:
         entries += [(f"{s.name} NIXL side channel", "127.0.0.1", p) for p in s.side_channel_ports()]
     for name, host, port in entries:
-        if not port_free(host, port):
-            busy.append(f"{port} ({name})")
+        try:
+            free = port_free(host, port)
+        except OSError as exc:  # a host name that does not resolve, an address not on this machine
+            out.append(Check("ports", FAIL, f"cannot bind {host}:{port} ({name}): {exc}"))
+            return out
+        if not free:
+            why = (": only connections in TIME-WAIT, left by a listener without SO_REUSEADDR; free within ~60 s"
+                   if only_time_wait(port) else "")
+            busy.append(f"{port} ({name}{why})")
     if busy:
         out.append(Check("ports", FAIL, f"in use: {', '.join(busy)}"))
     else:

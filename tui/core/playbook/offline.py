@@ -37,7 +37,11 @@ def read_log_line(path: Path, lineno: int) -> str:
     lines = read_log_lines(path)
     if not 1 <= lineno <= len(lines):
         raise InputError(f"has {len(lines)} lines; there is no line {lineno}", file=path)
-    return lines[lineno - 1].rstrip("\r")
+    line = lines[lineno - 1].rstrip("\r")
+    if "\ufffd" in line or any(ord(c) < 32 and c != "\t" for c in line):
+        # bytes that are not UTF-8 text (a binary file, a corrupt log): a rule written from them matches nothing
+        raise InputError("is not a line of text (binary bytes or control characters)", file=path, line=lineno)
+    return line
 
 
 @dataclass(frozen=True, slots=True)

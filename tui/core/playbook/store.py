@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from tui.core import paths
 from tui.core.errors import InputError
 from tui.core.playbook.generalize import pattern_for
 from tui.core.playbook.loader import (
@@ -137,7 +138,7 @@ def append_entry(data: dict[str, Any], path: Path | None = None) -> tuple[Entry,
                          f"file); add this item to entries by hand: - {flow}", file=target)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(target.parent)
         tmp.write_text(new, encoding="utf-8")
         os.replace(tmp, target)
     except OSError as exc:

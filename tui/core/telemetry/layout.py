@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from tui.core.errors import InputError
 from tui.core.launch.state import LayoutRecord, StateStore
@@ -38,6 +39,14 @@ def parse_endpoint(text: str, index: int = 0) -> Endpoint:
         name, url = f"server-{index}", text
     if "://" not in url:
         url = "http://" + url
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError as exc:
+        raise InputError(f"expected [NAME=]http://HOST:PORT[#ROLE], got {text!r} ({exc})", field="--endpoint"
+                         ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"expected [NAME=]http://HOST:PORT[#ROLE], got {text!r}", field="--endpoint")
     return Endpoint(name=name, url=url.rstrip("/"), role=role or "single")
 
 

@@ -180,8 +180,15 @@ class GpuSampler:
             if energy_gpu is None and now - g.last_energy >= self._energy_period:
                 energy_gpu = g
         self._turn += 1
-        return tuple(self._sample_one(g, now, slow=g is slow_gpu or g.last_slow == -math.inf,
-                                      energy=g is energy_gpu or g.last_energy == -math.inf) for g in gpus)
+        out = tuple(self._sample_one(g, now, slow=g is slow_gpu or g.last_slow == -math.inf,
+                                     energy=g is energy_gpu or g.last_energy == -math.inf) for g in gpus)
+        if out and all(s.mem_used is None and s.util_gpu is None for s in out):
+            # not one GPU answers its two basic readings: the driver is failing, not a metric unsupported; the
+            # event carries the error and no GPUs, so a panel keeps its last reading and shows it stale
+            why = out[0].reason("mem_used") or out[0].reason("util_gpu") or "no reading"
+            raise TelemetryUnavailable(f"NVML answers no GPU reading: {why}",
+                                       hint="the driver may be failing (see dmesg / nvidia-smi)")
+        return out
 
     def _sample_one(self, g: _Gpu, now: float, *, slow: bool, energy: bool) -> GpuSample:
         q = self._q

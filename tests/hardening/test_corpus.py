@@ -1,0 +1,332 @@
+"""The bad-input corpus: every command's flags, model profiles, workloads, prompts files, the playbook and operator
+entries, ``results import`` files, ``diagnose`` inputs and state files, each run through the CLI in this process.
+
+Each case asserts the exit code (2 bad input, 1 a failure), one error line (warnings aside) that names the file,
+flag or field (and line where there is one), and no traceback. ``{T}`` in a case is the case's own folder of
+files, ``{U}`` the URL of a well-behaved stub server (for the inputs checked only once a server answers)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.hardening.badserver import MODEL as STUB_MODEL
+from tests.hardening.badserver import BadServer
+from tests.hardening.cli import CliResult, no_traceback, run_cli
+from tests.helpers import expectation
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+M = "qwen3.6-27b-nvfp4"
+PLAN = ("plan", "--model", M, "--topology", "tp1")
+DEAD = "http://127.0.0.1:9"  # discard port: nothing listens there on a test machine
+BIN = bytes(range(256)) * 64
+
+
+@dataclass(frozen=True)
+class Case:
+    area: str
+    id: str
+    argv: tuple[str, ...]
+    code: int
+    names: tuple[str, ...]  # the error line contains each ({T} is the case's folder)
+    files: dict[str, bytes] = field(default_factory=dict)  # written under {T} (paths from ``state:``/``config:``
+    # go to the state or config directory instead)
+
+
+def c(area: str, id: str, argv: tuple[str, ...] | list[str], names: tuple[str, ...] | str, *, code: int = 2,
+      files: dict[str, bytes] | None = None) -> Case:
+    return Case(area, id, tuple(argv), code, (names,) if isinstance(names, str) else names, files or {})
+
+
+WORKLOADS = {
+    "negative": (b"name: w\ninput_len: -5\noutput_len: 4\n", ("w.yaml:2", "input_len")),
+    "wrong-type": (b"name: w\ninput_len: lots\n", ("w.yaml:2", "input_len", "expected an integer")),
+    "unknown-key": (b"name: w\ninput_len: 5\noutput_len: 5\nbogus: 1\n", ("w.yaml:4", "bogus", "unknown field")),
+    "empty": (b"", ("w.yaml", "expected a mapping")),
+    "syntax": (b"name: [\n", ("w.yaml:2", "YAML syntax")),
+    "binary": (BIN, ("w.yaml", "cannot read")),
+    "huge-number": (b"name: w\ninput_len: 99999999999999999999\noutput_len: 4\n", ("input_len",)),
+    "unicode-name": ("name: wörk🙂\ninput_len: 0\noutput_len: 4\n".encode(), ("w.yaml:2", "input_len")),
+}
+PROMPTS = {
+    "not-json": (b'{"prompt": "a"}\nnot json\n', ("p.jsonl:2", "not JSON")),
+    "bad-prompt": (b'{"prompt": 5}\n', ("p.jsonl:1", "prompt must be")),
+    "empty": (b"", ("p.jsonl", "no prompts")),
+    "binary": (b'{"prompt": "a"}\n\xff\xfe\n', ("p.jsonl:2", "not UTF-8")),
+    "negative-output": (b'{"prompt": "hi", "output_len": -3}\n', ("p.jsonl:1", "output_len")),
+    "bad-token-id": (b'{"prompt": [1, -2]}\n', ("p.jsonl:1", "token ids")),
+}
+MODELS = {
+    "empty": (b"", ("m.yaml", "expected a mapping")),
+    "list": (b"- 1\n- 2\n", ("m.yaml:1", "expected a mapping")),
+    "binary": (BIN, ("m.yaml", "cannot read")),
+    "unicode-id": ("id: mödel\nmodel: org/m\n".encode(), ("m.yaml", "id")),
+}
+IMPORTS = {
+    "empty": (b"", ("r.json", "not a JSON result")),
+    "list": (b"[1, 2]", ("r.json", "not a vllm bench serve result")),
+    "not-json": (b"{not json", ("r.json", "not a JSON result")),
+    "binary": (BIN, ("r.json", "not a JSON result")),
+    "other-object": (b'{"foo": 1}', ("r.json", "not a vllm bench serve result")),
+    "nan-fields": (b'{"duration": NaN, "completed": "x"}', ("r.json",)),
+    "huge": (b" " * (8 << 20) + b"[", ("r.json", "not a JSON result")),
+}
+STATE = {
+    "not-json": (b"{broken", ("layouts.json", "damaged")),
+    "binary": (BIN, ("layouts.json", "cannot be read")),
+    "other-version": (json.dumps({"version": 99, "layouts": {}}).encode(), ("layouts.json", "version 99")),
+    "no-version": (json.dumps({"layouts": {}}).encode(), ("layouts.json", "version None")),
+    "a-list": (b"[]", ("layouts.json", "version")),
+    "layouts-wrong-type": (json.dumps({"version": 1, "layouts": [1, 2]}).encode(), ("layouts.json", "damaged")),
+    "record-wrong-type": (json.dumps({"version": 1, "layouts": {"x": 5}}).encode(), ("layouts.json", "damaged")),
+}
+
+
+def cases() -> Iterator[Case]:
+    # --- global flags ---------------------------------------------------------------------------------------
+    yield c("global flags", "sim-gpus-zero", ["--sim-gpus", "0", *PLAN], "--sim-gpus")
+    yield c("global flags", "sim-gpus-huge", ["--sim-gpus", "100000", *PLAN], ("--sim-gpus", "72"))
+    yield c("global flags", "sim-gpus-word", ["--sim-gpus", "two", *PLAN], ("--sim-gpus", "whole number"))
+    yield c("global flags", "sim-gpus-float", ["--sim-gpus", "1e3", *PLAN], "--sim-gpus")
+    yield c("global flags", "sim-clock-zero", [*PLAN, "--sim-clock", "0"], "--sim-clock")
+    yield c("global flags", "sim-startup-inf", [*PLAN, "--sim-startup", "inf"], ("--sim-startup", "finite"))
+    yield c("global flags", "sim-startup-negative", [*PLAN, "--sim-startup", "-1"], "--sim-startup")
+    yield c("global flags", "sim-gpu-unknown", [*PLAN, "--sim-gpu", "a100"], ("--sim-gpu", "a100"))
+    yield c("global flags", "sim-fault-unknown", [*PLAN, "--sim-fault", "nope"], "--sim-fault")
+    yield c("global flags", "unknown-command", ["frobnicate"], "frobnicate")
+    # --- plan / up / run: the layout flags --------------------------------------------------------------------
+    for topo in ("tp0", "", "tp١", "1p1d-tp", "tp-2", "p1d"):
+        yield c("layout flags", f"topology-{topo!r}", ["plan", "--model", M, "--topology", topo], "--topology")
+    yield c("layout flags", "topology-more-gpus", ["plan", "--model", M, "--topology", "tp99"], "99 GPUs")
+    yield c("layout flags", "topology-huge", ["plan", "--model", M, "--topology", "9" * 20 + "p1d"], "GPUs")
+    yield c("layout flags", "model-unknown", ["plan", "--model", "nope", "--topology", "tp1"], ("--model", "nope"))
+    yield c("layout flags", "model-empty", ["plan", "--model", "", "--topology", "tp1"], "--model")
+    yield c("layout flags", "model-folder", ["plan", "--model", "{T}", "--topology", "tp1"], ("{T}", "cannot read"))
+    yield c("layout flags", "gpus-twice", [*PLAN, "--gpus", "0,0"], ("--gpus", "twice"))
+    yield c("layout flags", "gpus-absent", [*PLAN, "--gpus", "7"], "GPU 7")
+    yield c("layout flags", "gpus-comma", [*PLAN, "--gpus", ","], "--gpus")
+    yield c("layout flags", "gpus-word", [*PLAN, "--gpus", "first"], "--gpus")
+    yield c("layout flags", "gpus-huge", [*PLAN, "--gpus", "9" * 30], "not present")
+    yield c("layout flags", "port-high", [*PLAN, "--port", "70000"], ("--port", "70000"))
+    yield c("layout flags", "port-negative", [*PLAN, "--port", "-1"], "--port")
+    yield c("layout flags", "port-word", [*PLAN, "--port", "http"], "--port")
+    yield c("layout flags", "server-port-overflow", ["plan", "--model", M, "--topology", "1p1d", "--server-port",
+                                                     "65535"], "--server-port")
+    yield c("layout flags", "side-channel-overflow", ["plan", "--model", M, "--topology", "1p1d",
+                                                      "--side-channel-port", "65535"], "--side-channel-port")
+    yield c("layout flags", "gmu-high", [*PLAN, "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization")
+    yield c("layout flags", "gmu-nan", [*PLAN, "--gpu-memory-utilization", "nan"], "--gpu-memory-utilization")
+    yield c("layout flags", "max-model-len-zero", [*PLAN, "--max-model-len", "0"], "--max-model-len")
+    yield c("layout flags", "max-model-len-huge", [*PLAN, "--max-model-len", "9" * 20], "max_model_len")
+    yield c("layout flags", "env-no-equals", [*PLAN, "--env", "NOEQUALS"], ("--env", "K=V"))
+    yield c("layout flags", "env-no-name", [*PLAN, "--env", "=v"], "--env")
+    yield c("layout flags", "arg-unclosed-quote", [*PLAN, "--arg", '"unclosed'], "--arg")
+    yield c("layout flags", "host-space", [*PLAN, "--host", "bad host"], "--host")
+    yield c("layout flags", "host-empty", [*PLAN, "--host", ""], "--host")
+    yield c("layout flags", "host-unicode", [*PLAN, "--host", "hôst"], "--host")
+    yield c("layout flags", "up-ready-timeout-zero", ["up", "--sim", "--model", M, "--topology", "tp1",
+                                                      "--ready-timeout", "0"], "--ready-timeout")
+    yield c("layout flags", "up-stall-timeout-word", ["up", "--sim", "--model", M, "--topology", "tp1",
+                                                      "--stall-timeout", "x"], "--stall-timeout")
+    yield c("layout flags", "up-apply-fix-unknown", ["up", "--sim", "--model", M, "--topology", "tp1",
+                                                     "--apply-fix", "no-such-fix"], "no-such-fix")
+    yield c("layout flags", "run-workload-unknown", ["run", "--model", M, "--topology", "tp1", "--workload", "nope"],
+            ("--workload", "nope"))
+    run = ("run", "--model", M, "--topology", "tp1", "-w", "decode-heavy")
+    yield c("layout flags", "run-rates-word", [*run, "--rates", "abc"], "--rates")
+    yield c("layout flags", "run-rates-zero", [*run, "--rates", "0"], "--rates")
+    yield c("layout flags", "run-rates-empty", [*run, "--rates", ""], "--rates")
+    # --- status, down, watch, doctor, proxy -----------------------------------------------------------------------
+    yield c("other commands", "status-unknown-flag", ["status", "--bogus"], "--bogus")
+    yield c("other commands", "down-unknown-flag", ["down", "--json"], "--json")
+    yield c("other commands", "watch-rate-zero", ["watch", "--rate", "0"], "--rate")
+    yield c("other commands", "watch-rate-high", ["watch", "--rate", "100"], "--rate")
+    yield c("other commands", "watch-seconds-negative", ["watch", "--seconds", "-1"], "--seconds")
+    yield c("other commands", "watch-window-zero", ["watch", "--window", "0"], "--window")
+    yield c("other commands", "watch-endpoint-ipv6", ["watch", "--endpoint", "http://[::1"], "--endpoint")
+    yield c("other commands", "watch-endpoint-scheme", ["watch", "--endpoint", "ftp://x:1"], "--endpoint")
+    yield c("other commands", "doctor-model-unknown", ["doctor", "--model", "nope"], "--model")
+    yield c("other commands", "doctor-topology-unknown", ["doctor", "--topology", "zz"], "--topology")
+    yield c("other commands", "doctor-gpus-word", ["doctor", "--gpus", "x"], "--gpus")
+    yield c("other commands", "proxy-no-prefill", ["proxy", "--decode", DEAD], "--prefill")
+    yield c("other commands", "proxy-ipv6", ["proxy", "--prefill", "http://[::1", "--decode", DEAD], "--prefill")
+    yield c("other commands", "proxy-path", ["proxy", "--prefill", DEAD + "/v1", "--decode", DEAD], "--prefill")
+    yield c("other commands", "proxy-port-high", ["proxy", "--prefill", DEAD, "--decode", DEAD, "--port", "70000"],
+            "--port")
+    # --- bench ---------------------------------------------------------------------------------------------------
+    b = ("bench", "--endpoint", DEAD)
+    yield c("bench flags", "nothing-up", ["bench"], ("--endpoint", "nothing is up"))
+    yield c("bench flags", "endpoint-unreachable", [*b, "--num-prompts", "1"], ("--endpoint", "cannot ask"))
+    yield c("bench flags", "endpoint-ipv6", ["bench", "--endpoint", "http://[::1"], "--endpoint")
+    yield c("bench flags", "endpoint-port", ["bench", "--endpoint", "http://h:99999"], "--endpoint")
+    yield c("bench flags", "endpoint-empty", ["bench", "--endpoint", "http://"], "--endpoint")
+    yield c("bench flags", "rate-zero", [*b, "--rate", "0"], "--rate")
+    yield c("bench flags", "rate-negative", [*b, "--rate", "-1"], "--rate")
+    yield c("bench flags", "rate-nan", [*b, "--rate", "nan"], "--rate")
+    yield c("bench flags", "range-ratio-one", [*b, "--range-ratio", "1"], "--range-ratio")
+    yield c("bench flags", "goodput-no-value", [*b, "--goodput", "ttft"], "--goodput")
+    yield c("bench flags", "goodput-unknown-key", [*b, "--goodput", "foo:5"], "--goodput")
+    yield c("bench flags", "goodput-negative", [*b, "--goodput", "ttft:-5"], "--goodput")
+    yield c("bench flags", "extra-body-not-json", [*b, "--extra-body", "{bad"], "--extra-body")
+    yield c("bench flags", "extra-body-list", [*b, "--extra-body", "[1]"], "--extra-body")
+    yield c("bench flags", "workload-unknown", [*b, "--workload", "nope"], "--workload")
+    yield c("bench flags", "prompts-missing", [*b, "--prompts", "{T}/none.jsonl"], ("none.jsonl", "--prompts"))
+    yield c("bench flags", "prompts-with-input-len", [*b, "--prompts", "{T}/p", "--input-len", "5"], "--prompts",
+            files={"p": b""})
+    yield c("bench flags", "repeat-zero", [*b, "--repeat", "0"], "--repeat")
+    yield c("bench flags", "prefix-len-negative", [*b, "--prefix-len", "-1"], "--prefix-len")
+    yield c("bench flags", "num-prompts-huge", [*b, "--num-prompts", "9" * 14], "num_prompts")
+    yield c("bench flags", "input-len-huge", [*b, "--input-len", "9" * 14], "input_len")
+    yield c("bench flags", "prompt-tokens-huge", [*b, "--num-prompts", "2000", "--input-len", "100000"],
+            "num_prompts")
+    yield c("bench flags", "request-timeout-zero", [*b, "--request-timeout", "0"], "--request-timeout")
+    yield c("bench flags", "no-token-timeout-negative", [*b, "--no-token-timeout", "-1"], "--no-token-timeout")
+    yield c("bench flags", "vllm-bench-unclosed", [*b, "--runner", "vllm", "--vllm-bench", '"x'], "--vllm-bench")
+    yield c("bench flags", "vllm-bench-missing", [*b, "--runner", "vllm", "--vllm-bench", "/nonexistent/vllm"],
+            "--vllm-bench")
+    yield c("bench flags", "prompt-format-unknown", [*b, "--prompt-format", "xml"], "--prompt-format")
+    for name, (data, names) in WORKLOADS.items():
+        yield c("workload files", name, [*b, "--workload", "{T}/w.yaml"], names, files={"w.yaml": data})
+    for name, (data, names) in PROMPTS.items():
+        yield c("prompts files", name, ["bench", "--endpoint", "{U}", "--prompts", "{T}/p.jsonl",
+                                        "--served-model", STUB_MODEL], names, files={"p.jsonl": data})
+    # --- model profiles --------------------------------------------------------------------------------------------
+    for name, (data, names) in MODELS.items():
+        yield c("model profiles", name, ["plan", "--model", "{T}/m.yaml", "--topology", "tp1"], names,
+                files={"m.yaml": data})
+    for path in sorted((FIXTURES / "bad_profiles").glob("*.yaml")):
+        line, fld, text = expectation(path)
+        # a YAML syntax error names the file and line; the field it was in is known only to the loader
+        syntax = "YAML syntax" in text or "duplicate key" in text
+        yield c("model profiles", path.stem, ["plan", "--model", "{T}/m.yaml", "--topology", "tp1"],
+                (f"m.yaml:{line}", "" if syntax else fld, text), files={"m.yaml": path.read_bytes()})
+    yield c("model profiles", "operator-profile-broken", [*PLAN],
+            ("config:profiles/models/mine.yaml"[7:], "expected a mapping"),
+            files={"config:profiles/models/mine.yaml": b"[1]\n"})
+    # --- the playbook: --playbook files and the operator's own entries ----------------------------------------------
+    # every third broken playbook of the loader's corpus (tests/test_playbook_file.py has them all): through the CLI
+    # each costs a load of the shipped playbook
+    for path in sorted((FIXTURES / "bad_playbooks").glob("*.yaml"))[::3]:
+        line, fld, text = expectation(path)
+        yield c("playbook files", path.stem, ["diagnose", "{T}/log", "--playbook", "{T}/pb.yaml"],
+                (f"pb.yaml:{line}", fld, text), files={"pb.yaml": path.read_bytes(), "log": b"INFO ok\n"})
+    for path in sorted((FIXTURES / "bad_playbooks").glob("*.yaml"))[1:8:4]:
+        line, fld, text = expectation(path)
+        yield c("operator playbook", path.stem, ["playbook", "list"], (f"playbook.yaml:{line}", fld, text),
+                files={"config:playbook.yaml": path.read_bytes()})
+    yield c("operator playbook", "binary", ["playbook", "list"], ("playbook.yaml", "cannot read"),
+            files={"config:playbook.yaml": BIN})
+    yield c("playbook commands", "show-unknown", ["playbook", "show", "nope"], "nope")
+    yield c("playbook commands", "add-no-title", ["playbook", "add"], "--title")
+    yield c("playbook commands", "add-empty-log", ["playbook", "add", "--from", "{T}/log:1", "--title", "T"],
+            ("log", "no line 1"), files={"log": b""})
+    yield c("playbook commands", "add-binary-line", ["playbook", "add", "--from", "{T}/log:5", "--title", "T"],
+            ("log:5", "not a line of text"), files={"log": BIN})
+    yield c("playbook commands", "add-bad-from", ["playbook", "add", "--from", "{T}/log:x", "--title", "T"],
+            ("--from", "LOG:LINE"), files={"log": b"a\n"})
+    yield c("playbook commands", "add-missing-log", ["playbook", "add", "--from", "{T}/none:1", "--title", "T"],
+            ("none", "no such file"))
+    # --- results ---------------------------------------------------------------------------------------------------
+    yield c("results", "run-unknown", ["results", "nope-run"], ("RUN", "nope-run"))
+    yield c("results", "format-unknown", ["results", "--format", "xml"], "--format")
+    yield c("results", "goodput-word", ["results", "--goodput", "ttft:x"], "--goodput")
+    yield c("results import", "missing", ["results", "import", "{T}/none.json"], ("none.json", "no such file"))
+    yield c("results import", "folder", ["results", "import", "{T}"], "{T}")
+    for name, (data, names) in IMPORTS.items():
+        yield c("results import", name, ["results", "import", "{T}/r.json"], names, files={"r.json": data})
+    # --- diagnose --------------------------------------------------------------------------------------------------
+    yield c("diagnose", "missing", ["diagnose", "{T}/none.log"], ("none.log", "no such file"))
+    yield c("diagnose", "folder", ["diagnose", "{T}"], ("{T}", "directory"))
+    yield c("diagnose", "topology-unknown", ["diagnose", "{T}/l", "--topology", "zz"], "--topology",
+            files={"l": b"x\n"})
+    yield c("diagnose", "model-unknown", ["diagnose", "{T}/l", "--model", "nope"], "--model", files={"l": b"x\n"})
+    yield c("diagnose", "playbook-missing", ["diagnose", "{T}/l", "--playbook", "{T}/none.yaml"], "none.yaml",
+            files={"l": b"x\n"})
+    yield c("diagnose", "playbook-binary", ["diagnose", "{T}/l", "--playbook", "{T}/pb"], ("pb", "cannot read"),
+            files={"l": b"x\n", "pb": BIN})
+    # --- state files -----------------------------------------------------------------------------------------------
+    for name, (data, names) in STATE.items():
+        for cmd in (["status"], ["down"]):
+            yield c("state files", f"{cmd[0]}-{name}", cmd, names, files={"state:layouts.json": data})
+
+
+CASES = list(cases())
+
+
+@pytest.fixture(scope="module")
+def stub_url() -> Iterator[str]:
+    with BadServer("ok") as srv:
+        yield srv.url
+
+
+def _materialise(case: Case, tmp: Path, dirs: Path) -> None:
+    for name, data in case.files.items():
+        if name.startswith("state:"):
+            path = dirs / "state" / name[6:]
+        elif name.startswith("config:"):
+            path = dirs / "config" / name[7:]
+        else:
+            path = tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def _error_lines(res: CliResult) -> list[str]:
+    return [line for line in res.err_lines if not line.startswith("warning:")]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda k: f"{k.area}/{k.id}")
+def test_bad_input_is_one_clear_line(case: Case, tmp_path: Path, isolated_dirs: Path, request: pytest.FixtureRequest
+                                     ) -> None:
+    folder = tmp_path / "case"
+    folder.mkdir()
+    _materialise(case, folder, isolated_dirs)
+    url = request.getfixturevalue("stub_url") if any("{U}" in a for a in case.argv) else ""
+    argv = [a.replace("{T}", str(folder)).replace("{U}", url) for a in case.argv]
+    res = run_cli(argv)
+    assert no_traceback(res), res.err
+    errors = _error_lines(res)
+    assert res.code == case.code, f"exit {res.code}: {res.err}"
+    assert len(errors) == 1, res.err
+    for name in case.names:
+        if name:
+            assert name.replace("{T}", str(folder)) in errors[0], errors[0]
+
+
+def test_corpus_size_and_areas() -> None:
+    by_area: dict[str, int] = {}
+    for k in CASES:
+        by_area[k.area] = by_area.get(k.area, 0) + 1
+    assert len(CASES) >= 60
+    assert len({(k.area, k.id) for k in CASES}) == len(CASES)
+    assert {"global flags", "layout flags", "bench flags", "workload files", "prompts files", "model profiles",
+            "playbook files", "operator playbook", "results import", "diagnose", "state files"} <= set(by_area)
+
+
+@pytest.mark.parametrize("kind", ["empty", "binary", "long-line", "many-lines"])
+def test_diagnose_takes_any_log_bytes(kind: str, tmp_path: Path) -> None:
+    """A log is whatever a server wrote: empty, binary, a 4 MiB line, 30k lines. Each is read and judged (exit
+    0, no known failure), never a traceback."""
+    data = {"empty": b"", "binary": BIN * 16, "long-line": b"x" * (4 << 20) + b"\n",
+            "many-lines": b"INFO 11-29 07:49:29 [core.py:1] nothing to see\n" * 30_000}[kind]
+    log = tmp_path / "server.log"
+    log.write_bytes(data)
+    res = run_cli(["diagnose", str(log)])
+    assert res.code == 0, res.err
+    assert no_traceback(res)
+
+
+def test_state_dirs_are_private(isolated_dirs: Path, tmp_path: Path) -> None:
+    """State and data folders the app creates are 0700 (logs, plans and results are the operator's alone)."""
+    os.environ["DISAGG_TUI_STATE_DIR"] = str(tmp_path / "fresh" / "state")
+    from tui.core.launch.state import StateStore
+
+    with StateStore().locked():
+        pass
+    assert (tmp_path / "fresh" / "state").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "fresh").stat().st_mode & 0o777 == 0o700
