@@ -6,7 +6,10 @@ sample), drawn at 120x20 and 60x10 cells. Candidates:
 - ``braille`` (reference): a small in-house braille line renderer on Textual's line API (what we would write
   ourselves: dots in a bytearray per cell, Bresenham between samples, one Strip per row, a y/x tick margin);
 - ``textual-plot``: ``PlotWidget`` (textual-plot on textual-hires-canvas), BRAILLE lines, fixed limits;
-- ``textual-plotext``: ``PlotextPlot`` (plotext), braille markers, fixed limits.
+- ``textual-plot+batch``: the same, drawn inside each canvas's ``batch_refresh()`` (one refresh per canvas per
+  frame instead of one per changed cell);
+- ``textual-plotext``: ``PlotextPlot`` (plotext), braille markers, fixed limits;
+- ``TimeSeriesChart``: the console's chart as built on the pick (tui/console/widgets/charts.py), legend included.
 
 Each candidate runs alone in a headless Textual app (``App.run_test(size=...)``) with the chart filling the
 screen. One frame is what the terminal would cost: give the widget the new data through its own API (which
@@ -221,6 +224,17 @@ def _textual_plot_batched() -> Candidate:
     return (lambda: BatchedPlot(allow_pan_and_zoom=False)), feed
 
 
+def _console_chart() -> Candidate:
+    """The console's TimeSeriesChart (tui/console/widgets/charts.py: textual-plot, batched, with its legend)."""
+    from tui.console.widgets.charts import TimeSeriesChart
+
+    def feed(w: Widget, now: float, data: Points) -> None:
+        assert isinstance(w, TimeSeriesChart)
+        w.set_series({f"s{k}": list(zip(xs, ys, strict=True)) for k, (xs, ys) in enumerate(data)}, now=now)
+
+    return (lambda: TimeSeriesChart("bench", "tok/s", window_s=WINDOW_S)), feed
+
+
 def _textual_plotext() -> Candidate:
     from textual_plotext import PlotextPlot
 
@@ -242,6 +256,7 @@ CANDIDATES: dict[str, Callable[[], Candidate]] = {
     "textual-plot": _textual_plot,
     "textual-plot+batch": _textual_plot_batched,
     "textual-plotext": _textual_plotext,
+    "TimeSeriesChart": _console_chart,
 }
 
 
