@@ -5,11 +5,12 @@
 
 Both are built for a live monitor: ``set_series`` only stores the data and asks for a refresh, and the drawing
 happens once per frame, however often it is called (textual-plot draws in ``render``; each canvas is drawn inside
-its ``batch_refresh()``, so a frame is one refresh per canvas rather than one per changed cell: about a third
-less CPU per frame at 120x20, see benchmarks/chart_redraw.py). Each series has its own colour *and* its own texture (braille line,
-``+`` marks, half-block line, ``x`` marks, …), so they stay apart on a 16-colour terminal and under NO_COLOR.
-The y axis starts at 0 and ends at a rounded maximum (1, 2 or 5 x 10^n) that grows at once and shrinks only
-when the data falls below 40 % of it, so it does not jump every frame. Same data, same size: same screen.
+its ``batch_refresh()``, so a frame is one refresh per canvas rather than one per changed cell: about a third less
+CPU per frame at 120x20, see benchmarks/chart_redraw.py). Each series has its own colour *and* its own texture
+(braille line, ``+`` marks, half-block line, ``x`` marks, …), so they stay apart on a 16-colour terminal and under
+NO_COLOR. The y axis starts at 0 and ends at a rounded maximum (1, 1.5, 2, 3, 4, 5, 6 or 8 x 10^n) that grows at
+once and shrinks only when the data falls below 40 % of it, so it does not jump every frame. Same data, same
+size: same screen.
 """
 
 from __future__ import annotations
