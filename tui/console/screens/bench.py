@@ -144,6 +144,9 @@ class BenchScreen(Screen[None]):
             return
         b = model.bench
         self.query_one("#bench-status", Static).update(self._status(model))
+        self.query_one("#bench-servers", Static).update(self._servers(model))
+        if not full and self._tick % 2:  # the charts at 2 Hz: each costs ~25 ms a frame (benchmarks/chart_redraw.py)
+            return
         now = b.tick.elapsed_s if b.tick is not None else None
         s = b.series
 
@@ -157,7 +160,6 @@ class BenchScreen(Screen[None]):
                                                                   now=now)
         self.query_one("#chart-itl", TimeSeriesChart).set_series({"p50": pts("itl_p50"), "p99": pts("itl_p99")},
                                                                  now=now)
-        self.query_one("#bench-servers", Static).update(self._servers(model))
 
     def _status(self, model: ConsoleModel) -> Text:
         b = model.bench
