@@ -398,7 +398,8 @@ class TimeSeriesChart(_Chart):
         now = self._now
         if now is None:
             now = max((pts[-1][0] for pts in self._series.values() if pts), default=self.window_s)
-        lo = now - self.window_s
+        # a run younger than the window fills it from the left (no negative times); then the window slides
+        lo, hi = (0.0, self.window_s) if now < self.window_s else (now - self.window_s, now)
         shown: list[tuple[str, SeriesStyle, list[Point]]] = []
         for i, (name, pts) in enumerate(self._series.items()):
             # the window, plus the last point before it so the line enters from the left edge
@@ -412,9 +413,9 @@ class TimeSeriesChart(_Chart):
         for _, style, window in shown:
             _draw_series(plot, style, window)
         plot.empty = not in_view
-        self._set_limits(lo, now, self.y_max)
+        self._set_limits(lo, hi, self.y_max)
         plot.set_x_formatter(ClockFormatter())
-        plot.set_xticks(spaced_ticks(lo, now, self._plot_cols(), 5, _TIME_STEPS))
+        plot.set_xticks(spaced_ticks(lo, hi, self._plot_cols(), 5, _TIME_STEPS))
         plot.set_y_formatter(CompactFormatter())
         plot.set_yticks(even_ticks(self.y_max, self._plot_rows()))
 
