@@ -122,10 +122,15 @@ class ConsoleApp(App[int]):
 
     # --- modes -------------------------------------------------------------------------------------------------
     def on_mount(self) -> None:
+        self.set_class(self.size.width < 100, "-narrow")
         self.ctx.bus.attach_loop(asyncio.get_running_loop())
         self.set_interval(FLUSH_S, self.flush)
         if self.ctx.live:
             self.start_sources()
+
+    def on_resize(self, event: Any) -> None:
+        """80 columns: the side forms narrow down (console.tcss ``.-narrow``)."""
+        self.set_class(event.size.width < 100, "-narrow")
 
     def action_mode(self, mode: str) -> None:
         if mode != self.current_mode:
