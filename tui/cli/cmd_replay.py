@@ -7,6 +7,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from tui.cli.cmd_console import on_terminal
 from tui.cli.context import CliContext, add_global_options
 from tui.core import paths
 from tui.core.errors import EXIT_OK, InputError
@@ -56,17 +57,11 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     path = resolve(args.file)
     if not 0.5 <= args.speed <= 100:
         raise InputError(f"must be within 0.5-100, got {args.speed:g}", field="--speed")
-    headless = args.headless or args.json
+    headless = args.headless or args.json or not on_terminal()  # no terminal (a pipe, CI): the summary
     if not headless:
-        try:
-            console = importlib.import_module(CONSOLE_REPLAY)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not CONSOLE_REPLAY.startswith(exc.name):
-                raise
-            ctx.warn("the console replay is not installed: printing the headless summary instead")
-        else:
-            code: int = console.replay(path, speed=args.speed)
-            return code
+        console = importlib.import_module(CONSOLE_REPLAY)
+        code: int = console.replay(path, speed=args.speed)
+        return code
     with Recording.open(path) as recording:
         summary = summarize(recording)
         if args.json:
