@@ -106,7 +106,8 @@ def cases() -> Iterator[Case]:
     yield c("layout flags", "topology-huge", ["plan", "--model", M, "--topology", "9" * 20 + "p1d"], "GPUs")
     yield c("layout flags", "model-unknown", ["plan", "--model", "nope", "--topology", "tp1"], ("--model", "nope"))
     yield c("layout flags", "model-empty", ["plan", "--model", "", "--topology", "tp1"], "--model")
-    yield c("layout flags", "model-folder", ["plan", "--model", "{T}", "--topology", "tp1"], ("{T}", "cannot read"))
+    yield c("layout flags", "model-folder", ["plan", "--model", "{T}", "--topology", "tp1"],
+            ("{T}", "not a model folder"))
     yield c("layout flags", "gpus-twice", [*PLAN, "--gpus", "0,0"], ("--gpus", "twice"))
     yield c("layout flags", "gpus-absent", [*PLAN, "--gpus", "7"], "GPU 7")
     yield c("layout flags", "gpus-comma", [*PLAN, "--gpus", ","], "--gpus")

@@ -122,7 +122,6 @@ class ConsoleApp(App[int]):
 
     # --- modes -------------------------------------------------------------------------------------------------
     def on_mount(self) -> None:
-        self.set_class(self.size.width < 100, "-narrow")
         self.ctx.bus.attach_loop(asyncio.get_running_loop())
         self.set_interval(FLUSH_S, self.flush)
         if self.ctx.live:

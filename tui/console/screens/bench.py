@@ -111,6 +111,8 @@ class BenchScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        for i in self.query(Input):  # no blinking cursor: no repaint twice a second over SSH
+            i.cursor_blink = False
         ol = self.query_one("#workloads", OptionList)
         for name, w in sorted(self.console.ctx.catalog.workloads.items()):
             rate = "inf" if math.isinf(w.request_rate) else f"{w.request_rate:g}/s"

@@ -8,6 +8,7 @@ the same campaign again skips the cells already complete.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.table import Table
@@ -25,6 +26,7 @@ from tui.console.actions import CampaignState, LaunchKnobs, campaigns, remember_
 from tui.console.model import ConsoleModel
 from tui.console.screens.launch import candidate_topologies
 from tui.console.widgets.header import HeaderBar
+from tui.core import paths
 
 if TYPE_CHECKING:
     from tui.console.app import ConsoleApp
@@ -110,6 +112,8 @@ class CampaignScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        for i in self.query(Input):  # no blinking cursor: no repaint twice a second over SSH
+            i.cursor_blink = False
         ctx = self.console.ctx
         models = self.query_one("#c-model", OptionList)
         for mid in sorted(ctx.catalog.models):
@@ -174,7 +178,7 @@ class CampaignScreen(Screen[None]):
         head.append(f"  {state.spec.get('model', '')} · {state.done}/{state.total} cells · ")
         head.append("running" if state.running else "not running (ctrl+r resumes)",
                     style=fmt.BUSY if state.running else fmt.DIM)
-        head.append(f"\n{state.directory}\n", style="dim")
+        head.append(f"\n{_where(state.directory)}\n", style="dim")
         g.update(_stack(head, grid(state)))
 
     def _current(self, model: ConsoleModel) -> Text:
@@ -253,6 +257,15 @@ class CampaignScreen(Screen[None]):
         self.app.call_from_thread(self.notify, f"{job.shell()}\noutput: {job.log}", title="campaign started",
                                   timeout=6)
         self.app.call_from_thread(self._read)
+
+
+def _where(directory: Path) -> str:
+    """The campaign's folder, relative to the data directory when it lies there (shorter, and the same on every
+    host)."""
+    try:
+        return f"<data dir>/{directory.relative_to(paths.data_dir())}"
+    except ValueError:
+        return str(directory)
 
 
 def _stack(head: Text, body: Table) -> Table:

@@ -159,6 +159,8 @@ class LaunchScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        for i in self.query(Input):  # no blinking cursor: no repaint twice a second over SSH
+            i.cursor_blink = False
         self.query_one("#plan-view").border_title = "Plan"
         self._list_models()
 

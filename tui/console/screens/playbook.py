@@ -79,6 +79,8 @@ class PlaybookScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        for i in self.query(Input):  # no blinking cursor: no repaint twice a second over SSH
+            i.cursor_blink = False
         self.query_one("#pb-entry-view").border_title = "Entry"
         self._load()
 
