@@ -11,6 +11,7 @@ from tui.console.app import make_console
 from tui.console.replay import make_replay
 from tui.console.widgets.band import Band
 from tui.console.widgets.gpus import GpuPanel
+from tui.console.widgets.logpane import LogPane
 from tui.console.widgets.servers import ServerTable
 from tui.core.host.base import HostOptions
 from tui.core.record import Recorder, new_header
@@ -26,11 +27,14 @@ def _record(path: Path) -> None:
     rec.close()
 
 
-def _screen_text(app) -> tuple[str, str, list[str]]:  # type: ignore[no-untyped-def]
+def _screen_text(app) -> tuple[str, str, list[str], str]:  # type: ignore[no-untyped-def]
+    """Every panel of the dashboard as drawn (all but the header line, which says REPLAY in a replay)."""
     screen = app.screen
     table = screen.query_one(ServerTable)
     rows = [" ".join(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
-    return screen.query_one(GpuPanel).text.plain, screen.query_one(Band).text.plain, rows
+    log = screen.query_one(LogPane)
+    return (screen.query_one(GpuPanel).text.plain, screen.query_one(Band).text.plain, rows,
+            f"{log.border_title}\n{log.render().plain}")
 
 
 async def test_the_replayed_moment_draws_as_the_live_one(tmp_path: Path) -> None:
