@@ -56,7 +56,9 @@ async def test_a_server_driven_past_its_pace_is_flagged(sims: SimServers) -> Non
     # 2,000× real time: a decode step of ~5 ms is 2.5 µs of wall time, which no Python event loop keeps
     server = sims.start(startup_s=0.2, clock=2000.0)
     server.wait_ready()
-    wl = Workload(name="w", input_len=64, output_len=64, num_prompts=8, seed=3)
+    # enough decode steps that the lateness passes the server's 20 ms threshold even on an idle, fast machine
+    # (64 steps were ~20 ms late in all: flagged under load, not on a quiet host)
+    wl = Workload(name="w", input_len=64, output_len=1024, num_prompts=8, seed=3)
     run = await run_bench(BenchOptions(workload=wl, model="dummy-qwen3-8b", warmup=0),
                           BenchTarget(endpoint=server.url, campaign="pace"))
     assert run.meta.status == "complete"

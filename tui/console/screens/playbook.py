@@ -3,6 +3,7 @@ learned from a log line (the ``playbook add`` path: the line generalised, checke
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -19,6 +20,7 @@ from tui.console.widgets.header import HeaderBar
 from tui.core.errors import AppError
 from tui.core.playbook import Entry, load_playbook
 from tui.core.playbook.learn import learn_line
+from tui.core.playbook.loader import shipped_playbook_path
 
 if TYPE_CHECKING:
     from tui.console.app import ConsoleApp
@@ -43,8 +45,17 @@ def entry_text(e: Entry) -> Text:
         t.append("\nReferences\n", style="bold")
         for r in e.references:
             t.append(f"  {r}\n", style="dim")
-    t.append(f"\nfrom {e.source}:{e.line}\n", style="dim")
+    t.append(f"\nfrom {_source(e.source)}:{e.line}\n", style="dim")
     return t
+
+
+def _source(path: str) -> str:
+    """The shipped playbook by name (the same wherever the app is installed), the operator's by its path."""
+    p = Path(path)
+    try:
+        return f"shipped {p.relative_to(shipped_playbook_path().parent)}"
+    except ValueError:
+        return path
 
 
 class PlaybookScreen(Screen[None]):
