@@ -242,24 +242,3 @@ def campaigns(root: Path | None = None, limit: int = 20) -> list[CampaignState]:
     dirs.sort(key=lambda d: (d / CAMPAIGN_FILE).stat().st_mtime, reverse=True)
     out = [read_campaign(d) for d in dirs[:limit]]
     return [c for c in out if c is not None]
-
-
-def campaign_jobs_alive(jobs_dir: Path | None = None) -> list[str]:
-    """Names of campaigns whose ``run`` command (started by a console) still runs, from the job logs' pids."""
-    folder = jobs_dir or (paths.state_dir() / JOBS_DIR)
-    out = []
-    for f in sorted(folder.glob("*-run.json")) if folder.is_dir() else []:
-        try:
-            d = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if pid_alive(int(d.get("pid", 0))):
-            out.append(str(d.get("campaign", "")))
-    return out
-
-
-def remember_campaign_job(job: Job, campaign: str, jobs_dir: Path | None = None) -> None:
-    folder = jobs_dir or (paths.state_dir() / JOBS_DIR)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{job.log.stem}.json").write_text(json.dumps({"pid": job.pid, "campaign": campaign,
-                                                              "argv": job.argv, "log": str(job.log)}))

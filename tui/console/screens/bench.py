@@ -266,8 +266,8 @@ class BenchScreen(Screen[None]):
         if layout.status != "ready":
             raise AppError(f"the layout is {layout.status}", hint="wait until it is ready")
         vocab = None
-        try:
-            vocab = console.ctx.catalog.model(layout.profile_id).shape.vocab_size
+        try:  # a derived profile reads its model folder: off the loop
+            vocab = (await asyncio.to_thread(console.ctx.catalog.model, layout.profile_id)).shape.vocab_size
         except AppError:
             pass
         opts = BenchOptions(workload=workload, goodput=slo, **({"vocab_size": vocab} if vocab else {}))
@@ -280,7 +280,7 @@ class BenchScreen(Screen[None]):
             if shutil.which(exe) is None:
                 raise AppError(f"{exe!r} is not an executable here",
                                hint="start the console with --vllm /path/to/venv/bin/vllm for vllm bench serve")
-            tokenizer = console.ctx.catalog.model(layout.profile_id).model
+            tokenizer = (await asyncio.to_thread(console.ctx.catalog.model, layout.profile_id)).model
             await run_vllm_bench([exe], opts, target, tokenizer, bus=console.ctx.bus)
         else:
             await run_bench(opts, target, bus=console.ctx.bus)

@@ -22,7 +22,7 @@ from textual.widgets import Button, Footer, Input, Label, OptionList, SelectionL
 from textual.widgets.option_list import Option
 
 from tui.console import fmt
-from tui.console.actions import CampaignState, LaunchKnobs, campaigns, remember_campaign_job, run_argv, start_job
+from tui.console.actions import CampaignState, LaunchKnobs, campaigns, run_argv, start_job
 from tui.console.model import ConsoleModel
 from tui.console.screens.launch import candidate_topologies
 from tui.console.widgets.header import HeaderBar
@@ -122,7 +122,9 @@ class CampaignScreen(Screen[None]):
         ids = sorted(ctx.catalog.models)
         if ids:
             models.highlighted = ids.index(lay.profile_id) if lay is not None and lay.profile_id in ids else 0
-        gpus = len(ctx.host.facts.gpus) if ctx.host is not None else 2
+        # the GPU count the telemetry saw (host.facts may run `vllm --version` on a real host: not on the loop)
+        gpus = len(self.console.model.gpus) or (len(ctx.host.facts.gpus) if ctx.host is not None and
+                                                 ctx.host.simulated else 2)
         topos = self.query_one("#c-topologies", SelectionList)
         for t in candidate_topologies(gpus):
             topos.add_option((t, t, t in ("dp2", "tp2", "1p1d")))
@@ -253,7 +255,6 @@ class CampaignScreen(Screen[None]):
     @work(group="campaign-start", thread=True, exit_on_error=False, description="starting a campaign")
     def _spawn(self, argv: list[str], name: str) -> None:
         job = start_job("run", argv)
-        remember_campaign_job(job, name or "(new)")
         self.app.call_from_thread(self.notify, f"{job.shell()}\noutput: {job.log}", title="campaign started",
                                   timeout=6)
         self.app.call_from_thread(self._read)

@@ -162,9 +162,8 @@ class ResultsScreen(Screen[None]):
             self.action_reload()
 
     def action_reload(self) -> None:
-        host = self.console.ctx.host
-        gpus = len(host.facts.gpus) if host is not None else None
-        self._load(gpus)
+        # the GPU count the telemetry saw (host.facts may run `vllm --version` on a real host: not on the loop)
+        self._load(len(self.console.model.gpus) or None)
 
     @work(exclusive=True, group="results", thread=True, exit_on_error=False, description="reading results")
     def _load(self, gpus: int | None) -> None:
