@@ -284,11 +284,19 @@ class Launch:
             server=item.name, seconds=found.seconds if found else None, samples=found.samples if found else 0,
             cache_state=state, source=found.source if found else "", cold_hint=hint))
 
-    async def _watch(self, names: list[str]) -> None:
-        """Sample the starting servers' process trees and caches (in a thread) and publish sub-phases."""
+    async def _watch(self, names: list[str], follower: LogFollower) -> None:
+        """Sample the starting servers' process trees and caches (in a thread) and publish sub-phases; the log
+        lines written before the sample are read first, so a phase the log names comes before the sub-phase that
+        followed it (the follower's own 0.1 s poll may not have reached them yet on a busy machine)."""
         assert self.record is not None
         procs = {p.name: p for p in self.record.processes}
-        samples = await asyncio.to_thread(self._sample, [(n, procs[n].pid) for n in names if n in procs])
+
+        def sample_then_catch_up() -> dict[str, tuple[list[subphases.ProcSample], dict[str, tuple[str, int]]]]:
+            out = self._sample([(n, procs[n].pid) for n in names if n in procs])
+            follower.poll_once()
+            return out
+
+        samples = await asyncio.to_thread(sample_then_catch_up)
         now = time.monotonic()
         users: dict[str, list[str]] = {}  # cache directory -> the starting servers that write to it
         for name, (_tree, caches) in samples.items():
@@ -362,7 +370,7 @@ class Launch:
                 if self.options.watch_interval_s > 0 and time.monotonic() >= next_watch:
                     next_watch = time.monotonic() + (min(self.options.watch_interval_s, 0.2) if compressed
                                                      else self.options.watch_interval_s)
-                    await self._watch([n for n in pending if n != "proxy"])
+                    await self._watch([n for n in pending if n != "proxy"], follower)
                 # servers before the proxy: the proxy's /health needs them
                 for name, proc in list(pending.items()):
                     popen = self.popens.get(proc.pid)
