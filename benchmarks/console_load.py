@@ -3,8 +3,10 @@
 Two simulated B200s sampled at 4 Hz, the three processes of a 1P1D layout (prefill, decode, proxy) polled at 1 Hz,
 and a benchmark of ``--streams`` concurrent streams (1,000 by default) run from the console's bench screen against
 the layout, the console headless at 160×48 (``App.run_test``: the same app, the same 4 Hz drawing; a headless
-driver instead of a terminal). Measured in the console's own process (the load generator is a process of its own
-and is excluded; the run's parent side, which stores records and publishes ticks, is the console's):
+driver instead of a terminal). Measured in the console's own process. The benchmark is the console's own way of
+running one: ``disagg-tui bench`` started detached (its parent side, which stores records and computes the live
+figures, and its load generator are processes of their own and excluded), the console following its events file
+and drawing its ticks:
 
 - key-press latency: from a key (a cursor move in the servers table, which redraws the table and switches the log
   pane to another server) until the screen is painted with the moved cursor (the app's paint call is timed, as a
@@ -150,8 +152,10 @@ async def main_async(a: argparse.Namespace) -> int:
             load = await _phase(app, pilot, a.minutes * 60, f"{a.streams} streams live")
             tick = app.model.bench.tick
             inflight = max((t for t in [tick.inflight] if tick is not None), default=0)
-            screen.workers.cancel_group(screen, "bench")
-            await pilot.pause(1.0)
+            app.stop_bench()
+            t_end = time.monotonic() + 30
+            while app.model.bench.running and time.monotonic() < t_end:
+                await pilot.pause(0.2)
     finally:
         _cli("down", "--all")
     rows = [ref, load]

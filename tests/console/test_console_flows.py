@@ -170,3 +170,61 @@ async def test_a_campaign_outlives_the_console_and_a_new_console_finds_it() -> N
         out = Console(width=160, record=True, file=io.StringIO())
         out.print(grid(state))
         assert out.export_text().count("tok/s") == 2  # the grid: both cells with their output throughput
+
+
+async def test_a_benchmark_outlives_the_console_and_a_new_console_follows_and_stops_it() -> None:
+    import asyncio
+    import subprocess
+    import sys
+
+    from tests.console.conftest import ROOT
+    from tui.console.actions import running_benches
+    from tui.core.bench.store import load_run
+
+    ports = console_ports()
+    argv = [sys.executable, "-m", "tui", "up", "--sim", "--sim-startup", "0.5", "--model", "dummy-qwen3-8b",
+            "--topology", "tp1", "--port", str(ports[0]), "--server-port", str(ports[1]), "--side-channel-port",
+            str(ports[2])]
+    up = await asyncio.to_thread(subprocess.run, argv, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                                 check=False)
+    assert up.returncode == 0, up.stderr[-2000:]
+    app = make_console(HostOptions(sim=True), ports=ports, record=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.model.layout is not None and app.model.layout.status == "ready", 30,
+                       "the layout")
+        await pilot.press("b")
+        screen = app.screen
+        assert isinstance(screen, BenchScreen)
+        wl = screen.query_one("#workloads", OptionList)
+        await wait_for(pilot, lambda: wl.option_count > 0, 10, "workloads")
+        wl.highlighted = next(i for i in range(wl.option_count) if wl.get_option_at_index(i).id == "decode-heavy")
+        screen.query_one("#f-num_prompts", Input).value = "64"
+        screen.query_one("#f-output_len", Input).value = "12000"  # minutes of decoding: it is stopped first
+        await pilot.pause(0.1)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: app.model.bench.tick is not None and app.model.bench.tick.phase == "run"
+                       and app.model.bench.tick.done == 0 and app.model.bench.tick.sent > 0, 60, "the run going")
+        bench = app.bench_job
+        assert bench is not None and bench.job is not None
+        pid = bench.job.pid
+        assert pid != __import__("os").getpid()  # the run is a process of its own
+    # the console is gone; the run is not
+    assert bench.job.poll() is None
+    (events,) = running_benches()
+    assert events == bench.events
+    app2 = make_console(HostOptions(sim=True), ports=ports, record=False)
+    seen: list[Event] = []
+    app2.ctx.bus.subscribe(seen.append)
+    async with app2.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app2.bench_job is not None and app2.model.bench.running, 20, "reattached")
+        ticks = len(app2.model.bench.series.get("output_tps", ()))
+        await wait_for(pilot, lambda: len(app2.model.bench.series.get("output_tps", ())) > ticks + 2, 20,
+                       "live ticks from the run the first console started")
+        await pilot.press("b")
+        await pilot.press("ctrl+x")
+        await wait_for(pilot, lambda: any(isinstance(e, BenchDone) for e in seen), 40, "the stop")
+        done = next(e for e in seen if isinstance(e, BenchDone))
+        assert done.status == "incomplete" and app2.bench_job is None
+    assert bench.job.popen is not None and bench.job.popen.wait(30) == 130
+    run = load_run(__import__("pathlib").Path(done.run_dir))
+    assert run.meta.status == "incomplete" and run.meta.campaign == "console"

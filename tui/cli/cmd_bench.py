@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shlex
 import shutil
@@ -22,6 +23,7 @@ from tui.core.bench import report, table
 from tui.core.bench.campaign import BenchFn
 from tui.core.bench.dataset import run_seed
 from tui.core.bench.events import BenchTick
+from tui.core.bench.eventsfile import EventsWriter
 from tui.core.bench.metrics import parse_goodput
 from tui.core.bench.runner import DEFAULT_VOCAB, BenchOptions, BenchTarget, run_bench
 from tui.core.bench.store import Run
@@ -101,6 +103,9 @@ def register(sub: Any) -> None:
                                    "definitions and key names. Results go to runs/<campaign>/.")
     p.add_argument("--endpoint", "-e", metavar="URL", help="http://HOST:PORT (default: the active layout)")
     add_traffic_options(p, single=True)
+    p.add_argument("--events-to", metavar="FILE.jsonl",
+                   help="also write the run's events (start, live ticks, end) to FILE as JSON lines, flushed as they "
+                        "happen, for another program to follow (the console follows a benchmark it started)")
     add_record_options(p, default_on=False)
     add_global_options(p)
     p.set_defaults(handler=run)
@@ -316,6 +321,13 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         if args.runner == "vllm" else None
 
     bus = EventBus()
+    events = None
+    if args.events_to:
+        try:
+            events = EventsWriter(Path(args.events_to).expanduser()).attach(bus)
+        except OSError as exc:
+            raise InputError(f"cannot write it: {exc.strerror or exc}", file=args.events_to,
+                             field="--events-to") from None
     session = SessionRecording(ctx, args, "bench", bus)
 
     async def go() -> None:
@@ -325,12 +337,12 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
             # each repeat sends prompts of its own, so the server's prefix cache cannot serve it from the last one
             seeded = replace(opts, workload=opts.workload.with_overrides(
                 seed=run_seed(opts.workload.seed, repeat=i + 1)))
-            recorded = bus if session.enabled else None
+            recorded = bus if session.enabled or events is not None else None
             runs.append(await vllm(seeded, target, recorded, progress.tick) if vllm is not None else
                         await run_bench(seeded, target, bus=recorded, on_tick=progress.tick))
             progress.end()
 
-    with session:
+    with session, contextlib.closing(events) if events is not None else contextlib.nullcontext():
         try:
             run_async(session.around(go()))
         except (KeyboardInterrupt, asyncio.CancelledError):

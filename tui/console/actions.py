@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -19,11 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths
+from tui.core import paths, yamlio
 from tui.core.bench.campaign import CAMPAIGN_FILE
+from tui.core.bench.events import BenchDone, BenchStarted
+from tui.core.bench.eventsfile import EventsTail
 from tui.core.bench.store import RUN_FILE
+from tui.core.events import Event
 from tui.core.host.base import HostOptions
 from tui.core.procs import pid_alive
+from tui.core.profiles import Workload
 
 #: where the detached commands' output goes
 JOBS_DIR = "console-jobs"
@@ -122,6 +127,116 @@ def start_job(name: str, argv: Sequence[str], *, jobs_dir: Path | None = None) -
                                      stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True, close_fds=True)
     return job
+
+
+#: a benchmark the console started: its workload file and the events file it follows (``bench --events-to``)
+BENCH_WORKLOAD = ".workload.yaml"
+BENCH_EVENTS = ".events.jsonl"
+
+
+def bench_files(name: str = "bench", *, jobs_dir: Path | None = None) -> tuple[Path, Path]:
+    """Where a benchmark started from the console keeps its workload and its events (the job's folder)."""
+    folder = jobs_dir or (paths.state_dir() / JOBS_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{time.monotonic_ns() % 10**6:06d}-{name}"
+    return stem.with_name(stem.name + BENCH_WORKLOAD), stem.with_name(stem.name + BENCH_EVENTS)
+
+
+def write_workload(path: Path, workload: Workload) -> None:
+    """The form's workload as a workload file ``bench --workload FILE`` reads back unchanged (name, description,
+    every traffic field). Blocking: call it from a thread."""
+    from tui.core.record.bundle import workload_to_dict
+
+    path.write_text(yamlio.dump({"name": workload.name, **workload_to_dict(workload)}), encoding="utf-8")
+
+
+def bench_argv(workload_file: Path, events: Path, slo: dict[str, float], runner: str, options: HostOptions, *,
+               campaign: str = "console") -> list[str]:
+    """``disagg-tui bench`` for a run started from the console: against the active layout, stored under
+    ``runs/<campaign>/``, its events to ``events`` for the console to follow, no progress line (nobody reads it)."""
+    argv = ["bench", "--workload", str(workload_file), "--campaign", campaign, "--events-to", str(events), "--quiet"]
+    if slo:
+        argv += ["--goodput", *(f"{k}:{v:g}" for k, v in slo.items())]
+    if runner == "vllm":
+        argv += ["--runner", "vllm"]
+    return [*argv, *global_args(options)]
+
+
+def running_benches(jobs_dir: Path | None = None, limit: int = 20) -> list[Path]:
+    """The events files of benchmarks still running on this host (started by this console or an earlier one), the
+    newest first. Blocking (reads files): call it from a thread."""
+    folder = jobs_dir or (paths.state_dir() / JOBS_DIR)
+    try:
+        found = sorted(folder.glob("*" + BENCH_EVENTS), key=lambda p: p.name, reverse=True)[:limit]
+    except OSError:
+        return []
+    out = []
+    for path in found:
+        tail = EventsTail(path)
+        tail.read(limit=4096)  # the header is the first line
+        if tail.header is not None and tail.header.alive():
+            out.append(path)
+    return out
+
+
+@dataclass
+class BenchJob:
+    """A benchmark the console follows: the detached ``bench`` it started (``job``), or one it found running (no
+    ``job``: an earlier console's). Its events come from the events file; the run's own process keeps its records,
+    so the console never holds them. Blocking reads: call ``read``/``alive``/``stop`` from a thread."""
+
+    events: Path
+    job: Job | None = None
+    tail: EventsTail = field(init=False)
+    started: BenchStarted | None = None
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        self.tail = EventsTail(self.events)
+
+    def read(self) -> list[Event]:
+        got = self.tail.read_all()
+        for ev in got:
+            if isinstance(ev, BenchStarted):
+                self.started, self.done = ev, False
+            elif isinstance(ev, BenchDone):
+                self.done = True
+        return got
+
+    def alive(self) -> bool:
+        if self.job is not None:
+            return self.job.poll() is None
+        return self.tail.header is not None and self.tail.header.alive()
+
+    def stop(self) -> bool:
+        """Ask the run to stop (SIGTERM, which ``bench`` takes as Ctrl-C: what was measured is stored, the run
+        marked incomplete). False when it is not running."""
+        if self.job is not None and self.job.popen is not None:
+            if self.job.poll() is not None:
+                return False
+            self.job.popen.send_signal(signal.SIGTERM)
+            return True
+        header = self.tail.header
+        if header is None or not header.alive():
+            return False
+        try:
+            os.kill(header.pid, signal.SIGTERM)
+        except OSError:
+            return False
+        return True
+
+    def ended_without_end(self) -> BenchDone | None:
+        """The end of a run whose process went away before it said so (killed, crashed): what reached its
+        directory is there; None when no run had started (the command failed first: see ``job.last_error``)."""
+        if self.started is None or self.done:
+            return None
+        code = self.job.poll() if self.job is not None else None
+        why = self.job.last_error() if self.job is not None else ""
+        message = ("the benchmark process ended before the run did"
+                   + (f" (exit {code})" if code is not None else "") + (f": {why}" if why else "")
+                   + "; the requests that finished are kept in the run's journal")
+        return BenchDone(run_id=self.started.run_id, status="incomplete", run_dir=self.started.run_dir,
+                         message=message, flags=("incomplete",))
 
 
 def up_argv(model: str, topology: str, knobs: LaunchKnobs, options: HostOptions, *,

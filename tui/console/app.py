@@ -19,9 +19,9 @@ from textual import work
 from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerState, get_current_worker
 
-from tui.console.actions import Job, LaunchKnobs, campaigns, down_argv, start_job
+from tui.console.actions import BenchJob, Job, LaunchKnobs, campaigns, down_argv, running_benches, start_job
 from tui.console.commands import ConsoleCommands
 from tui.console.model import ConsoleModel
 from tui.console.screens.bench import BenchScreen
@@ -112,6 +112,8 @@ class ConsoleApp(App[int]):
         self.follower: LayoutFollower | None = None
         self.telemetry: Any = None
         self.jobs: list[Job] = []
+        #: the benchmark this console follows (started here, or found running): its process is not this one
+        self.bench_job: BenchJob | None = None
         #: (profile, topology, knobs) of the last launch from this console (what apply-fix and restart repeat)
         self.last_launch: tuple[str, str, LaunchKnobs] | None = None
         self.draws = 0
@@ -182,6 +184,60 @@ class ConsoleApp(App[int]):
         for c in running:
             self.notify(f"campaign {c.name} is running: {c.done}/{c.total} cells done (c to watch it)",
                         title="Reattached")
+        benches = await asyncio.to_thread(running_benches)
+        if benches and self.bench_job is None:
+            self.follow_bench(BenchJob(benches[0]))
+            self.notify("a benchmark started earlier is running: b to watch it, ctrl+x there stops it",
+                        title="Reattached")
+
+    # --- benchmarks ---------------------------------------------------------------------------------------------
+    def follow_bench(self, bench: BenchJob) -> None:
+        """Follow a benchmark's events file: its events reach the bus (the model, the recording) as if the run
+        were ours; it runs in a process of its own (``disagg-tui bench``), which outlives the console."""
+        self.bench_job = bench
+        self._follow_bench(bench)
+
+    @work(group="bench-follow", thread=True, exit_on_error=False, description="following a benchmark")
+    def _follow_bench(self, bench: BenchJob) -> None:
+        worker = get_current_worker()
+        try:
+            if bench.job is None:  # found running: its header (who writes it) comes first
+                got = bench.read()
+                if got:
+                    self.call_from_thread(self._publish_all, got)
+            while not worker.is_cancelled:
+                alive = bench.alive()  # before the read: what it wrote before it ended is read after
+                got = bench.read()
+                if got:
+                    self.call_from_thread(self._publish_all, got)
+                if bench.done:
+                    return
+                if not alive:
+                    end = bench.ended_without_end()
+                    if end is not None:
+                        self.call_from_thread(self._publish_all, [end])
+                    elif bench.job is not None:
+                        code = bench.job.poll()
+                        err = bench.job.last_error()
+                        self.call_from_thread(self.notify, err or f"exit code {code}",
+                                              title=f"benchmark failed (exit {code})", severity="error",
+                                              timeout=12)
+                    return
+                time.sleep(FLUSH_S)
+        except RuntimeError:  # the app is gone (quitting): the run goes on without us
+            return
+        finally:
+            if self.bench_job is bench:
+                self.bench_job = None
+
+    def _publish_all(self, events: list[Event]) -> None:
+        for ev in events:
+            self.ctx.bus.publish(ev)
+
+    def stop_bench(self) -> bool:
+        """Ask the benchmark this console follows to stop (what was measured is stored); False if none runs."""
+        bench = self.bench_job
+        return bench is not None and bench.stop()
 
     # --- recording ----------------------------------------------------------------------------------------------
     @work(exclusive=True, group="recorder", thread=True, exit_on_error=False, description="starting the recording")
@@ -290,6 +346,7 @@ class ConsoleApp(App[int]):
             if choice == "leave":
                 self.exit(0)
             elif choice == "stop":
+                self.stop_bench()  # before its servers go: the run ends as stopped, not as a server death
                 self.run_job("down", down_argv(self.ctx.options))
                 self.set_timer(0.5, lambda: self.exit(0))
 

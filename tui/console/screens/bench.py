@@ -1,10 +1,13 @@
 """Benchmark: a workload (shipped, the operator's, or edited here) against what is up, with live figures.
 
-The run is the core's: our load generator in its own process (``run_bench``) or the real ``vllm bench serve``
-(``run_vllm_bench``), both publishing ``BenchTick`` at 4 Hz on the console's bus, and their results stored as they
-are produced. Stopping early keeps what was measured (the run is marked incomplete). While it runs: output tokens
-per second, TPOT, TTFT and ITL (p50/p99) over time, progress, done/in-flight/failed, the client's own health, and
-the servers' view from their ``/metrics``.
+The run is the CLI's ``disagg-tui bench`` started detached (our load generator, or the real ``vllm bench serve``
+with the runner set so), its events written to a file the console follows (``bench --events-to``): the run, its
+records and its summary live in a process of its own, so drawing never slows it, the console never holds its
+records, and the run goes on when the console quits (a console opened later follows it again). Its ``BenchTick``s
+reach the console's bus at 4 Hz, its results are stored as they are produced. Stopping early (SIGTERM to the run,
+taken as Ctrl-C) keeps what was measured; the run is marked incomplete. While it runs: output tokens per second,
+TPOT, TTFT and ITL (p50/p99) over time, progress, done/in-flight/failed, the client's own health, and the servers'
+view from their ``/metrics``.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ from textual.widgets import Button, Footer, Input, Label, OptionList, Select, St
 from textual.widgets.option_list import Option
 
 from tui.console import fmt
+from tui.console.actions import BenchJob, bench_argv, bench_files, start_job, write_workload
 from tui.console.model import BENCH, ConsoleModel
 from tui.console.widgets.charts import TimeSeriesChart
 from tui.console.widgets.header import HeaderBar
 from tui.core.bench.metrics import parse_goodput
-from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
 from tui.core.errors import AppError, InputError
 from tui.core.launch.state import StateStore
 from tui.core.profiles import Workload, parse_rate
@@ -251,36 +254,32 @@ class BenchScreen(Screen[None]):
         self.run_benchmark(workload, slo, runner)
 
     def action_stop(self) -> None:
-        stopped = self.workers.cancel_group(self, "bench")
+        stopped = self.console.stop_bench()
         self.notify("stopping: what was measured is kept" if stopped else "no benchmark is running", timeout=4)
 
-    @work(exclusive=True, group="bench", exit_on_error=False, description="benchmark")
+    @work(exclusive=True, group="bench", exit_on_error=False, description="starting a benchmark")
     async def run_benchmark(self, workload: Workload, slo: dict[str, float], runner: str) -> None:
+        """Start ``disagg-tui bench`` detached against the active layout and follow it."""
         import asyncio
 
         console = self.console
+        if console.bench_job is not None:
+            raise AppError("a benchmark is running", hint="ctrl+x stops it; what it measured is kept")
         store = console.ctx.store or StateStore()
         layout = await asyncio.to_thread(store.active)
         if layout is None or not layout.endpoint:
             raise AppError("nothing is up to benchmark", hint="launch a layout first (l)")
         if layout.status != "ready":
             raise AppError(f"the layout is {layout.status}", hint="wait until it is ready")
-        vocab = None
-        try:  # a derived profile reads its model folder: off the loop
-            vocab = (await asyncio.to_thread(console.ctx.catalog.model, layout.profile_id)).shape.vocab_size
-        except AppError:
-            pass
-        opts = BenchOptions(workload=workload, goodput=slo, **({"vocab_size": vocab} if vocab else {}))
-        target = BenchTarget(endpoint=layout.endpoint, topology=layout.topology or "layout", layout=layout,
-                             campaign="console")
         if runner == "vllm":
-            from tui.core.bench.vllmbench import run_vllm_bench
-
             exe = console.ctx.options.vllm or "vllm"
             if shutil.which(exe) is None:
                 raise AppError(f"{exe!r} is not an executable here",
                                hint="start the console with --vllm /path/to/venv/bin/vllm for vllm bench serve")
-            tokenizer = (await asyncio.to_thread(console.ctx.catalog.model, layout.profile_id)).model
-            await run_vllm_bench([exe], opts, target, tokenizer, bus=console.ctx.bus)
-        else:
-            await run_bench(opts, target, bus=console.ctx.bus)
+        workload_file, events = await asyncio.to_thread(bench_files)
+        await asyncio.to_thread(write_workload, workload_file, workload)
+        argv = bench_argv(workload_file, events, slo, runner, console.ctx.options)
+        job = await asyncio.to_thread(start_job, "bench", argv)
+        console.jobs.append(job)
+        console.operator("bench", argv=argv)
+        console.follow_bench(BenchJob(events, job))

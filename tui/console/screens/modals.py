@@ -31,8 +31,12 @@ class QuitModal(ModalScreen[str | None]):
         what = f"{lay.topology} of {lay.profile_id} ({lay.status})" if lay else "the layout"
         with Vertical(id="quit-dialog", classes="dialog"):
             yield Label(Text.assemble(("Quit the console?", "bold")))
-            yield Label(f"{what} is running on this host.")
-            yield Label("Its servers keep running unless you stop them; a console opened later reattaches.")
+            # Static, not Label: a long line wraps in the dialog's width (80 columns) instead of being cut
+            yield Static(f"{what} is running on this host.")
+            yield Static("Its servers keep running unless you stop them; a console opened later reattaches.")
+            if self.model.bench.running:
+                yield Static("A benchmark runs against it: left running, it goes on (its results are stored); "
+                             "stopping the servers stops it first, keeping what it measured.")
             with Horizontal(classes="buttons"):
                 yield Button("Leave running (l)", id="leave", variant="primary")
                 yield Button("Stop servers (s)", id="stop", variant="error")

@@ -453,7 +453,14 @@ class Launch:
         assert self.record is not None
         targets = _targets(self.record.processes)
         stop_processes(targets, layout_id=self.layout_id, popens=self.popens,
-                       int_wait=5.0 if self.host.simulated else 15.0)
+                       **stop_waits(self.host.simulated))
+
+
+def stop_waits(simulated: bool) -> dict[str, float]:
+    """How long a stop waits after SIGINT and after SIGTERM before the next signal. A real server's graceful
+    shutdown (engine cores, NIXL, CUDA contexts) takes seconds; a simulated one's is immediate, so a simulated
+    server that ignores both signals (the stalled-JIT fault) is killed after 6 s, not 25."""
+    return {"int_wait": 3.0, "term_wait": 3.0} if simulated else {"int_wait": 15.0, "term_wait": 10.0}
 
 
 #: written into a server's log when ``down`` stops it: what the log says after it is the stop, not a crash
@@ -506,8 +513,8 @@ def _targets(procs: Iterable[ProcessRecord]) -> list[StopTarget]:
     return [StopTarget(p.name, p.pid, p.pgid, p.create_time) for p in procs]
 
 
-def stop_layout(record: LayoutRecord, *, int_wait: float = 15.0, on_step: Callable[[str], None] | None = None
-                ) -> list[str]:
+def stop_layout(record: LayoutRecord, *, int_wait: float = 15.0, term_wait: float = 10.0,
+                on_step: Callable[[str], None] | None = None) -> list[str]:
     """Blocking: stop every process of a layout (proxy first, then the servers)."""
     proxy = _targets(p for p in record.processes if p.role == "proxy")
     servers = _targets(p for p in record.processes if p.role != "proxy")
@@ -516,7 +523,7 @@ def stop_layout(record: LayoutRecord, *, int_wait: float = 15.0, on_step: Callab
             with contextlib.suppress(OSError), open(p.log, "a", encoding="utf-8") as fh:
                 fh.write(f"{STOP_MARK} (disagg-tui down, {time.strftime('%H:%M:%S')})\n")
     out = stop_processes(proxy, int_wait=3.0, on_step=on_step) if proxy else []
-    out += stop_processes(servers, layout_id=record.id, int_wait=int_wait, on_step=on_step)
+    out += stop_processes(servers, layout_id=record.id, int_wait=int_wait, term_wait=term_wait, on_step=on_step)
     return out
 
 
@@ -540,7 +547,7 @@ async def tear_down(record: LayoutRecord, bus: EventBus, *, store: StateStore | 
                 layouts[record.id].status = "stopped"
 
     await asyncio.to_thread(mark_stopping)
-    await asyncio.to_thread(stop_layout, record, int_wait=5.0 if record.simulated else 15.0)
+    await asyncio.to_thread(lambda: stop_layout(record, **stop_waits(record.simulated)))
     await asyncio.to_thread(forget_or_mark_stopped)
     bus.publish(LayoutChanged(layout_id=record.id, status="stopped", topology=record.topology,
                               profile_id=record.profile_id, endpoint=record.endpoint, simulated=record.simulated))
