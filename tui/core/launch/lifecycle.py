@@ -452,15 +452,15 @@ class Launch:
     def _stop_all(self) -> None:
         assert self.record is not None
         targets = _targets(self.record.processes)
-        stop_processes(targets, layout_id=self.layout_id, popens=self.popens,
-                       **stop_waits(self.host.simulated))
+        int_wait, term_wait = stop_waits(self.host.simulated)
+        stop_processes(targets, layout_id=self.layout_id, popens=self.popens, int_wait=int_wait, term_wait=term_wait)
 
 
-def stop_waits(simulated: bool) -> dict[str, float]:
+def stop_waits(simulated: bool) -> tuple[float, float]:
     """How long a stop waits after SIGINT and after SIGTERM before the next signal. A real server's graceful
     shutdown (engine cores, NIXL, CUDA contexts) takes seconds; a simulated one's is immediate, so a simulated
     server that ignores both signals (the stalled-JIT fault) is killed after 6 s, not 25."""
-    return {"int_wait": 3.0, "term_wait": 3.0} if simulated else {"int_wait": 15.0, "term_wait": 10.0}
+    return (3.0, 3.0) if simulated else (15.0, 10.0)
 
 
 #: written into a server's log when ``down`` stops it: what the log says after it is the stop, not a crash
@@ -547,7 +547,8 @@ async def tear_down(record: LayoutRecord, bus: EventBus, *, store: StateStore | 
                 layouts[record.id].status = "stopped"
 
     await asyncio.to_thread(mark_stopping)
-    await asyncio.to_thread(lambda: stop_layout(record, **stop_waits(record.simulated)))
+    int_wait, term_wait = stop_waits(record.simulated)
+    await asyncio.to_thread(stop_layout, record, int_wait=int_wait, term_wait=term_wait)
     await asyncio.to_thread(forget_or_mark_stopped)
     bus.publish(LayoutChanged(layout_id=record.id, status="stopped", topology=record.topology,
                               profile_id=record.profile_id, endpoint=record.endpoint, simulated=record.simulated))
