@@ -11,7 +11,9 @@ and drawing its ticks:
 - key-press latency: from a key (a cursor move in the servers table, which redraws the table and switches the log
   pane to another server) until the screen is painted with the moved cursor (the app's paint call is timed, as a
   terminal would receive it), p50/p99 over many presses;
-- CPU share: the console process's CPU time over wall time;
+- CPU share: the console process's CPU time over wall time, while the operator watches (no key: what the console
+  costs under the load) and while a key is pressed every 0.25 s (each press redraws the table and the log pane),
+  in alternating 10 s blocks over the same stretch of the run;
 - memory: the process's RSS, sampled along the run (flat means bounded histories).
 
 The reference, measured in the same run: the same console with the layout up and no benchmark (telemetry only).
@@ -82,7 +84,10 @@ async def _key_latency(app, paints, key: str, limit_s: float = 5.0) -> float:  #
     return limit_s * 1000
 
 
-async def _phase(app, pilot, seconds: float, label: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+async def _phase(app, pilot, seconds: float, label: str, block_s: float = 10.0) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """``seconds`` in blocks of ``block_s``: the operator watching (no key: the console's own cost under the load)
+    and pressing a key every 0.25 s (the latency; that CPU share includes the presses' redraws), one after the
+    other, so both see the same stretch of the run."""
     import psutil
 
     proc = psutil.Process()
@@ -91,24 +96,33 @@ async def _phase(app, pilot, seconds: float, label: str) -> dict[str, float]:  #
         paints = app._bench_paints = _spy_paints(app)
     lat: list[float] = []
     rss: list[float] = []
-    c0 = proc.cpu_times()
+    cpu = {"watch": 0.0, "keys": 0.0}
+    wall = {"watch": 0.0, "keys": 0.0}
     t0 = time.monotonic()
     end = t0 + seconds
     next_rss = t0
     down = True
+    mode = "watch"
     while time.monotonic() < end:
-        lat.append(await _key_latency(app, paints, "down" if down else "up"))
-        down = not down
-        if time.monotonic() >= next_rss:
-            rss.append(proc.memory_info().rss / 2**20)
-            next_rss += 10.0
-        await asyncio.sleep(0.25)
-    c1 = proc.cpu_times()
-    wall = time.monotonic() - t0
-    cpu = (c1.user - c0.user + c1.system - c0.system) / wall
+        b0, c0 = time.monotonic(), proc.cpu_times()
+        b_end = min(b0 + block_s, end)
+        while time.monotonic() < b_end:
+            if mode == "keys":
+                lat.append(await _key_latency(app, paints, "down" if down else "up"))
+                down = not down
+            if time.monotonic() >= next_rss:
+                rss.append(proc.memory_info().rss / 2**20)
+                next_rss += 10.0
+            await asyncio.sleep(0.25)
+        c1 = proc.cpu_times()
+        cpu[mode] += c1.user - c0.user + c1.system - c0.system
+        wall[mode] += time.monotonic() - b0
+        mode = "keys" if mode == "watch" else "watch"
+    rss.append(proc.memory_info().rss / 2**20)
     lat.sort()
-    q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [lat[0]] * 99
-    return {"label": label, "presses": len(lat), "p50_ms": q[49], "p99_ms": q[98], "cpu": cpu,
+    q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [lat[0] if lat else float("nan")] * 99
+    return {"label": label, "presses": len(lat), "p50_ms": q[49], "p99_ms": q[98],
+            "cpu_watch": cpu["watch"] / max(wall["watch"], 1e-9), "cpu_keys": cpu["keys"] / max(wall["keys"], 1e-9),
             "rss_first": rss[0], "rss_last": rss[-1], "rss_max": max(rss), "rss_samples": len(rss),
             "draws": app.draws, "last_draw_ms": app.last_draw_ms}
 
@@ -134,6 +148,7 @@ async def main_async(a: argparse.Namespace) -> int:
                     print("the console never saw the layout ready", file=sys.stderr)
                     return 1
                 await pilot.pause(0.2)
+            await pilot.pause(3.0)  # settled: the first screens drawn, the startup objects frozen
             ref = await _phase(app, pilot, a.reference_s, "telemetry only (reference)")
             await pilot.press("b")
             screen = app.screen
@@ -161,14 +176,17 @@ async def main_async(a: argparse.Namespace) -> int:
     rows = [ref, load]
     print(f"console under load: 2 GPUs at 4 Hz, 3 servers at 1 Hz, {a.streams} streams "
           f"({a.input_len}→{a.output_len}), {a.minutes:g} min; in flight at the end: {inflight}")
-    print(f"{'phase':<30} {'presses':>7} {'p50 ms':>8} {'p99 ms':>8} {'CPU %':>7} {'RSS MiB first→last (max)':>26}")
+    print(f"{'phase':<30} {'presses':>7} {'p50 ms':>8} {'p99 ms':>8} {'CPU % watching':>15} {'CPU % with keys':>16} "
+          f"{'RSS MiB first→last (max)':>26}")
     for r in rows:
-        print(f"{r['label']:<30} {r['presses']:>7} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['cpu'] * 100:>7.1f} "
+        print(f"{r['label']:<30} {r['presses']:>7} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+              f"{r['cpu_watch'] * 100:>15.1f} {r['cpu_keys'] * 100:>16.1f} "
               f"{r['rss_first']:>9.1f} → {r['rss_last']:.1f} ({r['rss_max']:.1f})")
-    print(f"ratio load/reference: p99 {load['p99_ms'] / max(ref['p99_ms'], 1e-9):.2f}×, CPU "
-          f"{load['cpu'] / max(ref['cpu'], 1e-9):.2f}×; targets: p99 ≤ 50 ms "
-          f"({'met' if load['p99_ms'] <= 50 else 'MISSED'}), CPU ≤ 10 % ({'met' if load['cpu'] <= 0.10 else 'MISSED'}),"
-          f" memory growth over the run {load['rss_last'] - load['rss_first']:+.1f} MiB")
+    print(f"ratio load/reference: p99 {load['p99_ms'] / max(ref['p99_ms'], 1e-9):.2f}×, CPU watching "
+          f"{load['cpu_watch'] / max(ref['cpu_watch'], 1e-9):.2f}×; targets: p99 ≤ 50 ms "
+          f"({'met' if load['p99_ms'] <= 50 else 'MISSED'}), CPU ≤ 10 % while watching "
+          f"({'met' if load['cpu_watch'] <= 0.10 else 'MISSED'}), memory growth over the run "
+          f"{load['rss_last'] - load['rss_first']:+.1f} MiB")
     if a.json:
         print(json.dumps(rows))
     return 0
@@ -177,7 +195,7 @@ async def main_async(a: argparse.Namespace) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=2.0)
-    p.add_argument("--reference-s", type=float, default=30.0)
+    p.add_argument("--reference-s", type=float, default=40.0)
     p.add_argument("--streams", type=int, default=1000)
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=2048)

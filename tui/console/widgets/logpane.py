@@ -7,10 +7,14 @@ with the pane focused (Tab), ↑/↓, PgUp/PgDn, Home/End scroll; ``f`` on the d
 
 from __future__ import annotations
 
-from typing import ClassVar
+from itertools import islice
+from typing import ClassVar, Self
 
-from rich.text import Text
+from rich.segment import Segment
+from rich.style import Style
 from textual.binding import Binding, BindingType
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 
 from tui.console.model import ConsoleModel, ServerView
@@ -19,16 +23,30 @@ ERROR_WORDS = (" ERROR ", "Traceback", "Error:", "error:")
 WARN_WORDS = (" WARNING ",)
 
 
-def styled(line: str, entry: str | None) -> Text:
-    t = Text(line.rstrip())
-    if entry is not None:  # the mark first: a long line is cut at the pane's width, the mark stays in view
-        t.stylize("bold red")
-        return Text.assemble((f"✖ {entry} ", "bold reverse red"), " ", t)
-    elif any(w in line for w in ERROR_WORDS):
-        t.stylize("red")
-    elif any(w in line for w in WARN_WORDS):
-        t.stylize("yellow")
-    return t
+_RED = Style(color="red")
+_YELLOW = Style(color="yellow")
+_MARK = Style(bold=True, reverse=True, color="red")
+_MARKED = Style(bold=True, color="red")
+_DIM = Style(dim=True)
+_PLAIN = Style()
+
+
+def line_strip(line: str, entry: str | None, width: int, base: Style) -> Strip:
+    """One log line as one row of the pane: cut to ``width`` (an ellipsis where it was cut) before anything is laid
+    out (a vLLM line can be thousands of characters), red for errors, yellow for warnings, a matched line marked
+    with its playbook entry first (a long line is cut, the mark stays in view)."""
+    line = line.rstrip()
+    if entry is not None:
+        segments = [Segment(f"✖ {entry} ", base + _MARK), Segment(" ", base),
+                    Segment(line[: width + 1], base + _MARKED)]
+    else:
+        style = _RED if any(w in line for w in ERROR_WORDS) else _YELLOW if any(w in line for w in WARN_WORDS) \
+            else _PLAIN
+        segments = [Segment(line[: width + 1], base + style)]
+    strip = Strip(segments)
+    if strip.cell_length > width:
+        strip = Strip.join([strip.crop(0, max(width - 1, 0)), Strip([Segment("…", segments[-1].style)])])
+    return strip.extend_cell_length(width, base)
 
 
 class LogPane(Widget, can_focus=True):
@@ -48,6 +66,9 @@ class LogPane(Widget, can_focus=True):
         self.view: ServerView | None = None
         self.back = 0  # lines scrolled back from the end (0: following)
         self._seen: tuple[int, int] = (-1, -1)
+        #: the rows shown, computed once per repaint; each row's strip made once while it stays in view
+        self._rows: list[tuple[int, str, str | None]] | None = None
+        self._strips: dict[tuple[int, str | None, int], Strip] = {}
 
     @property
     def following(self) -> bool:
@@ -62,6 +83,7 @@ class LogPane(Widget, can_focus=True):
         if server != self.server or view is not self.view:
             self.server, self.view, self.back = server, view, 0
             self._seen = (-1, -1)
+            self._strips.clear()  # line numbers are the server's own
             self._title()
         seen = (view.log_serial, view.marks) if view is not None else (-2, -2)
         if seen != self._seen:
@@ -83,17 +105,41 @@ class LogPane(Widget, can_focus=True):
         self._title()
         self.refresh()
 
-    def render(self) -> Text:
-        view = self.view
-        if view is None:
-            return Text("no server yet", style="dim")
-        height = max(self.size.height, 1)
-        lines = list(view.logs)
-        end = max(len(lines) - self.back, 0)
-        shown = lines[max(end - height, 0):end]
-        if not shown:
-            return Text("no log lines yet", style="dim")
-        t = Text("\n").join(styled(line, entry) for _, line, entry in shown)
-        t.no_wrap = True
-        t.overflow = "ellipsis"
-        return t
+    def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False,
+                recompose: bool = False) -> Self:
+        self._rows = None  # what is shown is worked out again at the next paint
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def _visible(self) -> list[tuple[int, str, str | None]]:
+        if self._rows is None:
+            view = self.view
+            height = max(self.size.height, 1)
+            if view is None:
+                self._rows = []
+            else:
+                logs = view.logs
+                end = max(len(logs) - self.back, 0)
+                self._rows = list(islice(logs, max(end - height, 0), end))
+            keep = {(n, entry, self.size.width) for n, _, entry in self._rows}
+            self._strips = {k: v for k, v in self._strips.items() if k in keep}
+        return self._rows
+
+    def render_line(self, y: int) -> Strip:
+        """The Line API (toolong's way): each row is one strip of its own, made from the line cut to the pane's
+        width; nothing but the rows in view is ever laid out."""
+        width = self.size.width
+        base = self.visual_style.rich_style
+        rows = self._visible()
+        if not rows:
+            if y == 0:
+                text = "no server yet" if self.view is None else "no log lines yet"
+                return Strip([Segment(text, base + _DIM)]).extend_cell_length(width, base)
+            return Strip.blank(width, base)
+        if y >= len(rows):
+            return Strip.blank(width, base)
+        n, line, entry = rows[y]
+        key = (n, entry, width)
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = self._strips[key] = line_strip(line, entry, width, base)
+        return strip
