@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer
+from textual.widgets import Footer
 
 from tui.console.actions import LaunchKnobs, up_argv
 from tui.console.model import BAND, GPUS, HEADER, LOG, SERVERS, ConsoleModel
@@ -89,9 +89,8 @@ class DashboardScreen(Screen[None]):
             self.query_one(LogPane).show(model, table.selected)
 
     # --- selection ---------------------------------------------------------------------------------------------
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        name = str(event.row_key.value) if event.row_key is not None else None
-        self.query_one(LogPane).show(self.console.model, name)
+    def on_server_table_highlighted(self, event: ServerTable.Highlighted) -> None:
+        self.query_one(LogPane).show(self.console.model, event.name)
 
     # --- actions -----------------------------------------------------------------------------------------------
     def action_stop(self) -> None:

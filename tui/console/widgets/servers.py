@@ -1,11 +1,21 @@
 """The servers table: one row per server and the proxy — role, GPUs, port, phase or health, requests
 running/waiting, KV-cache use, prompt and generation tokens/s, and for a disaggregated decode server the KV
-that arrived by transfer. Rows are keyed by server name and only changed cells are updated."""
+that arrived by transfer. Rows are keyed by server name and only a row whose cells changed is drawn again."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
-from textual.widgets import DataTable
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.strip import Strip
+from textual.widget import Widget
 
 from tui.console import fmt
 from tui.console.model import ConsoleModel, ServerView
@@ -71,44 +81,190 @@ def row_for(model: ConsoleModel, v: ServerView, compact: bool) -> list[object]:
     return [name, v.role or "—", gpus, v.port or "—", state_cell(model, v), rw, kv, prompt, gen, kv_in_cell(v)]
 
 
-class ServerTable(DataTable[object]):
-    DEFAULT_CSS = "ServerTable { height: auto; max-height: 12; }"
+def _cell_strip(value: object, width: int, base: Style, styles: dict[str, Style]) -> list[Segment]:
+    """One cell: its text cut to the column (an ellipsis where cut) and padded, one space either side."""
+    if isinstance(value, Text):
+        text, style = value.plain, value.style
+    else:
+        text, style = str(value), ""
+    if isinstance(style, str):
+        found = styles.get(style)
+        if found is None:
+            found = styles[style] = Style.parse(style) if style else Style()
+        style = found
+    if cell_len(text) > width:
+        text = set_cell_size(text, max(width - 1, 0)) + "…"
+    return [Segment(" ", base), Segment(set_cell_size(text, width), base + style), Segment(" ", base)]
+
+
+class ServerTable(Widget, can_focus=True):
+    """The servers, a row each, drawn with the Line API: each row is one strip made from its cells' text, remade
+    only when a cell of it changed (a DataTable re-renders every cell of the table, through Rich, for any one that
+    changes: under load the figures change every second and that was most of the dashboard's drawing). ↑/↓ (or a
+    click) move the cursor, which picks the server the log pane shows."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"servertable--header", "servertable--cursor"}
+    DEFAULT_CSS = """
+    ServerTable {
+        height: auto;
+        max-height: 12;
+        background: $surface;
+        color: $foreground;
+        & > .servertable--header {
+            text-style: bold;
+            background: $panel;
+            color: $foreground;
+        }
+        &:ansi > .servertable--header {
+            background: ansi_bright_blue;
+            color: ansi_default;
+        }
+        & > .servertable--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .servertable--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+        }
+    }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor(-1)", "up", show=False),
+        Binding("down", "cursor(1)", "down", show=False),
+        Binding("home", "cursor(-1000)", "first", show=False),
+        Binding("end", "cursor(1000)", "last", show=False),
+    ]
+
+    class Highlighted(Message):
+        """The cursor moved to server ``name`` (None: the table is empty)."""
+
+        def __init__(self, table: ServerTable, name: str | None) -> None:
+            super().__init__()
+            self.table = table
+            self.name = name
+
+        @property
+        def control(self) -> ServerTable:
+            return self.table
 
     def __init__(self, **kw: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, show_cursor=True, **kw)  # type: ignore[arg-type]
-        self._schema: tuple[tuple[str, int], ...] | None = None
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self._schema: tuple[tuple[str, int], ...] = WIDE
+        self._names: list[str] = []
         self._rows: dict[str, list[object]] = {}
+        self.cursor_row = 0
+        self._strips: dict[tuple[object, ...], Strip] = {}
+        self._styles: dict[str, Style] = {}
 
+    # --- the rows ----------------------------------------------------------------------------------------------
     def draw(self, model: ConsoleModel) -> None:
         width = self.size.width or self.app.size.width
         schema = COMPACT if width < 100 else WIDE
-        if schema is not self._schema:
-            self.clear(columns=True)
-            for label, w in schema:
-                self.add_column(label, width=w, key=label)
-            self._schema = schema
-            self._rows = {}
         compact = schema is COMPACT
+        if schema is not self._schema:
+            self._schema, self._rows, self._strips = schema, {}, {}
+            self.refresh()
         names = list(model.servers)
-        for gone in [k for k in self._rows if k not in model.servers]:
-            self.remove_row(gone)
-            del self._rows[gone]
+        if names != self._names:
+            before = self.selected
+            self._names = names
+            self._rows = {n: r for n, r in self._rows.items() if n in model.servers}
+            self.refresh(layout=True)  # a row more or less: the table's height changes
+            self.cursor_row = names.index(before) if before in names else min(self.cursor_row,
+                                                                               max(len(names) - 1, 0))
+            if self.selected != before:
+                self.post_message(self.Highlighted(self, self.selected))
+        changed = False
         for name in names:
             row = row_for(model, model.servers[name], compact)
-            old = self._rows.get(name)
-            if old is None:
-                self.add_row(*row, key=name)
-            else:
-                for (label, _), new, prev in zip(schema, row, old, strict=True):
-                    if str(new) != str(prev) or getattr(new, "style", None) != getattr(prev, "style", None):
-                        self.update_cell(name, label, new)
-            self._rows[name] = row
+            if _key(row) != _key(self._rows.get(name)):
+                self._rows[name] = row
+                changed = True
+        if changed:  # the rows that did not change come from their cached strips
+            self.refresh()
+
+    @property
+    def row_count(self) -> int:
+        return len(self._names)
+
+    def get_row_at(self, index: int) -> list[object]:
+        return list(self._rows.get(self._names[index], ()))
+
+    def get_row_index(self, name: str) -> int:
+        return self._names.index(name)
 
     @property
     def selected(self) -> str | None:
-        if not self._rows or self.cursor_row < 0:
+        if not self._names:
             return None
-        try:
-            return str(self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value)
-        except Exception:  # noqa: BLE001 - an empty table has no cell under the cursor
-            return None
+        return self._names[min(max(self.cursor_row, 0), len(self._names) - 1)]
+
+    def move_cursor(self, *, row: int) -> None:
+        row = min(max(row, 0), max(len(self._names) - 1, 0))
+        if row == self.cursor_row:
+            return
+        self.cursor_row = row
+        self.refresh()
+        self.post_message(self.Highlighted(self, self.selected))
+
+    def action_cursor(self, step: int) -> None:
+        self.move_cursor(row=self.cursor_row + step)
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y >= 1:
+            self.move_cursor(row=event.y - 1)
+
+    # --- drawing -----------------------------------------------------------------------------------------------
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._names) + 1
+
+    def on_focus(self) -> None:
+        self._strips.clear()
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self._strips.clear()
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = self.visual_style.rich_style
+        if y == 0:
+            key: tuple[object, ...] = ("header", width, self._schema)
+            strip = self._strips.get(key)
+            if strip is None:
+                head = self.get_component_rich_style("servertable--header")
+                segs = [seg for label, w in self._schema for seg in _cell_strip(label, w, head, self._styles)]
+                strip = self._strips[key] = Strip(segs).extend_cell_length(width, head).crop(0, width)
+            return strip
+        i = y - 1
+        if i >= len(self._names):
+            return Strip.blank(width, base)
+        row = self._rows.get(self._names[i])
+        if row is None:
+            return Strip.blank(width, base)
+        cursor = i == self.cursor_row
+        key = (self._names[i], _key(row), width, cursor)
+        strip = self._strips.get(key)
+        if strip is None:
+            style = base + self.get_component_rich_style("servertable--cursor") if cursor else base
+            segs = [seg for (_, w), cell in zip(self._schema, row, strict=True)
+                    for seg in _cell_strip(cell, w, style, self._styles)]
+            strip = Strip(segs).extend_cell_length(width, style).crop(0, width)
+            if len(self._strips) > 64:  # rows of values no longer shown
+                self._strips.clear()
+            self._strips[key] = strip
+        return strip
+
+
+def _key(row: list[object] | None) -> tuple[object, ...] | None:
+    """What a row shows (each cell's text and style): equal keys draw the same strip."""
+    if row is None:
+        return None
+    return tuple((c.plain, str(c.style)) if isinstance(c, Text) else str(c) for c in row)
