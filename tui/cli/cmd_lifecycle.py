@@ -27,7 +27,7 @@ from tui.core.launch.events import (
     ServerSubPhase,
     StartupExpected,
 )
-from tui.core.launch.lifecycle import UpOptions, process_states, tear_down, timeouts_for
+from tui.core.launch.lifecycle import UpOptions, assess_layout, process_states, tear_down, timeouts_for
 from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import preflight
@@ -218,7 +218,11 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
 
 def layout_status(rec: LayoutRecord) -> dict[str, Any]:
     alive = process_states(rec)
-    return {"id": rec.id, "status": rec.status, "simulated": rec.simulated, "profile": rec.profile_id,
+    health = assess_layout(rec, alive)
+    # "status" is what the layout is (degraded/failed once a process it needs has exited); "recorded_status" is
+    # what the state file says, "exited" which processes are gone
+    return {"id": rec.id, "status": health.status, "recorded_status": health.recorded, "exited": list(health.exited),
+            "simulated": rec.simulated, "profile": rec.profile_id,
             "topology": rec.topology, "endpoint": rec.endpoint, "gpus": rec.gpus, "note": rec.note,
             "created": rec.created, "fixes_applied": rec.plan.get("fixes_applied", []),
             "diagnoses": [{k: d.get(k) for k in ("server", "entry_id", "title", "severity", "fix", "line_no")}
@@ -242,7 +246,8 @@ def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
         ctx.print("no layout is up on this host")
     for lay in report:
         label = " SIMULATED" if lay["simulated"] else ""
-        ctx.print(f"{lay['id']}: {lay['status']}{label} — {lay['topology']} of {lay['profile']} on GPU "
+        exited = f" (exited: {', '.join(lay['exited'])})" if lay["exited"] else ""
+        ctx.print(f"{lay['id']}: {lay['status']}{exited}{label} — {lay['topology']} of {lay['profile']} on GPU "
                   f"{','.join(map(str, lay['gpus']))}, endpoint {lay['endpoint']}"
                   + (f" ({lay['note']})" if lay["note"] else "")
                   + (f"; fixes applied: {', '.join(lay['fixes_applied'])}" if lay["fixes_applied"] else ""))
@@ -251,7 +256,7 @@ def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
                       f" {p['url']}  log {p['log']}")
         for d in lay["diagnoses"]:
             ctx.print(f"  {d['severity']}: {d['server']} [{d['entry_id']}] {d['title']} — fix: {d['fix']}")
-    for line in tick_lines(snapshot):
+    for line in tick_lines(snapshot, show_layout=False):
         ctx.print(line)
     return EXIT_OK
 

@@ -41,7 +41,16 @@ from tui.core.launch.events import (
 )
 from tui.core.launch.history import Expected, StartupHistory, StartupRecord, expected_startup, plan_key
 from tui.core.launch.phases import PHASE_INDEX, PhaseTracker
-from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore, new_layout_id, redact_argv, redact_env
+from tui.core.launch.state import (
+    LayoutHealth,
+    LayoutRecord,
+    ProcessRecord,
+    StateStore,
+    layout_health,
+    new_layout_id,
+    redact_argv,
+    redact_env,
+)
 from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import Check, failed, preflight
@@ -548,4 +557,11 @@ async def tear_down(record: LayoutRecord, bus: EventBus, *, store: StateStore | 
 
 def process_states(record: LayoutRecord) -> dict[str, bool]:
     return {p.name: process_alive(p.pid, p.create_time) for p in record.processes}
+
+
+def assess_layout(record: LayoutRecord, alive: dict[str, bool] | None = None) -> LayoutHealth:
+    """Blocking (one psutil look per process): the status to show for a layout, ``degraded`` or ``failed`` when a
+    server or the proxy of a ready (or starting) layout has exited, naming which. What ``status``, ``watch`` and
+    the console's follower show; the state file keeps the recorded status (``down`` still finds the layout)."""
+    return layout_health(record, process_states(record) if alive is None else alive)
 

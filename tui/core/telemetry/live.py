@@ -16,6 +16,7 @@ import httpx
 
 from tui.core.events import EventBus
 from tui.core.host.base import Host
+from tui.core.launch.lifecycle import assess_layout
 from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.telemetry.events import GpuSampled
 from tui.core.telemetry.gpu import GpuHostFacts
@@ -38,9 +39,13 @@ def host_info(host: Host, facts: GpuHostFacts | None) -> HostInfo:
 
 
 def layout_dict(layout: LayoutRecord | None) -> dict[str, Any] | None:
+    """The layout part of a tick: its status is what it is now (``degraded``/``failed`` once a server or the proxy
+    has exited, named under ``exited``), not only what the state file recorded."""
     if layout is None:
         return None
-    return {"id": layout.id, "topology": layout.topology, "profile": layout.profile_id, "status": layout.status,
+    health = assess_layout(layout)
+    return {"id": layout.id, "topology": layout.topology, "profile": layout.profile_id, "status": health.status,
+            "recorded_status": health.recorded, "exited": list(health.exited),
             "simulated": layout.simulated, "endpoint": layout.endpoint or None}
 
 
@@ -93,7 +98,8 @@ async def collect_snapshot(host: Host, store: StateStore | None = None, *,
     if sampled is not None:
         sampled = GpuSampled(ts=sampled.ts, host=info.label([g.name for g in sampled.gpus]), simulated=host.simulated,
                              gpus=sampled.gpus, error=sampled.error)
-    tick = tick_dict(info, sampled, statuses, facts=facts, layout=layout_dict(layout))
+    lay = await asyncio.to_thread(layout_dict, layout)  # psutil looks at each of its processes
+    tick = tick_dict(info, sampled, statuses, facts=facts, layout=lay)
     tick["errors"] = errors + tick["errors"]
     return tick
 
