@@ -127,6 +127,16 @@ def cases() -> Iterator[Case]:
     yield c("layout flags", "env-no-equals", [*PLAN, "--env", "NOEQUALS"], ("--env", "K=V"))
     yield c("layout flags", "env-no-name", [*PLAN, "--env", "=v"], "--env")
     yield c("layout flags", "arg-unclosed-quote", [*PLAN, "--arg", '"unclosed'], "--arg")
+    # empty items were skipped silently before (issue 13's open defects)
+    yield c("layout flags", "arg-empty", [*PLAN, "--arg", ""], ("--arg", "empty"))
+    yield c("layout flags", "arg-blank", [*PLAN, "--arg=--enforce-eager", "--arg", "  "], ("--arg", "empty"))
+    yield c("layout flags", "up-topology-blank", ["up", "--sim", "--model", M, "--topology", " "],
+            ("--topology", "empty"))
+    yield c("layout flags", "doctor-topology-empty", ["doctor", "--topology", ""], ("--topology", "empty"))
+    yield c("layout flags", "diagnose-topology-empty", ["diagnose", "--topology", "", "{T}/s.log"],
+            ("--topology", "empty"), files={"s.log": b"INFO ok\n"})
+    yield c("layout flags", "results-import-topology-empty", ["results", "--topology", "", "import", "{T}/r.json"],
+            ("--topology", "empty"), files={"r.json": b"{}"})
     yield c("layout flags", "host-space", [*PLAN, "--host", "bad host"], "--host")
     yield c("layout flags", "host-empty", [*PLAN, "--host", ""], "--host")
     yield c("layout flags", "host-unicode", [*PLAN, "--host", "hôst"], "--host")
@@ -142,6 +152,12 @@ def cases() -> Iterator[Case]:
     yield c("layout flags", "run-rates-word", [*run, "--rates", "abc"], "--rates")
     yield c("layout flags", "run-rates-zero", [*run, "--rates", "0"], "--rates")
     yield c("layout flags", "run-rates-empty", [*run, "--rates", ""], "--rates")
+    yield c("layout flags", "run-rates-empty-item", [*run, "--rates", "1,,2"], ("--rates", "empty item 2"))
+    for topo in ("dp2,,tp2", "tp1,", ",tp1"):
+        yield c("layout flags", f"run-topology-empty-item-{topo}", ["run", "--model", M, "--topology", topo, "-w",
+                                                                     "decode-heavy"], ("--topology", "empty item"))
+    yield c("layout flags", "run-workload-empty-item", ["run", "--model", M, "--topology", "tp1", "-w",
+                                                        "decode-heavy,"], ("--workload", "empty item 2"))
     # --- status, down, watch, doctor, proxy -----------------------------------------------------------------------
     yield c("other commands", "status-unknown-flag", ["status", "--bogus"], "--bogus")
     yield c("other commands", "down-unknown-flag", ["down", "--json"], "--json")

@@ -37,6 +37,7 @@ from tui.core.record.bundle import load_bundle, restore_secrets
 from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint
 from tui.core.telemetry import collect_snapshot_sync
 from tui.core.telemetry.view import tick_lines
+from tui.core.topology import parse_topology
 from tui.hosts import host_for_layout
 
 
@@ -177,13 +178,15 @@ def _bundle_plan(args: argparse.Namespace, ctx: CliContext) -> tuple[ModelProfil
 
 
 def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
+    if args.topology is not None and not args.topology.strip():
+        parse_topology(args.topology)  # refused: an empty --topology is a typo, not "the bundle's best"
     if args.bundle:
         if args.model:
             raise InputError("--bundle carries the model profile: drop --model", field="--model")
         profile, launch_plan = _bundle_plan(args, ctx)
     else:
         for flag, value in (("--model", args.model), ("--topology", args.topology)):
-            if not value:
+            if value is None or not value.strip():
                 raise InputError("required (or give --bundle FILE)", field=flag)
         profile, launch_plan = make_plan(args, ctx)
     host = ctx.host
