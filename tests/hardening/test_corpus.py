@@ -173,6 +173,11 @@ def cases() -> Iterator[Case]:
     yield c("other commands", "proxy-no-prefill", ["proxy", "--decode", DEAD], "--prefill")
     yield c("other commands", "proxy-ipv6", ["proxy", "--prefill", "http://[::1", "--decode", DEAD], "--prefill")
     yield c("other commands", "proxy-path", ["proxy", "--prefill", DEAD + "/v1", "--decode", DEAD], "--prefill")
+    yield c("other commands", "proxy-read-timeout-negative", ["proxy", "--prefill", DEAD, "--decode", DEAD,
+                                                              "--read-timeout", "-1"], "--read-timeout")
+    yield c("other commands", "proxy-stream-idle-timeout-inf", ["proxy", "--prefill", DEAD, "--decode", DEAD,
+                                                                "--stream-idle-timeout", "inf"],
+            "--stream-idle-timeout")
     yield c("other commands", "proxy-port-high", ["proxy", "--prefill", DEAD, "--decode", DEAD, "--port", "70000"],
             "--port")
     # --- bench ---------------------------------------------------------------------------------------------------

@@ -7,10 +7,14 @@ import os
 import signal
 import time
 
+import httpx
 import pytest
 
+from tests.hardening.badserver import MODEL as BAD_MODEL
+from tests.hardening.badserver import BadServer
 from tests.hardening.cli import no_traceback, run_cli
 from tests.helpers import layout_port_args
+from tests.proxy_procs import proxy_process
 from tui.core.events import EventBus
 from tui.core.launch.events import LayoutChanged
 from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
@@ -85,3 +89,93 @@ def test_status_watch_and_follower_say_degraded_when_a_server_died() -> None:
     finally:
         down = run_cli(["down"])
     assert down.code == 0, down.err
+
+
+# --- the proxy's read timeouts ------------------------------------------------------------------------------------
+
+PROXY_TIMEOUTS = ("--no-access-log", "--read-timeout", "1", "--stream-idle-timeout", "0.5")
+
+
+def _stream(url: str) -> httpx.Response:
+    return httpx.post(url + "/v1/completions", json={"model": BAD_MODEL, "prompt": "hi", "max_tokens": 3,
+                                                     "stream": True}, timeout=30, trust_env=False)
+
+
+def _timeouts_counted(url: str) -> dict[str, float]:
+    from tui.core.telemetry.prom import parse
+
+    out: dict[str, float] = {}
+    page = parse(httpx.get(url + "/metrics", timeout=5, trust_env=False).text)
+    for s in page.samples("disagg_proxy_upstream_errors_total", reason="timeout"):
+        role = s.label("role") or ""
+        out[role] = out.get(role, 0.0) + s.value
+    return out
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("prefill_mode", "decode_mode", "role"), [
+    ("no-stream", "ok", "prefill"),  # P accepts and never answers
+    ("ok", "no-stream", "decode"),  # D accepts and never sends its headers
+    ("ok", "headers-only", "decode"),  # D sends 200 and SSE headers, then nothing
+])
+def test_proxy_answers_504_when_a_server_never_answers(prefill_mode: str, decode_mode: str, role: str) -> None:
+    """Before the fix the proxy had no read timeout: the client hung forever."""
+    with BadServer(prefill_mode) as prefill, BadServer(decode_mode) as decode:
+        px = proxy_process("--prefill", prefill.url, "--decode", decode.url, *PROXY_TIMEOUTS)
+        try:
+            url = px.url()
+            start = time.monotonic()
+            r = _stream(url)
+            took = time.monotonic() - start
+            assert r.status_code == 504, r.text
+            err = r.json()["error"]
+            server = prefill.url if role == "prefill" else decode.url
+            assert err["code"] == 504 and err["type"] == "GatewayTimeoutError"
+            assert f"{role} server {server} timed out" in err["message"] and "1 s" in err["message"], err
+            assert 0.9 < took < 5, took
+            assert _timeouts_counted(url) == {role: 1.0}
+        finally:
+            px.stop()
+
+
+@pytest.mark.timeout(60)
+def test_proxy_ends_a_stream_that_stalls_with_an_error_event() -> None:
+    """Two tokens, then silence: the client gets them, then an error event and [DONE] after the idle timeout."""
+    with BadServer("ok") as prefill, BadServer("stall-mid") as decode:
+        px = proxy_process("--prefill", prefill.url, "--decode", decode.url, *PROXY_TIMEOUTS)
+        try:
+            url = px.url()
+            start = time.monotonic()
+            r = _stream(url)
+            assert time.monotonic() - start < 5
+            assert r.status_code == 200
+            events = [e for e in r.text.split("\n\n") if e.strip()]
+            assert events[-1] == "data: [DONE]" and '"t0"' in events[0] and '"t1"' in events[1], events
+            err = json.loads(events[-2].removeprefix("data: "))["error"]
+            assert err["code"] == 504 and "stalled mid-stream: no data for 0.5 s" in err["message"], err
+            assert _timeouts_counted(url) == {"decode": 1.0}
+        finally:
+            px.stop()
+
+
+@pytest.mark.timeout(60)
+def test_proxy_forwarded_get_to_a_silent_server_is_504() -> None:
+    with BadServer("ok") as prefill, BadServer("silent") as decode:
+        px = proxy_process("--prefill", prefill.url, "--decode", decode.url, *PROXY_TIMEOUTS)
+        try:
+            url = px.url()
+            r = httpx.get(url + "/v1/models", timeout=30, trust_env=False)
+            assert r.status_code == 504 and decode.url in r.json()["error"]["message"], r.text
+        finally:
+            px.stop()
+
+
+def test_proxy_good_answers_are_unchanged_by_the_timeouts() -> None:
+    with BadServer("ok") as prefill, BadServer("ok") as decode:
+        px = proxy_process("--prefill", prefill.url, "--decode", decode.url, *PROXY_TIMEOUTS)
+        try:
+            r = _stream(px.url())
+            assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]"), r.text
+            assert r.headers["content-type"].startswith("text/event-stream")
+        finally:
+            px.stop()
