@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -179,3 +180,43 @@ def test_proxy_good_answers_are_unchanged_by_the_timeouts() -> None:
             assert r.headers["content-type"].startswith("text/event-stream")
         finally:
             px.stop()
+
+
+# --- the telemetry and vLLM's API key -----------------------------------------------------------------------------
+
+SECRET = "sk-h21-Never-On-Disk-7c3e1b"
+
+
+@pytest.mark.timeout(90)
+def test_telemetry_asks_v1_models_with_the_api_key(monkeypatch: pytest.MonkeyPatch, isolated_dirs: Path) -> None:
+    """Before the fix ``status`` and ``watch`` asked ``/v1/models`` of a layout started with ``--api-key`` without
+    it: 401, and no model name. The key comes from ``--api-key`` or ``$VLLM_API_KEY`` of the process that polls;
+    the state file records only that the servers want one."""
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    up = run_cli(["up", "--sim", "--sim-startup", "0.3", "--model", MODEL, "--topology", "1p1d",
+                  *layout_port_args(), "--api-key", SECRET])
+    assert up.code == 0, up.err[-2000:]
+    try:
+        rec = StateStore().active()
+        assert rec is not None and all(p.api_key for p in rec.processes)
+
+        def models(argv: list[str]) -> dict[str, str | None]:
+            res = run_cli(argv)
+            assert res.code == 0, res.err
+            tick = json.loads(res.out)["snapshot"] if argv[0] == "status" else json.loads(res.out.splitlines()[-1])
+            return {s["name"]: s["model"] for s in tick["servers"]}
+
+        without = models(["status", "--json"])
+        assert set(without) == {"prefill-0", "decode-0", "proxy"} and set(without.values()) == {None}, without
+        served = next(iter(set(models(["status", "--json", "--api-key", SECRET]).values())))
+        assert served, "the simulated server names its model"
+        assert set(models(["status", "--json", "--api-key", SECRET]).values()) == {served}
+        monkeypatch.setenv("VLLM_API_KEY", SECRET)
+        assert set(models(["status", "--json"]).values()) == {served}
+        assert set(models(["watch", "--json", "--seconds", "1.5", "--rate", "2"]).values()) == {served}
+        status = run_cli(["status"])
+        assert SECRET not in status.out + status.err
+    finally:
+        assert run_cli(["down"]).code == 0
+    leaks = [p for p in isolated_dirs.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaks == []

@@ -241,7 +241,7 @@ def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
     report = [layout_status(rec) for rec in layouts.values()]
     active = store.active()
     host = host_for_layout(ctx.host_options(), active is not None and active.simulated, ctx.host)
-    snapshot = collect_snapshot_sync(host, store)
+    snapshot = collect_snapshot_sync(host, store, api_key=ctx.api_key)
     if args.json:
         ctx.print_json({"layouts": report, "snapshot": snapshot})
         return EXIT_OK

@@ -45,6 +45,7 @@ class ProcessRecord:
     started: float = 0.0
     ready_at: float | None = None
     exited: int | None = None  # exit code once seen dead (None while alive or unknown)
+    api_key: bool = False  # started requiring vLLM's API key (a flag: the key itself is never stored)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProcessRecord:

@@ -61,13 +61,15 @@ def _sample_with_facts(sampler: GpuSampler) -> tuple[GpuSampled | None, GpuHostF
 async def collect_snapshot(host: Host, store: StateStore | None = None, *,
                            endpoints: Sequence[Endpoint] | None = None, health_timeout_s: float = 1.0,
                            metrics_timeout_s: float = 2.0,
-                           transport: httpx.AsyncBaseTransport | None = None) -> dict[str, Any]:
+                           transport: httpx.AsyncBaseTransport | None = None,
+                           api_key: str | None = None) -> dict[str, Any]:
     """One reading of every GPU and of every server (and the proxy) of the active layout, as plain data.
 
     GPUs are read in a thread while the servers are polled (``/health``, then ``/metrics`` of those that are up,
     and ``/version`` and ``/v1/models``). Rates and latency quantiles need two scrapes, so a snapshot has the
     gauges and totals only (the reason is under ``metrics.unavailable``). Never raises for a GPU or a server
-    that cannot be read: the tick says so under ``errors`` or the server's ``health``.
+    that cannot be read: the tick says so under ``errors`` or the server's ``health``. ``api_key``: what
+    ``/v1/models`` of a server started with one is asked with (default ``$VLLM_API_KEY``).
     """
     active = ActiveLayout(store, min_interval_s=0.0)
     layout = active.get()
@@ -81,7 +83,7 @@ async def collect_snapshot(host: Host, store: StateStore | None = None, *,
         nvml = None
         errors.append(f"NVML unavailable: {exc}")
     poller = ServerPoller(eps, config=PollerConfig(health_timeout_s=health_timeout_s,
-                                                   metrics_timeout_s=metrics_timeout_s),
+                                                   metrics_timeout_s=metrics_timeout_s, api_key=api_key),
                           starting=active.starting, transport=transport)
     try:
         if nvml is not None:
