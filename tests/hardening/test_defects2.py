@@ -220,3 +220,29 @@ def test_telemetry_asks_v1_models_with_the_api_key(monkeypatch: pytest.MonkeyPat
         assert run_cli(["down"]).code == 0
     leaks = [p for p in isolated_dirs.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert leaks == []
+
+
+# --- YAML syntax errors name the field ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("name: w\ninput_len: [5\noutput_len: 4\n", "w.yaml:3: field 'input_len': YAML syntax"),
+    ("name: w\ninput_len: 5\n  output_len: 4\n", "w.yaml:3: field 'input_len': YAML syntax"),
+    ("workloads:\n  chat:\n    input_len: 5\n  decode-heavy: {input_len: 5,\n"
+     + "\n" * 7 + "    output_len: 4: 5\n", "w.yaml:12: field 'workloads.decode-heavy"),
+    ("entries:\n  - id: a\n  - id: b\n    match: {lines: ['x'\n    fix: y\n",
+     "w.yaml:5: field 'entries[2].match.lines'"),
+    ("a: 1\nb: 'open\n", "w.yaml:3: field 'b': YAML syntax"),
+    ("a: 1\na: 2\n", "w.yaml:2: field 'a': YAML syntax: duplicate key 'a'"),
+    ("? [x, y]\n: 1\nb: [\n", "w.yaml:4: field 'b'"),
+    ("\tbad: tab\n", "w.yaml:1: YAML syntax"),  # nothing open yet: no field to name
+])
+def test_a_yaml_syntax_error_names_the_field_it_broke_in(text: str, where: str) -> None:
+    """Before the fix a syntax error named the file and line only."""
+    from tui.core.errors import InputError
+    from tui.core.yamlio import load_text
+
+    with pytest.raises(InputError) as info:
+        load_text(text, "w.yaml")
+    line = info.value.one_line()
+    assert line.startswith(where), line
+    assert "\n" not in line
