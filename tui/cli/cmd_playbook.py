@@ -16,7 +16,7 @@ from tui.core.playbook.events import Diagnosis
 from tui.core.playbook.learn import learn_line
 from tui.core.playbook.loader import parse_playbook_file, shipped_playbook_path
 from tui.core.playbook.model import SEVERITIES
-from tui.core.playbook.offline import LogDiagnosis, diagnose_lines, read_log_line, read_log_lines
+from tui.core.playbook.offline import LogDiagnosis, diagnose_bytes, read_log_bytes, read_log_line
 from tui.core.topology import parse_topology
 from tui.core.yamlio import dump
 
@@ -58,8 +58,8 @@ def _context(args: argparse.Namespace, ctx: CliContext) -> MatchContext | None:
 def run_diagnose(args: argparse.Namespace, ctx: CliContext) -> int:
     book = load_playbook(extra=args.playbook)
     context = _context(args, ctx)
-    logs = [(path, read_log_lines(path)) for path in args.files]  # every file readable, or exit 2 naming it
-    results = [diagnose_lines(lines, book, source=str(path), context=context) for path, lines in logs]
+    logs = [(path, read_log_bytes(path)) for path in args.files]  # every file readable, or exit 2 naming it
+    results = [diagnose_bytes(data, book, source=str(path), context=context) for path, data in logs]
     if args.json:
         ctx.print_json({"files": [r.to_dict() for r in results]})
         return EXIT_OK
