@@ -6,8 +6,10 @@ Modes (what ``POST /v1/completions`` gets; the GETs answer like vLLM unless the 
 ``/health``, ``/v1/models`` and ``/metrics`` but never a completion; ``headers-only`` 200 and SSE headers, then
 nothing; ``garbage`` a 200 stream of events that are not JSON and bytes that are not SSE; ``bad-chunk`` a chunk
 size line that is not hex; ``truncated`` a chunk cut in the middle, then the connection closed; ``close-mid`` two
-good tokens, then the connection closed; ``http500`` an HTTP 500 with vLLM's JSON error; ``metrics-garbage``
-GETs fine, ``/metrics`` answers bytes that are not Prometheus text.
+good tokens, then the connection closed; ``stall-mid`` two good tokens, then nothing (the connection kept open);
+``http500`` an HTTP 500 with vLLM's JSON error; ``metrics-garbage`` GETs fine, ``/metrics`` answers bytes that are
+not Prometheus text. A good answer (``ok``, and the first ``good`` of any mode) to a ``"stream": false`` request is
+one JSON completion with ``kv_transfer_params``, as a prefill server gives the proxy.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Any
 from tests.helpers import free_port
 
 MODEL = "bad/model"
-MODES = ("ok", "silent", "no-stream", "headers-only", "garbage", "bad-chunk", "truncated", "close-mid", "http500",
-         "metrics-garbage")
+MODES = ("ok", "silent", "no-stream", "headers-only", "garbage", "bad-chunk", "truncated", "close-mid", "stall-mid",
+         "http500", "metrics-garbage")
 
 
 def _chunk(data: bytes) -> bytes:
@@ -99,13 +101,12 @@ class BadServer:
                     name, _, value = line.partition(":")
                     if name.strip().lower() == "content-length":
                         length = int(value.strip())
-                if length:
-                    await reader.readexactly(length)
+                body = await reader.readexactly(length) if length else b""
                 if self.mode == "silent":
                     await asyncio.sleep(3600)
                 if method == "POST" and path.endswith("/v1/completions"):
                     self.requests += 1
-                    if not await self._completion(writer):
+                    if not await self._completion(writer, b'"stream": false' in body or b'"stream":false' in body):
                         return
                 else:
                     self._get(writer, path)
@@ -136,9 +137,17 @@ class BadServer:
         writer.write(f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
                      .encode() + body)
 
-    async def _completion(self, writer: asyncio.StreamWriter) -> bool:
+    async def _completion(self, writer: asyncio.StreamWriter, plain: bool = False) -> bool:
         """Answer one completion the mode's way; False when the connection is done with."""
         mode = self.mode if self.requests > self.good else "ok"
+        if mode == "ok" and plain:
+            body = json.dumps({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": MODEL,
+                               "choices": [{"index": 0, "text": "t", "finish_reason": "length"}],
+                               "kv_transfer_params": {"remote_engine_id": "bad-prefill", "remote_block_ids": [1]},
+                               "usage": {"prompt_tokens": 8, "completion_tokens": 1, "total_tokens": 9}}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                         + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+            return True
         if mode in ("no-stream",):
             await asyncio.sleep(3600)
         if mode == "http500":
@@ -166,6 +175,10 @@ class BadServer:
             await writer.drain()
             await asyncio.sleep(0.05)
             return False
+        if mode == "stall-mid":
+            writer.write(_chunk(_token(0)) + _chunk(_token(1)))
+            await writer.drain()
+            await asyncio.sleep(3600)
         if mode == "close-mid":
             writer.write(_chunk(_token(0)) + _chunk(_token(1)))
             await writer.drain()

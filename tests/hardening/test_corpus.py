@@ -48,7 +48,7 @@ WORKLOADS = {
     "wrong-type": (b"name: w\ninput_len: lots\n", ("w.yaml:2", "input_len", "expected an integer")),
     "unknown-key": (b"name: w\ninput_len: 5\noutput_len: 5\nbogus: 1\n", ("w.yaml:4", "bogus", "unknown field")),
     "empty": (b"", ("w.yaml", "expected a mapping")),
-    "syntax": (b"name: [\n", ("w.yaml:2", "YAML syntax")),
+    "syntax": (b"name: [\n", ("w.yaml:2", "field 'name'", "YAML syntax")),
     "binary": (BIN, ("w.yaml", "cannot read")),
     "huge-number": (b"name: w\ninput_len: 99999999999999999999\noutput_len: 4\n", ("input_len",)),
     "unicode-name": ("name: wörk🙂\ninput_len: 0\noutput_len: 4\n".encode(), ("w.yaml:2", "input_len")),
@@ -127,6 +127,16 @@ def cases() -> Iterator[Case]:
     yield c("layout flags", "env-no-equals", [*PLAN, "--env", "NOEQUALS"], ("--env", "K=V"))
     yield c("layout flags", "env-no-name", [*PLAN, "--env", "=v"], "--env")
     yield c("layout flags", "arg-unclosed-quote", [*PLAN, "--arg", '"unclosed'], "--arg")
+    # empty items were skipped silently before (issue 13's open defects)
+    yield c("layout flags", "arg-empty", [*PLAN, "--arg", ""], ("--arg", "empty"))
+    yield c("layout flags", "arg-blank", [*PLAN, "--arg=--enforce-eager", "--arg", "  "], ("--arg", "empty"))
+    yield c("layout flags", "up-topology-blank", ["up", "--sim", "--model", M, "--topology", " "],
+            ("--topology", "empty"))
+    yield c("layout flags", "doctor-topology-empty", ["doctor", "--topology", ""], ("--topology", "empty"))
+    yield c("layout flags", "diagnose-topology-empty", ["diagnose", "--topology", "", "{T}/s.log"],
+            ("--topology", "empty"), files={"s.log": b"INFO ok\n"})
+    yield c("layout flags", "results-import-topology-empty", ["results", "--topology", "", "import", "{T}/r.json"],
+            ("--topology", "empty"), files={"r.json": b"{}"})
     yield c("layout flags", "host-space", [*PLAN, "--host", "bad host"], "--host")
     yield c("layout flags", "host-empty", [*PLAN, "--host", ""], "--host")
     yield c("layout flags", "host-unicode", [*PLAN, "--host", "hôst"], "--host")
@@ -142,6 +152,12 @@ def cases() -> Iterator[Case]:
     yield c("layout flags", "run-rates-word", [*run, "--rates", "abc"], "--rates")
     yield c("layout flags", "run-rates-zero", [*run, "--rates", "0"], "--rates")
     yield c("layout flags", "run-rates-empty", [*run, "--rates", ""], "--rates")
+    yield c("layout flags", "run-rates-empty-item", [*run, "--rates", "1,,2"], ("--rates", "empty item 2"))
+    for topo in ("dp2,,tp2", "tp1,", ",tp1"):
+        yield c("layout flags", f"run-topology-empty-item-{topo}", ["run", "--model", M, "--topology", topo, "-w",
+                                                                     "decode-heavy"], ("--topology", "empty item"))
+    yield c("layout flags", "run-workload-empty-item", ["run", "--model", M, "--topology", "tp1", "-w",
+                                                        "decode-heavy,"], ("--workload", "empty item 2"))
     # --- status, down, watch, doctor, proxy -----------------------------------------------------------------------
     yield c("other commands", "status-unknown-flag", ["status", "--bogus"], "--bogus")
     yield c("other commands", "down-unknown-flag", ["down", "--json"], "--json")
@@ -157,6 +173,11 @@ def cases() -> Iterator[Case]:
     yield c("other commands", "proxy-no-prefill", ["proxy", "--decode", DEAD], "--prefill")
     yield c("other commands", "proxy-ipv6", ["proxy", "--prefill", "http://[::1", "--decode", DEAD], "--prefill")
     yield c("other commands", "proxy-path", ["proxy", "--prefill", DEAD + "/v1", "--decode", DEAD], "--prefill")
+    yield c("other commands", "proxy-read-timeout-negative", ["proxy", "--prefill", DEAD, "--decode", DEAD,
+                                                              "--read-timeout", "-1"], "--read-timeout")
+    yield c("other commands", "proxy-stream-idle-timeout-inf", ["proxy", "--prefill", DEAD, "--decode", DEAD,
+                                                                "--stream-idle-timeout", "inf"],
+            "--stream-idle-timeout")
     yield c("other commands", "proxy-port-high", ["proxy", "--prefill", DEAD, "--decode", DEAD, "--port", "70000"],
             "--port")
     # --- bench ---------------------------------------------------------------------------------------------------
@@ -202,10 +223,9 @@ def cases() -> Iterator[Case]:
                 files={"m.yaml": data})
     for path in sorted((FIXTURES / "bad_profiles").glob("*.yaml")):
         line, fld, text = expectation(path)
-        # a YAML syntax error names the file and line; the field it was in is known only to the loader
-        syntax = "YAML syntax" in text or "duplicate key" in text
+        # a YAML syntax error names the file, the line and the field it broke in, as any other error
         yield c("model profiles", path.stem, ["plan", "--model", "{T}/m.yaml", "--topology", "tp1"],
-                (f"m.yaml:{line}", "" if syntax else fld, text), files={"m.yaml": path.read_bytes()})
+                (f"m.yaml:{line}", f"field '{fld}'" if fld else "", text), files={"m.yaml": path.read_bytes()})
     yield c("model profiles", "operator-profile-broken", [*PLAN],
             ("config:profiles/models/mine.yaml"[7:], "expected a mapping"),
             files={"config:profiles/models/mine.yaml": b"[1]\n"})

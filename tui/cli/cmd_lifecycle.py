@@ -27,7 +27,7 @@ from tui.core.launch.events import (
     ServerSubPhase,
     StartupExpected,
 )
-from tui.core.launch.lifecycle import UpOptions, process_states, tear_down, timeouts_for
+from tui.core.launch.lifecycle import UpOptions, assess_layout, process_states, tear_down, timeouts_for
 from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import preflight
@@ -37,6 +37,7 @@ from tui.core.record.bundle import load_bundle, restore_secrets
 from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint
 from tui.core.telemetry import collect_snapshot_sync
 from tui.core.telemetry.view import tick_lines
+from tui.core.topology import parse_topology
 from tui.hosts import host_for_layout
 
 
@@ -177,13 +178,15 @@ def _bundle_plan(args: argparse.Namespace, ctx: CliContext) -> tuple[ModelProfil
 
 
 def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
+    if args.topology is not None and not args.topology.strip():
+        parse_topology(args.topology)  # refused: an empty --topology is a typo, not "the bundle's best"
     if args.bundle:
         if args.model:
             raise InputError("--bundle carries the model profile: drop --model", field="--model")
         profile, launch_plan = _bundle_plan(args, ctx)
     else:
         for flag, value in (("--model", args.model), ("--topology", args.topology)):
-            if not value:
+            if value is None or not value.strip():
                 raise InputError("required (or give --bundle FILE)", field=flag)
         profile, launch_plan = make_plan(args, ctx)
     host = ctx.host
@@ -218,7 +221,11 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
 
 def layout_status(rec: LayoutRecord) -> dict[str, Any]:
     alive = process_states(rec)
-    return {"id": rec.id, "status": rec.status, "simulated": rec.simulated, "profile": rec.profile_id,
+    health = assess_layout(rec, alive)
+    # "status" is what the layout is (degraded/failed once a process it needs has exited); "recorded_status" is
+    # what the state file says, "exited" which processes are gone
+    return {"id": rec.id, "status": health.status, "recorded_status": health.recorded, "exited": list(health.exited),
+            "simulated": rec.simulated, "profile": rec.profile_id,
             "topology": rec.topology, "endpoint": rec.endpoint, "gpus": rec.gpus, "note": rec.note,
             "created": rec.created, "fixes_applied": rec.plan.get("fixes_applied", []),
             "diagnoses": [{k: d.get(k) for k in ("server", "entry_id", "title", "severity", "fix", "line_no")}
@@ -234,7 +241,7 @@ def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
     report = [layout_status(rec) for rec in layouts.values()]
     active = store.active()
     host = host_for_layout(ctx.host_options(), active is not None and active.simulated, ctx.host)
-    snapshot = collect_snapshot_sync(host, store)
+    snapshot = collect_snapshot_sync(host, store, api_key=ctx.api_key)
     if args.json:
         ctx.print_json({"layouts": report, "snapshot": snapshot})
         return EXIT_OK
@@ -242,7 +249,8 @@ def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
         ctx.print("no layout is up on this host")
     for lay in report:
         label = " SIMULATED" if lay["simulated"] else ""
-        ctx.print(f"{lay['id']}: {lay['status']}{label} — {lay['topology']} of {lay['profile']} on GPU "
+        exited = f" (exited: {', '.join(lay['exited'])})" if lay["exited"] else ""
+        ctx.print(f"{lay['id']}: {lay['status']}{exited}{label} — {lay['topology']} of {lay['profile']} on GPU "
                   f"{','.join(map(str, lay['gpus']))}, endpoint {lay['endpoint']}"
                   + (f" ({lay['note']})" if lay["note"] else "")
                   + (f"; fixes applied: {', '.join(lay['fixes_applied'])}" if lay["fixes_applied"] else ""))
@@ -251,7 +259,7 @@ def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
                       f" {p['url']}  log {p['log']}")
         for d in lay["diagnoses"]:
             ctx.print(f"  {d['severity']}: {d['server']} [{d['entry_id']}] {d['title']} — fix: {d['fix']}")
-    for line in tick_lines(snapshot):
+    for line in tick_lines(snapshot, show_layout=False):
         ctx.print(line)
     return EXIT_OK
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import textwrap
 from pathlib import Path
 from typing import Any
 
-from tui.cli.context import CliContext, add_global_options, parse_gpu_list, parse_pairs
+from tui.cli.context import CliContext, add_global_options, parse_gpu_list, parse_pairs, split_args
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError, PlanRefused
 from tui.core.plan.planner import PlanOptions, plan
 from tui.core.plan.preflight import FAIL, WARN
@@ -17,7 +16,7 @@ from tui.core.playbook.events import Diagnosis
 from tui.core.playbook.learn import learn_line
 from tui.core.playbook.loader import parse_playbook_file, shipped_playbook_path
 from tui.core.playbook.model import SEVERITIES
-from tui.core.playbook.offline import LogDiagnosis, diagnose_lines, read_log_line, read_log_lines
+from tui.core.playbook.offline import LogDiagnosis, diagnose_bytes, read_log_bytes, read_log_line
 from tui.core.topology import parse_topology
 from tui.core.yamlio import dump
 
@@ -49,18 +48,18 @@ def _register_diagnose(sub: Any) -> None:
 
 
 def _context(args: argparse.Namespace, ctx: CliContext) -> MatchContext | None:
-    if not args.model and not args.topology:
+    if not args.model and args.topology is None:
         return None
     profile = ctx.catalog.model(args.model) if args.model else None
-    topo = parse_topology(args.topology) if args.topology else None
+    topo = parse_topology(args.topology) if args.topology is not None else None
     return MatchContext.for_launch(profile, topo)
 
 
 def run_diagnose(args: argparse.Namespace, ctx: CliContext) -> int:
     book = load_playbook(extra=args.playbook)
     context = _context(args, ctx)
-    logs = [(path, read_log_lines(path)) for path in args.files]  # every file readable, or exit 2 naming it
-    results = [diagnose_lines(lines, book, source=str(path), context=context) for path, lines in logs]
+    logs = [(path, read_log_bytes(path)) for path in args.files]  # every file readable, or exit 2 naming it
+    results = [diagnose_bytes(data, book, source=str(path), context=context) for path, data in logs]
     if args.json:
         ctx.print_json({"files": [r.to_dict() for r in results]})
         return EXIT_OK
@@ -245,18 +244,13 @@ def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
     host = ctx.host
     facts = host.facts
     profile = ctx.catalog.model(args.model) if args.model else None
-    topo = parse_topology(args.topology) if args.topology else None
+    topo = parse_topology(args.topology) if args.topology is not None else None
     reason = host.notes[0] if host.simulated and not getattr(args, "sim", False) and host.notes else None
     launch = None
     refused = None
     if profile is not None and topo is not None:
         try:
-            extra: list[str] = []
-            for item in args.arg:
-                try:
-                    extra += shlex.split(item)
-                except ValueError as exc:
-                    raise InputError(f"cannot split {item!r}: {exc}", field="--arg") from None
+            extra = split_args(args.arg, "--arg")
             launch = plan(profile, topo, facts, PlanOptions(
                 gpus=gpus, vllm_executable=getattr(args, "vllm", None) or "vllm",
                 extra_env=tuple(parse_pairs(args.env, "--env")), extra_args=tuple(extra),

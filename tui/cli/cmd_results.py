@@ -95,6 +95,9 @@ def run_import(args: argparse.Namespace, ctx: CliContext, files: list[str]) -> i
         if jit:
             extra.update(triton_jit=jit, flags=["triton-jit"])
     env = dict(parse_pairs(args.serve_env, "--serve-env"))
+    for flag, value in (("--topology", args.topology), ("--workload", args.workload)):
+        if value is not None and not value.strip():  # would fall back to the file's silently
+            raise InputError("empty; give a name or leave the flag out (the result file's is used)", field=flag)
     for f in files:
         run = import_vllm_result(Path(f), campaign=args.campaign, topology=args.topology, workload=args.workload,
                                  meta_extra=dict(extra) if extra else None)

@@ -24,14 +24,14 @@ from tui.cli.cmd_bench import (
     vllm_bench_fn,
 )
 from tui.cli.common import add_plan_options, make_plan
-from tui.cli.context import CliContext, add_global_options
+from tui.cli.context import CliContext, add_global_options, split_list
 from tui.cli.progress import ProgressLine
 from tui.cli.recording import SessionRecording, add_record_options
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
 from tui.core.bench.campaign import BenchFn, CampaignResult, CampaignRunner, CampaignSpec, Lifecycle
 from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
-from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError, InputError
+from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError
 from tui.core.events import EventBus
 from tui.core.launch import lifecycle as core_lifecycle
 from tui.core.profiles import Workload, parse_rate
@@ -62,10 +62,7 @@ def parse_rates(text: str | None) -> list[float] | str | None:
         return None
     if text.strip().lower() == "auto":
         return "auto"
-    out = [parse_rate(part.strip(), field="--rates") for part in text.split(",") if part.strip()]
-    if not out:
-        raise InputError("no rate given", field="--rates")
-    return out
+    return [parse_rate(part, field="--rates") for part in split_list(text, "--rates")]
 
 
 def default_name(spec: CampaignSpec) -> str:
@@ -75,7 +72,7 @@ def default_name(spec: CampaignSpec) -> str:
 
 def run(args: argparse.Namespace, ctx: CliContext) -> int:
     topologies = [t.name for t in parse_topologies(args.topology)]
-    wl_refs = [w.strip() for w in args.workload.split(",") if w.strip()]
+    wl_refs = split_list(args.workload, "--workload")
     workloads: dict[str, Workload] = {}
     for ref in wl_refs:
         w = ctx.catalog.workload(ref)

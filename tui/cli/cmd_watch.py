@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+from dataclasses import replace
 from typing import Any
 
 from tui.cli.context import CliContext, add_global_options
@@ -45,7 +46,7 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _validate(args: argparse.Namespace) -> PollerConfig:
+def _validate(args: argparse.Namespace, api_key: str | None = None) -> PollerConfig:
     if not 0 < args.rate <= MAX_RATE_HZ:
         raise InputError(f"must be within (0, {MAX_RATE_HZ:g}] Hz, got {args.rate:g}", field="--rate")
     if args.seconds is not None and args.seconds <= 0:
@@ -54,14 +55,16 @@ def _validate(args: argparse.Namespace) -> PollerConfig:
         raise InputError(f"must be > 0, got {args.window:g}", field="--window")
     try:
         return PollerConfig(health_hz=args.health_rate, metrics_hz=args.metrics_rate, window_s=args.window,
-                            rate_window_s=min(5.0, args.window))
+                            rate_window_s=min(5.0, args.window), api_key=api_key)
     except ValueError as exc:
         raise InputError(str(exc), field="--health-rate/--metrics-rate") from None
 
 
 def run(args: argparse.Namespace, ctx: CliContext) -> int:
-    config = _validate(args)
-    endpoints = [parse_endpoint(e, i) for i, e in enumerate(args.endpoint)] or None
+    key = ctx.api_key
+    config = _validate(args, key)
+    # servers named here get the key (--api-key, or $VLLM_API_KEY) when one is given; a layout's, when started so
+    endpoints = [replace(parse_endpoint(e, i), api_key=key is not None) for i, e in enumerate(args.endpoint)] or None
     host = ctx.host
     store = StateStore()
     if endpoints is None and ActiveLayout(store).get() is None:

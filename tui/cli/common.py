@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import re
-import shlex
 
 from tui.cli.argtypes import positive_int
-from tui.cli.context import CliContext, parse_gpu_list, parse_pairs
+from tui.cli.context import CliContext, parse_gpu_list, parse_pairs, split_args
 from tui.core.errors import InputError
 from tui.core.plan.planner import LaunchPlan, PlanOptions, plan
 from tui.core.profiles import ModelProfile
@@ -57,12 +56,7 @@ def check_host(text: str, ctx: CliContext, flag: str = "--host") -> str:
 
 
 def plan_options(args: argparse.Namespace, ctx: CliContext) -> PlanOptions:
-    extra_args: list[str] = []
-    for item in args.arg:
-        try:
-            extra_args += shlex.split(item)
-        except ValueError as exc:
-            raise InputError(f"cannot split {item!r}: {exc}", field="--arg") from None
+    extra_args = split_args(args.arg, "--arg")
     env = parse_pairs(args.env, "--env")
     for name, value in (("--port", args.port), ("--server-port", args.server_port),
                         ("--side-channel-port", args.side_channel_port)):

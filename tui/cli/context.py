@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -47,6 +48,34 @@ def parse_pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
         if not sep or not k:
             raise InputError(f"expected K=V, got {item!r}", field=flag)
         out.append((k, v))
+    return out
+
+
+def split_list(text: str, flag: str) -> list[str]:
+    """A comma-separated flag value's items, stripped; an empty item (``a,,b``, a trailing comma) is refused, not
+    skipped, and so is an empty value."""
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        raise InputError(f"empty; expected a comma-separated list, got {text!r}", field=flag)
+    if not all(parts):
+        where = next(i for i, t in enumerate(parts, 1) if not t)
+        raise InputError(f"empty item {where} in {text!r}", field=flag)
+    return parts
+
+
+def split_args(items: list[str], flag: str = "--arg") -> list[str]:
+    """The items of a repeatable ``--arg '--flag value'`` split as a shell would; an empty (or blank) item is
+    refused: it adds nothing to the command line, so it is a mistake (a variable that was not set)."""
+    out: list[str] = []
+    for item in items:
+        try:
+            words = shlex.split(item)
+        except ValueError as exc:
+            raise InputError(f"cannot split {item!r}: {exc}", field=flag) from None
+        if not words:
+            raise InputError(f"empty argument {item!r}; give a vllm serve flag, e.g. {flag} '--enforce-eager'",
+                             field=flag)
+        out += words
     return out
 
 

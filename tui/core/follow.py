@@ -39,6 +39,7 @@ from tui.core.launch.events import (
     ServerSubPhase,
 )
 from tui.core.launch.history import StartupHistory, expected_startup
+from tui.core.launch.lifecycle import assess_layout
 from tui.core.launch.phases import PhaseTracker
 from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.launch.supervisor import process_alive
@@ -99,6 +100,7 @@ class LayoutFollower(threading.Thread):
         self._lock = threading.Lock()
         self._next_sample = 0.0
         self._deferred: set[str] = set()
+        self._shown: tuple[str, str] = ("", "")  # the (status, note) last published
 
     # --- control (any thread) ------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -134,7 +136,7 @@ class LayoutFollower(threading.Thread):
             return
         if self._layout is None or rec.id != self._layout.id:
             self._switch(rec)
-        elif rec.status != self._layout.status or rec.note != self._layout.note:
+        elif self._shown != self._shown_state(rec):
             self._publish_layout(rec)
         self._layout = rec
         self._add_processes(rec)
@@ -154,10 +156,20 @@ class LayoutFollower(threading.Thread):
         self._deferred = set()
         self._publish_layout(rec)
 
+    @staticmethod
+    def _shown_state(rec: LayoutRecord) -> tuple[str, str]:
+        """(status, note) as shown: ``degraded``/``failed`` once a server or the proxy of a running layout has
+        exited, the note naming which (the state file still says ``ready``)."""
+        health = assess_layout(rec)
+        gone = f"exited: {', '.join(health.exited)}" if health.exited else ""
+        return health.status, "; ".join(n for n in (rec.note, gone) if n)
+
     def _publish_layout(self, rec: LayoutRecord) -> None:
+        self._shown = self._shown_state(rec)
+        status, note = self._shown
         self.bus.publish_threadsafe(LayoutChanged(
-            layout_id=rec.id, status=rec.status, topology=rec.topology, profile_id=rec.profile_id,
-            endpoint=rec.endpoint, simulated=rec.simulated, note=rec.note))
+            layout_id=rec.id, status=status, topology=rec.topology, profile_id=rec.profile_id,
+            endpoint=rec.endpoint, simulated=rec.simulated, note=note))
 
     def _context(self, rec: LayoutRecord) -> MatchContext:
         """What the record says of the server (its topology); ``up`` saves the full context's diagnoses."""

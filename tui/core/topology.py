@@ -56,6 +56,8 @@ class Topology:
 
 def parse_topology(text: str) -> Topology:
     s = text.strip().lower()
+    if not s:
+        raise InputError(f"empty; expected {GRAMMAR}", field="--topology")
     if m := _TP.match(s):
         return Topology("tp", tp=int(m.group(1)))
     if m := _DP.match(s):
@@ -66,9 +68,16 @@ def parse_topology(text: str) -> Topology:
 
 
 def parse_topologies(text: str) -> list[Topology]:
-    items = [t for t in (p.strip() for p in text.split(",")) if t]
+    """A comma-separated list (``tp2,dp2,1p1d``); an empty item (``dp2,,tp2``, a trailing comma) is refused, not
+    skipped: it is a typo more often than not, and a campaign without the topology meant runs for an hour."""
+    parts = [p.strip() for p in text.split(",")]
+    items = [t for t in parts if t]
     if not items:
         raise InputError(f"no topology given; expected {GRAMMAR}", field="--topology")
+    if len(items) != len(parts):
+        where = next(i for i, t in enumerate(parts, 1) if not t)
+        raise InputError(f"empty item {where} in {text!r}; expected a comma-separated list of {GRAMMAR}",
+                         field="--topology")
     out: list[Topology] = []
     for item in items:
         topo = parse_topology(item)

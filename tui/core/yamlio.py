@@ -76,8 +76,78 @@ _MarkedLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 _MarkedLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 
 
+class _Frame:
+    """One open mapping or sequence while the events are walked: its last key, or how many items it has."""
+
+    __slots__ = ("complex_key", "expect_key", "items", "key", "mapping")
+
+    def __init__(self, mapping: bool) -> None:
+        self.mapping = mapping
+        self.key: str | None = None
+        self.expect_key = True
+        self.complex_key = False  # a key that is itself a mapping or a sequence (``? [a, b]``) is open
+        self.items = 0
+
+
+def field_at(text: str, line: int, column: int) -> str | None:
+    """The field a position of a YAML text belongs to: the keys (and 1-based item numbers, ``entries[2].match``)
+    of the mappings and sequences open there, down to the nearest key at or above it. The text is walked event by
+    event up to that position (or up to the syntax error that stops the parser there), so a file that does not
+    parse still names where it broke. ``line`` and ``column`` are 0-based, as a YAML mark's."""
+    stack: list[_Frame] = []
+
+    def node_starts() -> None:
+        if stack and not stack[-1].mapping:
+            stack[-1].items += 1
+
+    def node_done() -> None:
+        if stack and stack[-1].mapping:
+            top = stack[-1]
+            if top.complex_key:  # the key is complete: its value comes next
+                top.complex_key = False
+            else:
+                top.expect_key = True
+
+    try:
+        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+            mark = ev.start_mark
+            if mark is not None and (mark.line, mark.column) > (line, column):
+                break
+            if isinstance(ev, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                top = stack[-1] if stack else None
+                if top is not None and top.mapping and top.expect_key:  # a complex key: none we can name
+                    top.key, top.expect_key, top.complex_key = None, False, True
+                else:
+                    node_starts()
+                stack.append(_Frame(isinstance(ev, yaml.MappingStartEvent)))
+            elif isinstance(ev, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                if stack:
+                    stack.pop()
+                node_done()
+            elif isinstance(ev, yaml.ScalarEvent | yaml.AliasEvent):
+                top = stack[-1] if stack else None
+                if top is not None and top.mapping and top.expect_key:
+                    top.key = ev.value if isinstance(ev, yaml.ScalarEvent) else None
+                    top.expect_key = False
+                else:
+                    node_starts()
+                    node_done()
+    except yaml.YAMLError:
+        pass  # the syntax error itself: the frames are where the parser stood
+    parts: list[str] = []
+    for i, frame in enumerate(stack):
+        if frame.mapping:
+            if frame.key is None:
+                break
+            parts.append(("." if parts else "") + frame.key)
+        elif i < len(stack) - 1 and frame.items:  # an item number only on the way to a key inside it
+            parts.append(f"[{frame.items}]")
+    return "".join(parts) or None
+
+
 def load_text(text: str, source: str | Path) -> Any:
-    """Parse YAML text; syntax errors become one-line InputErrors with the line."""
+    """Parse YAML text; syntax errors become one-line InputErrors with the line and, where the line is inside a
+    mapping, the field (the nearest key at or above it)."""
     try:
         return yaml.load(text, Loader=_MarkedLoader)  # noqa: S506 - _MarkedLoader is a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
@@ -87,7 +157,8 @@ def load_text(text: str, source: str | Path) -> Any:
         if exc.context and exc.context_mark is not None and exc.problem_mark is not None \
                 and exc.context_mark.line != exc.problem_mark.line:
             problem += f" ({exc.context} at line {exc.context_mark.line + 1})"
-        raise InputError(f"YAML syntax: {problem}", file=source, line=line) from None
+        name = field_at(text, mark.line, mark.column) if mark is not None else None
+        raise InputError(f"YAML syntax: {problem}", file=source, line=line, field=name) from None
     except yaml.YAMLError as exc:
         raise InputError(f"YAML syntax: {exc}", file=source) from None
 

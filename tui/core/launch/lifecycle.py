@@ -17,7 +17,7 @@ import getpass
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -41,7 +41,16 @@ from tui.core.launch.events import (
 )
 from tui.core.launch.history import Expected, StartupHistory, StartupRecord, expected_startup, plan_key
 from tui.core.launch.phases import PHASE_INDEX, PhaseTracker
-from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore, new_layout_id, redact_argv, redact_env
+from tui.core.launch.state import (
+    LayoutHealth,
+    LayoutRecord,
+    ProcessRecord,
+    StateStore,
+    layout_health,
+    new_layout_id,
+    redact_argv,
+    redact_env,
+)
 from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import Check, failed, preflight
@@ -230,10 +239,12 @@ class Launch:
         profile_json = self.profile.to_dict()
         items = [_SpawnItem(s.name, s.role, s.url, tuple(s.gpus), self.host.server_command(s, self.plan, profile_json),
                             s.env_dict(), list(s.argv)) for s in self.plan.servers]
+        items = [replace(i, api_key=bool(i.cmd.env.get("VLLM_API_KEY"))) for i in items]
         if self.plan.proxy is not None:
             pc = self.host.proxy_command(self.plan.proxy)
             items.append(_SpawnItem("proxy", "proxy", self.plan.proxy.url, (), pc, {},
-                                    ["disagg-tui", "proxy", *self.plan.proxy.args()]))
+                                    ["disagg-tui", "proxy", *self.plan.proxy.args()],
+                                    api_key=any(i.api_key for i in items)))
         waits = shared_gpu_waits([(i.name, i.gpus) for i in items]) if self.options.stagger_shared_gpus else {}
         for item in items:
             if item.role != "proxy":
@@ -255,7 +266,7 @@ class Launch:
         self.spawned_at[item.name] = time.monotonic()
         rec = ProcessRecord(name=item.name, role=item.role, pid=popen.pid, pgid=popen.pid,
                             create_time=create_time(popen.pid), log=str(log), url=item.url, gpus=list(item.gpus),
-                            argv=redact_argv(item.shown_argv), started=time.time())
+                            argv=redact_argv(item.shown_argv), started=time.time(), api_key=item.api_key)
         self.record.processes.append(rec)
         self._save()
         self.trackers[item.name] = PhaseTracker()
@@ -478,6 +489,9 @@ class _SpawnItem:
     cmd: Any
     env: dict[str, str]
     shown_argv: list[str]
+    #: whether it answers /v1 only with vLLM's API key (its environment has VLLM_API_KEY; the proxy: whether a
+    #: server behind it does): recorded as a flag, never the key, so the telemetry knows to send one
+    api_key: bool = False
 
 
 def shared_gpu_waits(servers: Sequence[tuple[str, Sequence[int]]]) -> dict[str, tuple[str, ...]]:
@@ -556,4 +570,11 @@ async def tear_down(record: LayoutRecord, bus: EventBus, *, store: StateStore | 
 
 def process_states(record: LayoutRecord) -> dict[str, bool]:
     return {p.name: process_alive(p.pid, p.create_time) for p in record.processes}
+
+
+def assess_layout(record: LayoutRecord, alive: dict[str, bool] | None = None) -> LayoutHealth:
+    """Blocking (one psutil look per process): the status to show for a layout, ``degraded`` or ``failed`` when a
+    server or the proxy of a ready (or starting) layout has exited, naming which. What ``status``, ``watch`` and
+    the console's follower show; the state file keeps the recorded status (``down`` still finds the layout)."""
+    return layout_health(record, process_states(record) if alive is None else alive)
 

@@ -107,6 +107,14 @@ _PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+#: every pattern that can move a tracker to a phase (a bar needs ``%|`` in its line besides): what a reader that
+#: skips lines must look for
+PHASE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(p for _, p in _PHASE_PATTERNS)
+BAR_MARK = "%|"
+_LATEST_FIRST: tuple[tuple[int, re.Pattern[str]], ...] = tuple(
+    sorted(((PHASE_INDEX[key], pattern) for key, pattern in _PHASE_PATTERNS), key=lambda ip: -ip[0]))
+
+
 @dataclass(frozen=True, slots=True)
 class PhaseUpdate:
     phase: Phase
@@ -136,13 +144,18 @@ class PhaseTracker:
     def feed(self, line: str) -> PhaseUpdate | None:
         self.lines_seen += 1
         best: int | None = None
-        for key, pattern in _PHASE_PATTERNS:
-            i = PHASE_INDEX[key]
-            if i >= self.index and (best is None or i > best) and pattern.search(line):
+        # the latest phase whose pattern matches, among this one and the later ones: tried latest first, so the
+        # first match is the one; a server past a phase never searches for it again (most lines of a long log
+        # come after the last phase and cost one search, or none)
+        for i, pattern in _LATEST_FIRST:
+            if i < self.index:
+                break
+            if pattern.search(line):
                 best = i
+                break
         detail = ""
         inner = 0.0
-        bar = last_tqdm(line) if ("%|" in line) else None
+        bar = last_tqdm(line) if (BAR_MARK in line) else None
         if bar is not None:
             label, n, total = bar
             detail = f"{label} {n}/{total}"

@@ -45,6 +45,7 @@ class ProcessRecord:
     started: float = 0.0
     ready_at: float | None = None
     exited: int | None = None  # exit code once seen dead (None while alive or unknown)
+    api_key: bool = False  # started requiring vLLM's API key (a flag: the key itself is never stored)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProcessRecord:
@@ -59,7 +60,7 @@ class LayoutRecord:
     simulated: bool
     plan: dict[str, Any]  # LaunchPlan.to_dict(), secrets redacted
     processes: list[ProcessRecord]
-    status: str = "starting"  # starting | ready | failed | stopping | stopped
+    status: str = "starting"  # starting | ready | failed | stopping | stopped (what is shown: layout_health)
     owner_pid: int = 0
     owner_user: str = ""
     sim: dict[str, Any] = field(default_factory=dict)  # the simulated host's settings when simulated
@@ -92,6 +93,39 @@ class LayoutRecord:
         procs = [ProcessRecord.from_dict(p) for p in d.get("processes", [])]
         known = set(cls.__dataclass_fields__) - {"processes"}
         return cls(processes=procs, **{k: v for k, v in d.items() if k in known})
+
+
+#: the recorded statuses under which every process of the layout is meant to be running
+RUNNING_STATUSES = ("starting", "ready")
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutHealth:
+    """What a layout is, given which of its processes still run: the recorded status, unless a process the layout
+    needs has exited while it was meant to run (``degraded`` while some still run, ``failed`` once none does).
+    ``exited`` names the processes that are gone (servers and the proxy alike)."""
+
+    status: str
+    recorded: str
+    exited: tuple[str, ...] = ()
+
+    @property
+    def line(self) -> str:
+        """``ready``, ``degraded (exited: decode-0, proxy)``."""
+        return self.status + (f" (exited: {', '.join(self.exited)})" if self.exited else "")
+
+
+def layout_health(record: LayoutRecord, alive: dict[str, bool]) -> LayoutHealth:
+    """The layout's status from its recorded one and ``alive`` (process name -> running), as
+    ``lifecycle.process_states`` gives it. Only a layout meant to be running can be degraded: a stopping or
+    stopped one's processes are meant to go, a failed one stays failed."""
+    if record.status not in RUNNING_STATUSES:
+        return LayoutHealth(status=record.status, recorded=record.status)
+    exited = tuple(p.name for p in record.processes if not alive.get(p.name, False))
+    if not exited:
+        return LayoutHealth(status=record.status, recorded=record.status)
+    status = "failed" if len(exited) == len(record.processes) else "degraded"
+    return LayoutHealth(status=status, recorded=record.status, exited=exited)
 
 
 def new_layout_id(topology: str, profile_id: str) -> str:

@@ -12,9 +12,10 @@ from tui.core.playbook.events import Diagnosis
 from tui.core.playbook.loader import operator_playbook_path, parse_playbook_file, shipped_playbook_path
 from tui.core.playbook.matcher import Matcher
 from tui.core.playbook.model import Entry, MatchContext
-from tui.core.playbook.offline import LogDiagnosis, diagnose_file, diagnose_lines, read_log_lines
+from tui.core.playbook.offline import LogDiagnosis, diagnose_bytes, diagnose_file, diagnose_lines, read_log_lines
 
 __all__ = [
-    "Diagnosis", "Entry", "LogDiagnosis", "MatchContext", "Matcher", "Playbook", "diagnose_file", "diagnose_lines",
-    "load_playbook", "operator_playbook_path", "parse_playbook_file", "read_log_lines", "shipped_playbook_path",
+    "Diagnosis", "Entry", "LogDiagnosis", "MatchContext", "Matcher", "Playbook", "diagnose_bytes", "diagnose_file",
+    "diagnose_lines", "load_playbook", "operator_playbook_path", "parse_playbook_file", "read_log_lines",
+    "shipped_playbook_path",
 ]

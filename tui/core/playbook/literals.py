@@ -25,8 +25,9 @@ except ImportError:  # pragma: no cover - Python < 3.11 is not supported; no pre
 _MIN_LEN = 3
 
 
-def required_literals(pattern: str, flags: int = 0) -> tuple[str, ...]:
-    """Literals of which at least one occurs in every string ``pattern`` matches (empty: no prefilter)."""
+def required_literals(pattern: str, flags: int = 0, *, min_len: int = _MIN_LEN) -> tuple[str, ...]:
+    """Literals of which at least one occurs in every string ``pattern`` matches (empty: no prefilter, or one
+    shorter than ``min_len``: a per-line ``in`` of a very short literal saves little)."""
     if _parser is None:
         return ()
     try:
@@ -36,7 +37,7 @@ def required_literals(pattern: str, flags: int = 0) -> tuple[str, ...]:
     if (parsed.state.flags | flags) & (re.IGNORECASE | re.VERBOSE):
         return ()
     best = _best(_candidates(list(parsed)))
-    if best is None or min(len(s) for s in best) < _MIN_LEN:
+    if best is None or min(len(s) for s in best) < min_len:
         return ()
     return tuple(sorted(best, key=len, reverse=True))
 

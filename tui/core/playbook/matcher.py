@@ -36,6 +36,8 @@ READY_MARK = "Application startup complete."
 SHUTDOWN = re.compile(r"\[shutdown\] |Shutting down FastAPI HTTP server|Waiting for application shutdown|"
                       r"\[disagg-tui\] stopping this server")
 
+#: what a line must have for the matcher to learn from it (``_learn``)
+LEARN_MARKS = ("version", "V1 LLM engine", "non-default args:")
 MAX_LINE_CHARS = 2000
 _ARGS = re.compile(r"non-default args: \{(?P<body>.*)\}")
 _DP_SIZE = re.compile(r"'data_parallel_size': (\d+)")
@@ -80,12 +82,12 @@ class Matcher:
         """Fill what the caller did not say from the log itself: the vLLM version, the kind of topology."""
         ctx = self.context
         changed = False
-        if ctx.vllm_version is None and ("version" in text or "V1 LLM engine" in text):
+        if ctx.vllm_version is None and (LEARN_MARKS[0] in text or LEARN_MARKS[1] in text):
             m = _VERSION.search(text)
             if m:
                 ctx = replace(ctx, vllm_version=m.group(1))
                 changed = True
-        if ctx.topology is None and "non-default args:" in text:
+        if ctx.topology is None and LEARN_MARKS[2] in text:
             m = _ARGS.search(text)
             if m:
                 body = m.group("body")
@@ -112,9 +114,10 @@ class Matcher:
         self.tracker.feed(text)
         if not self.ready_seen and READY_MARK in text:
             self.ready_seen = True
-        self._learn(text)
-        if not self.shutting_down and SHUTDOWN.search(text):
-            self.shutting_down = True
+        if self.context.vllm_version is None or self.context.topology is None:
+            self._learn(text)
+        if not self.shutting_down and ("hut" in text or "[disagg-tui]" in text) and SHUTDOWN.search(text):
+            self.shutting_down = True  # (every alternative of SHUTDOWN has one of the two: no regex on most lines)
         out: list[Diagnosis] = []
         book = self.playbook
         rule_ids, probe_ids = book.candidates(text)
@@ -144,6 +147,14 @@ class Matcher:
         if text.strip():
             self._last_lineno, self._last_text = n, text
         return out
+
+    def skipped(self, total: int, last: tuple[int, str] | None) -> None:
+        """A reader that fed only the lines that can change this matcher (``offline.diagnose_bytes``: the lines
+        with one of ``offline.state_literals``) says how many lines the log has and which is its last non-blank
+        one (line number, text): the rest of the state is what feeding every line would have made it."""
+        self.lines_seen = self.tracker.lines_seen = total
+        if last is not None and last[0] > self._last_lineno:
+            self._last_lineno, self._last_text = last[0], last[1].rstrip("\r\n")
 
     def _after_ok(self, entry: Entry, lineno: int) -> bool:
         rule = entry.lines

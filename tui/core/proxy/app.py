@@ -4,7 +4,9 @@
 request for remote decode; then the decode (D) server with the ``kv_transfer_params`` P returned; D's bytes are
 relayed to the client as they arrive, unparsed and unbuffered. Both get the same ``X-Request-Id`` and the client's
 ``Authorization``. A non-200 answer from P or D goes back to the client as it is; a server that cannot be reached
-gives 502 with a vLLM-shaped error naming it; a client that goes away cancels the upstream request.
+gives 502 with a vLLM-shaped error naming it, one that accepts and does not answer in time 504 (``read_timeout_s``
+to P's answer and D's first byte, ``stream_idle_timeout_s`` between D's chunks); a client that goes away cancels
+the upstream request.
 
 ``GET /health`` is 200 only when every server's ``/health`` is; ``/v1/models`` and ``/version`` go to the first
 decode server, ``/tokenize`` and ``/detokenize`` to the first prefill server (so ``vllm bench serve`` works
@@ -67,7 +69,71 @@ TO_PREFILL_ROUTES = frozenset({"/tokenize", "/detokenize"})
 #: (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), and reusing one it is closing would fail a request
 KEEPALIVE_EXPIRY_S = 4.0
 
+#: a server that accepted the request and then says nothing is answered 504 after this long. Generous: the first
+#: requests after a start can take minutes on a real GPU (a lazily compiled kernel, a cold cache of Triton/FlashInfer
+#: JIT builds, a long prompt queued behind a full batch), and a non-streamed answer arrives only once every token
+#: is generated (8k tokens at 30 tok/s is ~4.5 min). Ten minutes is past any of those and still ends a hang.
+DEFAULT_READ_TIMEOUT_S = 600.0
+#: once a decode answer has started, this long without a byte ends it (an error event for a stream). vLLM sends
+#: every token as it comes, so minutes of silence mid-stream is a stuck engine, not a slow one; five minutes
+#: leaves room for a preemption storm or a long recompute of a preempted request.
+DEFAULT_STREAM_IDLE_TIMEOUT_S = 300.0
+
 _access = logging.getLogger(ACCESS_LOGGER)
+
+
+def _deadline(seconds: float) -> float | None:
+    """``asyncio.timeout_at``'s argument (loop time): ``seconds`` from now, or none (0 turns a timeout off)."""
+    return asyncio.get_running_loop().time() + seconds if seconds > 0 else None
+
+
+_NEVER = float("inf")
+
+
+class _IdleWatchdog:
+    """Expires ``window`` (an ``asyncio.timeout_at`` context) once ``last`` is ``idle`` seconds old. The relay
+    loop only stores ``last`` per chunk (a float, not a timer re-armed per chunk: this runs for every token); the
+    watchdog's one timer looks when it would expire and re-arms itself from ``last`` when data came meanwhile."""
+
+    __slots__ = ("_handle", "_idle", "_loop", "_window", "last")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, window: asyncio.Timeout, idle: float) -> None:
+        self._loop = loop
+        self._window = window
+        self._idle = idle
+        self.last = loop.time()
+        self._handle: asyncio.TimerHandle | None = loop.call_at(self.last + idle, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        last = self.last
+        if last != _NEVER and now >= last + self._idle:
+            self._handle = None
+            self._window.reschedule(now)  # expires now: the relay gets TimeoutError
+        else:
+            self._handle = self._loop.call_at((now if last == _NEVER else last) + self._idle, self._check)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+class _Started:
+    """Whether ``http.response.start`` has gone to the client (it is sent with the first body bytes, so a
+    server that never sends one can still be answered 504)."""
+
+    __slots__ = ("headers", "sent", "status")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status = status
+        self.headers = headers
+        self.sent = False
+
+    async def ensure(self, send: Send) -> None:
+        if not self.sent:
+            self.sent = True
+            await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +146,10 @@ class ProxySettings:
     health_timeout_s: float = 1.0
     health_ttl_s: float = 0.5
     connect_timeout_s: float = 10.0
+    #: how long a server may take to start answering (P's whole answer, D's first byte, a forwarded GET's answer)
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    #: how long a decode answer may go without a byte once it has started (a stream between two tokens)
+    stream_idle_timeout_s: float = DEFAULT_STREAM_IDLE_TIMEOUT_S
     max_keepalive: int = 512
     access_log: bool = True
 
@@ -265,10 +335,15 @@ class ProxyApp:
         p_content = dumps(prefill_body(body))
         p.outstanding += 1
         tp0 = clock()
+        read_timeout = self.settings.read_timeout_s
         try:
-            presp = await client.post(p.url + path, content=p_content, headers=upstream_headers)
+            async with asyncio.timeout_at(_deadline(read_timeout)):
+                presp = await client.post(p.url + path, content=p_content, headers=upstream_headers)
         except httpx.TransportError as exc:
             await self._unreachable(send, p, exc, trace)
+            return
+        except TimeoutError:
+            await self._timed_out(send, p, f"no answer within {read_timeout:g} s", trace)
             return
         finally:
             p.outstanding -= 1
@@ -303,20 +378,25 @@ class ProxyApp:
         try:
             td0 = clock()
             metrics.internal.observe((tp0 - t_body) + (td0 - tp1))
+            first_byte_by = _deadline(read_timeout)  # D's first byte, headers included, by then
             try:
-                dresp = await client.send(d_request, stream=True)
+                async with asyncio.timeout_at(first_byte_by):
+                    dresp = await client.send(d_request, stream=True)
             except httpx.TransportError as exc:
                 await self._unreachable(send, d, exc, trace)
                 return
+            except TimeoutError:
+                await self._timed_out(send, d, f"no answer within {read_timeout:g} s", trace)
+                return
             try:
-                await self._stream_back(send, dresp, body.get("stream") is True, trace, guard, td0)
+                await self._stream_back(send, dresp, body.get("stream") is True, trace, guard, td0, first_byte_by)
             finally:
                 await dresp.aclose()
         finally:
             d.outstanding -= 1
 
     async def _stream_back(self, send: Send, dresp: httpx.Response, streamed: bool, trace: Trace,
-                           guard: DisconnectGuard, td0: float) -> None:
+                           guard: DisconnectGuard, td0: float, first_byte_by: float | None) -> None:
         d = trace.decode
         assert d is not None
         status = trace.status = trace.decode_status = dresp.status_code
@@ -331,33 +411,59 @@ class ProxyApp:
             value = raw_headers.get(name)
             if value is not None:
                 out_headers.append((name.encode(), value.encode()))
-        await send({"type": "http.response.start", "status": status, "headers": out_headers})
+        started = _Started(status, out_headers)
         clock = self._clock
+        loop = asyncio.get_running_loop()
+        idle = self.settings.stream_idle_timeout_s
         first = True
         last = b""
+        # the first byte by ``first_byte_by`` (the read timeout from the request), then no silence longer than
+        # ``idle`` between two; the window is shut while a chunk goes to the client (a slow reader is no slow server)
+        waited = f"no answer within {self.settings.read_timeout_s:g} s"
+        watchdog: _IdleWatchdog | None = None
         try:
-            async for chunk in dresp.aiter_raw():
-                if first:
-                    first = False
-                    trace.decode_first_byte_s = clock() - td0
-                last = chunk
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.TransportError as exc:
-            self.metrics.upstream_errors[("decode", d.url, "broken_stream")] += 1
-            reason = describe_transport_error(exc)
-            trace.note = f"decode stream broken: {reason}"
+            async with asyncio.timeout_at(first_byte_by) as window:
+                async for chunk in dresp.aiter_raw():
+                    if first:
+                        first = False
+                        window.reschedule(None)
+                        trace.decode_first_byte_s = clock() - td0
+                        waited = f"no data for {idle:g} s"
+                        await started.ensure(send)
+                        if idle > 0:
+                            watchdog = _IdleWatchdog(loop, window, idle)
+                    if watchdog is not None:
+                        watchdog.last = _NEVER  # a slow reader is not a slow server
+                    last = chunk
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    if watchdog is not None:
+                        watchdog.last = loop.time()
+        except (httpx.TransportError, TimeoutError) as exc:
+            timed_out = not isinstance(exc, httpx.TransportError)
+            reason = describe_transport_error(exc) if isinstance(exc, httpx.TransportError) else waited
+            self.metrics.upstream_errors[("decode", d.url, "timeout" if timed_out else "broken_stream")] += 1
+            if timed_out and not started.sent:  # nothing sent yet: the client gets a clean 504
+                trace.decode_status = None
+                await self._timed_out(send, d, reason, trace, counted=True)
+                return
+            trace.note = f"decode stream {'timed out' if timed_out else 'broken'}: {reason}"
+            await started.ensure(send)
             if not (streamed and status == 200):
                 return  # the response cannot be completed: uvicorn closes the connection, the client sees it cut
             # vLLM's own convention for an error in the middle of a stream: an error event, then [DONE]
-            event = b"data: " + error_body(f"decode server {d.url} failed mid-stream: {reason}", 502,
-                                           "BadGatewayError") + b"\n\ndata: [DONE]\n\n"
+            code, kind = (504, "GatewayTimeoutError") if timed_out else (502, "BadGatewayError")
+            event = b"data: " + error_body(f"decode server {d.url} {'stalled' if timed_out else 'failed'} "
+                                           f"mid-stream: {reason}", code, kind) + b"\n\ndata: [DONE]\n\n"
             guard.finishing()
             await send({"type": "http.response.body", "more_body": False,
                         "body": (event if last.endswith(b"\n\n") or not last else b"\n\n" + event)})
             return
         finally:
+            if watchdog is not None:
+                watchdog.stop()
             if trace.decode_first_byte_s is not None:
                 self.metrics.decode_first_byte[d.url].observe(trace.decode_first_byte_s)
+        await started.ensure(send)  # an answer without a body
         guard.finishing()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         trace.decode_s = clock() - td0
@@ -373,6 +479,19 @@ class ProxyApp:
             trace.note = f"{server.role} {server.url}: {reason}"
         await respond(send, 502, JSON, error_body(f"{server.role} server {server.url} is unreachable: {reason}",
                                                     502, "BadGatewayError"), trace.rid if trace is not None else None)
+        return reason
+
+    async def _timed_out(self, send: Send, server: Upstream, reason: str, trace: Trace | None = None, *,
+                         counted: bool = False) -> str:
+        """A 504 naming the server that accepted the request and did not answer in time (counted in the proxy's
+        metrics under reason ``timeout``); the reason."""
+        if not counted:
+            self.metrics.upstream_errors[(server.role, server.url, "timeout")] += 1
+        if trace is not None:
+            trace.status = 504
+            trace.note = f"{server.role} {server.url}: {reason}"
+        await respond(send, 504, JSON, error_body(f"{server.role} server {server.url} timed out: {reason}", 504,
+                                                    "GatewayTimeoutError"), trace.rid if trace is not None else None)
         return reason
 
     # --- other routes ----------------------------------------------------------------------------------------
@@ -399,9 +518,13 @@ class ProxyApp:
         url = server.url + path + ("?" + query.decode("latin-1") if query else "")
         leg = f" {'P' if server.role == 'prefill' else 'D'}={server.url}"
         try:
-            r = await self.client.request(scope["method"], url, content=raw or None, headers=out)
+            async with asyncio.timeout_at(_deadline(self.settings.read_timeout_s)):
+                r = await self.client.request(scope["method"], url, content=raw or None, headers=out)
         except httpx.TransportError as exc:
             reason = await self._unreachable(send, server, exc)
             return path, 502, f"{leg} ({reason})"
+        except TimeoutError:
+            reason = await self._timed_out(send, server, f"no answer within {self.settings.read_timeout_s:g} s")
+            return path, 504, f"{leg} ({reason})"
         await respond(send, r.status_code, r.headers.get("content-type", "application/json").encode(), r.content)
         return path, r.status_code, f"{leg} {r.status_code}"

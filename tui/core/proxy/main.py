@@ -22,7 +22,13 @@ import uvicorn
 
 from tui.core.errors import EXIT_OK, AppError, InputError
 from tui.core.procs import reset_ignored_sigint
-from tui.core.proxy.app import ACCESS_LOGGER, ProxyApp, ProxySettings
+from tui.core.proxy.app import (
+    ACCESS_LOGGER,
+    DEFAULT_READ_TIMEOUT_S,
+    DEFAULT_STREAM_IDLE_TIMEOUT_S,
+    ProxyApp,
+    ProxySettings,
+)
 from tui.core.proxy.upstream import BALANCE_CHOICES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -53,6 +59,13 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how long a health result is reused (default 0.5 s)")
     parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
                         help="how long to wait for a connection to a server (default 10 s)")
+    parser.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT_S, metavar="S",
+                        help="answer 504 when a server has not started answering within S seconds: prefill's "
+                             f"answer, decode's first byte (default {DEFAULT_READ_TIMEOUT_S:g}: a first request "
+                             "on a real GPU can take minutes; 0 = no limit)")
+    parser.add_argument("--stream-idle-timeout", type=float, default=DEFAULT_STREAM_IDLE_TIMEOUT_S, metavar="S",
+                        help="end a decode answer that sends nothing for S seconds once started (a stream gets an "
+                             f"error event; default {DEFAULT_STREAM_IDLE_TIMEOUT_S:g}; 0 = no limit)")
     parser.add_argument("--no-access-log", action="store_true", help="no line per request")
 
 
@@ -77,8 +90,9 @@ def settings_from_args(args: argparse.Namespace) -> ProxySettings:
     if not 0 <= args.port <= 65535:
         raise InputError(f"port must be 0..65535, got {args.port}", field="--port")
     for flag, value in (("--health-timeout", args.health_timeout), ("--health-ttl", args.health_ttl),
-                        ("--connect-timeout", args.connect_timeout)):
-        if not value >= 0:
+                        ("--connect-timeout", args.connect_timeout), ("--read-timeout", args.read_timeout),
+                        ("--stream-idle-timeout", args.stream_idle_timeout)):
+        if not 0 <= value < float("inf"):
             raise InputError(f"must be ≥ 0, got {value}", field=flag)
     prefill = tuple(server_url(u, "--prefill") for u in args.prefill)
     decode = tuple(server_url(u, "--decode") for u in args.decode)
@@ -87,7 +101,8 @@ def settings_from_args(args: argparse.Namespace) -> ProxySettings:
             raise InputError(f"a {role} server is given twice: {', '.join(urls)}", field="--" + role)
     return ProxySettings(prefill=prefill, decode=decode, host=args.host, port=args.port, balance=args.balance,
                          health_timeout_s=args.health_timeout, health_ttl_s=args.health_ttl,
-                         connect_timeout_s=args.connect_timeout, access_log=not args.no_access_log)
+                         connect_timeout_s=args.connect_timeout, read_timeout_s=args.read_timeout,
+                         stream_idle_timeout_s=args.stream_idle_timeout, access_log=not args.no_access_log)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

@@ -25,7 +25,7 @@ def endpoints_from_layout(layout: LayoutRecord) -> list[Endpoint]:
     for p in layout.processes:
         url = p.url or plan_urls.get(p.name) or (proxy.get("url") if p.role == "proxy" else None)
         if url:
-            out.append(Endpoint(name=p.name, url=str(url), role=p.role))
+            out.append(Endpoint(name=p.name, url=str(url), role=p.role, api_key=p.api_key))
     return out
 
 

@@ -16,6 +16,7 @@ import httpx
 
 from tui.core.events import EventBus
 from tui.core.host.base import Host
+from tui.core.launch.lifecycle import assess_layout
 from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.telemetry.events import GpuSampled
 from tui.core.telemetry.gpu import GpuHostFacts
@@ -38,9 +39,13 @@ def host_info(host: Host, facts: GpuHostFacts | None) -> HostInfo:
 
 
 def layout_dict(layout: LayoutRecord | None) -> dict[str, Any] | None:
+    """The layout part of a tick: its status is what it is now (``degraded``/``failed`` once a server or the proxy
+    has exited, named under ``exited``), not only what the state file recorded."""
     if layout is None:
         return None
-    return {"id": layout.id, "topology": layout.topology, "profile": layout.profile_id, "status": layout.status,
+    health = assess_layout(layout)
+    return {"id": layout.id, "topology": layout.topology, "profile": layout.profile_id, "status": health.status,
+            "recorded_status": health.recorded, "exited": list(health.exited),
             "simulated": layout.simulated, "endpoint": layout.endpoint or None}
 
 
@@ -56,13 +61,15 @@ def _sample_with_facts(sampler: GpuSampler) -> tuple[GpuSampled | None, GpuHostF
 async def collect_snapshot(host: Host, store: StateStore | None = None, *,
                            endpoints: Sequence[Endpoint] | None = None, health_timeout_s: float = 1.0,
                            metrics_timeout_s: float = 2.0,
-                           transport: httpx.AsyncBaseTransport | None = None) -> dict[str, Any]:
+                           transport: httpx.AsyncBaseTransport | None = None,
+                           api_key: str | None = None) -> dict[str, Any]:
     """One reading of every GPU and of every server (and the proxy) of the active layout, as plain data.
 
     GPUs are read in a thread while the servers are polled (``/health``, then ``/metrics`` of those that are up,
     and ``/version`` and ``/v1/models``). Rates and latency quantiles need two scrapes, so a snapshot has the
     gauges and totals only (the reason is under ``metrics.unavailable``). Never raises for a GPU or a server
-    that cannot be read: the tick says so under ``errors`` or the server's ``health``.
+    that cannot be read: the tick says so under ``errors`` or the server's ``health``. ``api_key``: what
+    ``/v1/models`` of a server started with one is asked with (default ``$VLLM_API_KEY``).
     """
     active = ActiveLayout(store, min_interval_s=0.0)
     layout = active.get()
@@ -76,7 +83,7 @@ async def collect_snapshot(host: Host, store: StateStore | None = None, *,
         nvml = None
         errors.append(f"NVML unavailable: {exc}")
     poller = ServerPoller(eps, config=PollerConfig(health_timeout_s=health_timeout_s,
-                                                   metrics_timeout_s=metrics_timeout_s),
+                                                   metrics_timeout_s=metrics_timeout_s, api_key=api_key),
                           starting=active.starting, transport=transport)
     try:
         if nvml is not None:
@@ -93,7 +100,8 @@ async def collect_snapshot(host: Host, store: StateStore | None = None, *,
     if sampled is not None:
         sampled = GpuSampled(ts=sampled.ts, host=info.label([g.name for g in sampled.gpus]), simulated=host.simulated,
                              gpus=sampled.gpus, error=sampled.error)
-    tick = tick_dict(info, sampled, statuses, facts=facts, layout=layout_dict(layout))
+    lay = await asyncio.to_thread(layout_dict, layout)  # psutil looks at each of its processes
+    tick = tick_dict(info, sampled, statuses, facts=facts, layout=lay)
     tick["errors"] = errors + tick["errors"]
     return tick
 

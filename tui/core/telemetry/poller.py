@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -46,6 +47,12 @@ MAX_METRICS_BYTES = 8 * 2**20
 
 
 _HEADERS = {"user-agent": "disagg-tui-telemetry", "accept": "*/*"}
+#: where the poller finds vLLM's API key when it is not handed one: the variable vLLM itself reads
+API_KEY_ENV = "VLLM_API_KEY"
+
+
+def api_key_from_env() -> str | None:
+    return os.environ.get(API_KEY_ENV, "").strip() or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,7 @@ class Endpoint:
     name: str
     url: str  # base URL, e.g. http://127.0.0.1:8100
     role: str = "single"  # single | prefill | decode | proxy
+    api_key: bool = False  # it answers /v1 only with vLLM's API key: /v1/models is asked with one when known
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +72,9 @@ class PollerConfig:
     health_timeout_s: float | None = None  # default: 0.8 × the health period
     metrics_timeout_s: float | None = None  # default: 0.8 × the metrics period
     keep: tuple[str, ...] | None = KEEP_PREFIXES  # metric families parsed (None: all)
+    #: the key sent (``Authorization: Bearer``) to an endpoint started with one; None: ``$VLLM_API_KEY`` of this
+    #: process (what ``--api-key`` defaults to), read when the poller is made. Never logged, shown or stored.
+    api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("health_hz", "metrics_hz"):
@@ -127,6 +138,8 @@ class ServerPoller:
             self._status[key] = ServerStatus(
                 endpoint=ep, window=MetricsWindow(window_s=self.config.window_s,
                                                   rate_window_s=self.config.rate_window_s))
+        secret = self.config.api_key if self.config.api_key is not None else api_key_from_env()
+        self._auth_headers = {**_HEADERS, "authorization": f"Bearer {secret}"} if secret else _HEADERS
         self._client: httpx.AsyncBaseTransport | None = None
         self._urls: dict[str, httpx.URL] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -232,13 +245,14 @@ class ServerPoller:
         if self.bus is not None:
             self.bus.publish(event)
 
-    async def _get(self, url: str, limit_s: float) -> httpx.Response:
-        """GET ``url`` with the whole exchange bounded by ``limit_s``; the body is read before returning."""
+    async def _get(self, url: str, limit_s: float, *, auth: bool = False) -> httpx.Response:
+        """GET ``url`` with the whole exchange bounded by ``limit_s``; the body is read before returning.
+        ``auth``: with the API key, when there is one."""
         assert self._client is not None
         target = self._urls.get(url)
         if target is None:
             target = self._urls[url] = httpx.URL(url)
-        request = httpx.Request("GET", target, headers=_HEADERS,
+        request = httpx.Request("GET", target, headers=self._auth_headers if auth else _HEADERS,
                                 extensions={"timeout": httpx.Timeout(limit_s).as_dict()})
         async with asyncio.timeout(limit_s):  # the whole exchange, not only each read
             response = await self._client.handle_async_request(request)
@@ -308,7 +322,7 @@ class ServerPoller:
                 version = resp.json().get("version")
                 st.version = str(version) if version is not None else None
         with contextlib.suppress(httpx.HTTPError, TimeoutError, ValueError, AttributeError, IndexError):
-            resp = await self._get(base + "/v1/models", timeout)
+            resp = await self._get(base + "/v1/models", timeout, auth=st.endpoint.api_key)
             if resp.status_code == 200:
                 data = resp.json().get("data") or []
                 if data:

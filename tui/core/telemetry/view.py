@@ -223,10 +223,20 @@ def server_line(s: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-def tick_lines(tick: dict[str, Any]) -> list[str]:
+def layout_line(lay: dict[str, Any]) -> str:
+    """``layout ID: degraded (exited: decode-0) — 1p1d of qwen3-8b``."""
+    exited = lay.get("exited") or []
+    return (f"layout {lay['id']}: {lay['status']}" + (f" (exited: {', '.join(exited)})" if exited else "")
+            + f" — {lay['topology']} of {lay['profile']}")
+
+
+def tick_lines(tick: dict[str, Any], *, show_layout: bool = True) -> list[str]:
+    """A tick as lines; ``show_layout=False`` for a caller that has printed the layout already (``status``)."""
     stamp = time.strftime("%H:%M:%S", time.localtime(tick["time"])) + f".{int(tick['time'] * 1000) % 1000:03d}"
     host = tick["host"]
     lines = [f"[{stamp}] {host['label']}"]
+    if show_layout and tick.get("layout"):
+        lines.append("  " + layout_line(tick["layout"]))
     for g in tick["gpus"]:
         lines.append("  " + gpu_line(g))
         lines.extend(process_line(p) for p in g["processes"])
