@@ -198,7 +198,7 @@ def main() -> int:
     p.add_argument("--reference-s", type=float, default=40.0)
     p.add_argument("--streams", type=int, default=1000)
     p.add_argument("--input-len", type=int, default=512)
-    p.add_argument("--output-len", type=int, default=2048)
+    p.add_argument("--output-len", type=int, default=4096)  # outlasts a 3-minute phase on the 2-core VM
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="console-load-") as tmp:

@@ -348,7 +348,7 @@ class ConsoleApp(App[int]):
     def action_quit_console(self) -> None:
         from tui.console.screens.modals import QuitModal
 
-        if self.model.layout is None or self.model.layout.status not in ("starting", "ready"):
+        if self.model.layout is None or self.model.layout.status not in ("starting", "ready", "degraded"):
             self.exit(0)
             return
 

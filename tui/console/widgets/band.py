@@ -65,6 +65,10 @@ def _idle(model: ConsoleModel) -> Text:
     if lay.status == "failed":
         return Text.assemble((f"{lay.topology} of {lay.profile_id} failed to start", fmt.BAD),
                              f": {lay.note}. " if lay.note else ". ", "Press ", ("l", "bold"), " to launch again.")
+    if lay.status == "degraded":  # a server or the proxy of a started layout has exited
+        return Text.assemble((f"{lay.topology} of {lay.profile_id} is degraded", fmt.BAD),
+                             f": {lay.note}. " if lay.note else ". ", "Its log is below; press ", ("s", "bold"),
+                             " to stop what is left, ", ("l", "bold"), " to launch again.")
     return Text(f"{lay.topology} of {lay.profile_id}: {lay.status}", style=fmt.BUSY)
 
 

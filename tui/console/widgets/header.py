@@ -10,7 +10,7 @@ from tui.console import fmt
 from tui.console.model import ConsoleModel
 from tui.console.widgets.panel import TextPanel
 
-STATUS_STYLE = {"ready": fmt.OK, "starting": fmt.BUSY, "failed": fmt.BAD, "stopping": fmt.WARN}
+STATUS_STYLE = {"ready": fmt.OK, "starting": fmt.BUSY, "failed": fmt.BAD, "degraded": fmt.BAD, "stopping": fmt.WARN}
 
 
 class HeaderBar(TextPanel):
