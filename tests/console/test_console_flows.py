@@ -46,18 +46,23 @@ async def _launch(pilot, app, topology: str) -> None:  # type: ignore[no-untyped
                    and app.model.layout.status == "ready", 90, f"{topology} ready")
 
 
-async def _bench(pilot, app, seen: list[Event]) -> BenchDone:  # type: ignore[no-untyped-def]
+async def _start_bench(pilot, app, workload: str, prompts: int, output_len: int) -> None:  # type: ignore[no-untyped-def]
+    """On the bench screen: pick ``workload``, set its prompts and output length, ctrl+s."""
     await pilot.press("b")
     screen = app.screen
     assert isinstance(screen, BenchScreen)
     wl = screen.query_one("#workloads", OptionList)
     await wait_for(pilot, lambda: wl.option_count > 0, 10, "workloads")
-    wl.highlighted = next(i for i in range(wl.option_count) if wl.get_option_at_index(i).id == "prefill-heavy")
-    screen.query_one("#f-num_prompts", Input).value = "8"
-    screen.query_one("#f-output_len", Input).value = "64"
+    wl.highlighted = next(i for i in range(wl.option_count) if wl.get_option_at_index(i).id == workload)
+    screen.query_one("#f-num_prompts", Input).value = str(prompts)
+    screen.query_one("#f-output_len", Input).value = str(output_len)
     await pilot.pause(0.1)
-    start = len(seen)
     await pilot.press("ctrl+s")
+
+
+async def _bench(pilot, app, seen: list[Event]) -> BenchDone:  # type: ignore[no-untyped-def]
+    start = len(seen)
+    await _start_bench(pilot, app, "prefill-heavy", 8, 64)
     await wait_for(pilot, lambda: any(isinstance(e, BenchDone) for e in seen[start:]), 120, "the benchmark")
     done = next(e for e in seen[start:] if isinstance(e, BenchDone))
     ticks = [e for e in seen[start:] if isinstance(e, BenchTick) and e.phase == "run"]
@@ -192,16 +197,7 @@ async def test_a_benchmark_outlives_the_console_and_a_new_console_follows_and_st
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_for(pilot, lambda: app.model.layout is not None and app.model.layout.status == "ready", 30,
                        "the layout")
-        await pilot.press("b")
-        screen = app.screen
-        assert isinstance(screen, BenchScreen)
-        wl = screen.query_one("#workloads", OptionList)
-        await wait_for(pilot, lambda: wl.option_count > 0, 10, "workloads")
-        wl.highlighted = next(i for i in range(wl.option_count) if wl.get_option_at_index(i).id == "decode-heavy")
-        screen.query_one("#f-num_prompts", Input).value = "64"
-        screen.query_one("#f-output_len", Input).value = "12000"  # minutes of decoding: it is stopped first
-        await pilot.pause(0.1)
-        await pilot.press("ctrl+s")
+        await _start_bench(pilot, app, "decode-heavy", 64, 12000)  # minutes of decoding: it is stopped first
         await wait_for(pilot, lambda: app.model.bench.tick is not None and app.model.bench.tick.phase == "run"
                        and app.model.bench.tick.done == 0 and app.model.bench.tick.sent > 0, 60, "the run going")
         bench = app.bench_job
