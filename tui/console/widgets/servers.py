@@ -217,8 +217,9 @@ class ServerTable(Widget, can_focus=True):
         self.move_cursor(row=self.cursor_row + step)
 
     def on_click(self, event: events.Click) -> None:
-        if event.y >= 1:
-            self.move_cursor(row=event.y - 1)
+        at = event.get_content_offset(self)  # under the border: line 0 is the header
+        if at is not None and at.y >= 1:
+            self.move_cursor(row=at.y - 1)
 
     # --- drawing -----------------------------------------------------------------------------------------------
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
