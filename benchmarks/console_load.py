@@ -127,6 +127,28 @@ async def _phase(app, pilot, seconds: float, label: str, block_s: float = 10.0) 
             "draws": app.draws, "last_draw_ms": app.last_draw_ms}
 
 
+def _pin_apart(cpu: int) -> int:
+    """``--pin``: this process (the console) on CPU ``cpu``, every other process of this run's state directory (the
+    layout's servers and proxy, the benchmark and its load generator) on the other CPUs. A diagnostic: the console's
+    latency with a core of its own, against the same run sharing the cores. Returns how many processes were moved."""
+    import psutil
+
+    others = set(range(os.cpu_count() or 1)) - {cpu}
+    if not others or not hasattr(os, "sched_setaffinity"):
+        return 0
+    os.sched_setaffinity(0, {cpu})
+    state = os.environ["DISAGG_TUI_STATE_DIR"]
+    moved = 0
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.pid != os.getpid() and p.environ().get("DISAGG_TUI_STATE_DIR") == state:
+                p.cpu_affinity(sorted(others))
+                moved += 1
+        except psutil.Error:
+            continue
+    return moved
+
+
 async def main_async(a: argparse.Namespace) -> int:
     from tui.console.app import make_console
     from tui.console.screens.bench import BenchScreen
@@ -149,6 +171,8 @@ async def main_async(a: argparse.Namespace) -> int:
                     return 1
                 await pilot.pause(0.2)
             await pilot.pause(3.0)  # settled: the first screens drawn, the startup objects frozen
+            if a.pin is not None:
+                _pin_apart(a.pin)
             ref = await _phase(app, pilot, a.reference_s, "telemetry only (reference)")
             await pilot.press("b")
             screen = app.screen
@@ -164,6 +188,9 @@ async def main_async(a: argparse.Namespace) -> int:
                     print("the benchmark never reached its main run", file=sys.stderr)
                     return 1
                 await pilot.pause(0.2)
+            if a.pin is not None:  # the benchmark's processes are new
+                print(f"pinned: the console on CPU {a.pin}, {_pin_apart(a.pin)} other processes on the other CPUs",
+                      file=sys.stderr)
             load = await _phase(app, pilot, a.minutes * 60, f"{a.streams} streams live")
             tick = app.model.bench.tick
             inflight = max((t for t in [tick.inflight] if tick is not None), default=0)
@@ -200,6 +227,8 @@ def main() -> int:
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=4096)  # outlasts a 3-minute phase on the 2-core VM
     p.add_argument("--json", action="store_true")
+    p.add_argument("--pin", type=int, metavar="CPU",
+                   help="diagnostic: the console alone on CPU, the load on the other CPUs")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="console-load-") as tmp:
         for name in ("state", "data", "config"):
