@@ -120,6 +120,8 @@ class ConsoleApp(App[int]):
         self.last_launch: tuple[str, str, LaunchKnobs] | None = None
         self.draws = 0
         self.last_draw_ms = 0.0
+        #: the modes whose screens were made and frozen out of the garbage collector (see on_mount)
+        self._frozen_modes: set[str] = {self.DEFAULT_MODE}
         #: the session's recording (on by default in a live console; ctrl+t toggles it)
         self.recorder: Any = None
         self.recording_path: str = ""
@@ -146,6 +148,9 @@ class ConsoleApp(App[int]):
     def action_mode(self, mode: str) -> None:
         if mode != self.current_mode:
             self.switch_mode(mode)
+            if mode not in self._frozen_modes:  # a screen is made once and kept: its objects frozen out too
+                self._frozen_modes.add(mode)
+                self.set_timer(FREEZE_AFTER_S, self._freeze_startup_objects)
 
     def replay_label(self) -> str | None:
         """What the header says of a replay (None: live). The replay console adds its clock and timeline."""
