@@ -242,6 +242,11 @@ class BenchScreen(Screen[None]):
         if console.model.bench.running:
             self.notify("a benchmark is running: ctrl+x stops it", severity="warning", timeout=4)
             return
+        # the list's highlight as it is now: ctrl+s is a priority key, handled before the highlight message of a
+        # cursor key typed just before it (tmux send-keys b Down C-s) has reached this screen
+        ol = self.query_one("#workloads", OptionList)
+        if ol.highlighted is not None:
+            self.workload_name = ol.get_option_at_index(ol.highlighted).id
         if self.workload_name is None:
             return
         try:
