@@ -22,7 +22,7 @@ from textual.widgets import Button, Footer, Input, Label, OptionList, SelectionL
 from textual.widgets.option_list import Option
 
 from tui.console import fmt
-from tui.console.actions import CampaignState, LaunchKnobs, campaigns, run_argv, start_job
+from tui.console.actions import CampaignState, LaunchKnobs, campaigns, run_argv
 from tui.console.model import ConsoleModel
 from tui.console.screens.launch import candidate_topologies
 from tui.console.widgets.header import HeaderBar
@@ -233,9 +233,11 @@ class CampaignScreen(Screen[None]):
         argv = run_argv(model, topos, wls, ctx.options, rates=rates, repeat=int(repeat_text),
                         num_prompts=int(prompts_text) if prompts_text else None,
                         knobs=LaunchKnobs(ports=ctx.ports))
-        self._spawn(argv, "")
+        self._spawn(argv)
 
     def action_resume(self) -> None:
+        if self.console.refuse_in_replay():
+            return
         state = next((s for s in self.states if s.name == self.selected), None)
         if state is None:
             return
@@ -250,14 +252,13 @@ class CampaignScreen(Screen[None]):
                         repeat=int(spec.get("repeat", 1) or 1), campaign=state.name,
                         num_prompts=spec.get("num_prompts"), runner=str(spec.get("client", "ours")),
                         knobs=LaunchKnobs(ports=self.console.ctx.ports))
-        self._spawn(argv, state.name)
+        self._spawn(argv)
 
-    @work(group="campaign-start", thread=True, exit_on_error=False, description="starting a campaign")
-    def _spawn(self, argv: list[str], name: str) -> None:
-        job = start_job("run", argv)
-        self.app.call_from_thread(self.notify, f"{job.shell()}\noutput: {job.log}", title="campaign started",
-                                  timeout=6)
-        self.app.call_from_thread(self._read)
+    def _spawn(self, argv: list[str]) -> None:
+        """``disagg-tui run`` detached, through the app's one path for jobs (recorded as the operator's action, its
+        failure told with its own error line); the list shows it once it has written its campaign file."""
+        self.console.run_job("run", argv, "the campaign finished")
+        self.set_timer(1.5, self._read)
 
 
 def _where(directory: Path) -> str:
