@@ -101,13 +101,13 @@ class ServerTable(Widget, can_focus=True):
     """The servers, a row each, drawn with the Line API: each row is one strip made from its cells' text, remade
     only when a cell of it changed (a DataTable re-renders every cell of the table, through Rich, for any one that
     changes: under load the figures change every second and that was most of the dashboard's drawing). ↑/↓ (or a
-    click) move the cursor, which picks the server the log pane shows."""
+    click) move the cursor, which picks the server the log pane shows. It does not scroll: it is as tall as its rows
+    (a dp8 layout's nine included), the log pane below gives way."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"servertable--header", "servertable--cursor"}
     DEFAULT_CSS = """
     ServerTable {
         height: auto;
-        max-height: 12;
         background: $surface;
         color: $foreground;
         & > .servertable--header {
