@@ -278,7 +278,7 @@ class BenchScreen(Screen[None]):
             raise AppError(f"the layout is {layout.status}", hint="wait until it is ready")
         if runner == "vllm":
             exe = console.ctx.options.vllm or "vllm"
-            if shutil.which(exe) is None:
+            if await asyncio.to_thread(shutil.which, exe) is None:  # it stats every PATH entry
                 raise AppError(f"{exe!r} is not an executable here",
                                hint="start the console with --vllm /path/to/venv/bin/vllm for vllm bench serve")
         workload_file, events = await asyncio.to_thread(bench_files)

@@ -167,9 +167,12 @@ def _bench(model: ConsoleModel, width: int) -> Text:
         style = fmt.OK if b.done.status == "complete" else fmt.WARN
         t.append(f"  {b.done.status}", style=style)
         summ = b.done.summary
+        if not summ:  # ended with no summary (its process died, or nothing finished): no figures to show
+            t.append(f"\n{b.done.message or 'no summary: no request finished'}", style=fmt.DIM)
+            return t
         t.append(f"\nout {fmt.num(summ.get('output_throughput'))} tok/s   TPOT mean "
                  f"{fmt.ms_value(summ.get('mean_tpot_ms'))}   TTFT mean {fmt.ms_value(summ.get('mean_ttft_ms'))}"
-                 f"   failed {summ.get('failed', 0)}   r for results")
+                 f"   failed {summ.get('failed', '—')}   r for results")
         return t
     if tick is None:
         t.append("\nsetting up…", style=fmt.DIM)
