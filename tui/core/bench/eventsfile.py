@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from tui.core import paths
 from tui.core.events import Event, EventBus, event_from_dict
 from tui.core.launch.supervisor import create_time, process_alive
 from tui.core.redact import Redactor
@@ -32,7 +33,7 @@ class EventsWriter:
     def __init__(self, path: Path, *, argv: list[str] | None = None, redactor: Redactor | None = None) -> None:
         self.path = path
         self.redactor = redactor or Redactor()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        paths.make_dirs(path.parent)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._fh: BinaryIO | None = os.fdopen(fd, "ab", buffering=0)
         pid = os.getpid()

@@ -14,14 +14,13 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tui.core import paths
-from tui.core.launch.state import redact_argv, redact_env
 from tui.core.plan.spec import LaunchPlan
+from tui.core.redact import redact_argv, redact_env
 
 HISTORY_FILE = "startups.jsonl"
 #: starts that make the estimate (the newest ones: a warm compile cache makes later starts faster)
@@ -178,11 +177,3 @@ def expected_startup(history: StartupHistory, plan: LaunchPlan, server: str, *,
     if sim_startup_s:
         return Expected(seconds=sim_startup_s, samples=0, source="simulated start")
     return None
-
-
-def phase_times(events: Iterable[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
-    """(phase, seconds) of the first time each phase was reached, in order."""
-    seen: dict[str, float] = {}
-    for key, t in events:
-        seen.setdefault(key, t)
-    return tuple(seen.items())

@@ -48,13 +48,12 @@ from tui.core.launch.state import (
     StateStore,
     layout_health,
     new_layout_id,
-    redact_argv,
-    redact_env,
 )
 from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import Check, failed, preflight
 from tui.core.profiles import ModelProfile
+from tui.core.redact import redact_argv, redact_env
 
 #: a real cold start: ~2 min for an 8B model on H200, ~15 min for the seed's 27B (torch.compile + CUDA graphs)
 REAL_READY_TIMEOUT_S = 2400.0

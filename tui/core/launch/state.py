@@ -20,15 +20,8 @@ from typing import Any
 
 from tui.core import paths
 from tui.core.errors import InputError
-from tui.core.redact import REDACTED as REDACTED  # re-exported: the supervisor imports these from here
-from tui.core.redact import is_secret_env
-from tui.core.redact import redact_argv as redact_argv
-from tui.core.redact import redact_env as redact_env
 
 STATE_VERSION = 1
-# one definition of a secret for the state file, recordings and bundles (tui.core.redact); the old over-broad
-# match hid the value of --max-num-batched-tokens too, so a stored plan could not be launched again as it was
-is_secret_name = is_secret_env
 
 
 @dataclass

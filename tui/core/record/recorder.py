@@ -119,8 +119,9 @@ class Recorder:
     def start(self) -> Recorder:
         """Create the file (never overwriting one), write the header and start the writer thread."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "xb")  # noqa: SIM115 - closed by the writer thread
+            paths.make_dirs(self.path.parent)
+            # never overwriting one; the operator's alone (a session's logs may carry what they would not show)
+            self._file = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
             header = self.header
             header = RecordingHeader(app_version=header.app_version, started=header.started,
                                      command=self.redactor.text(header.command), recorded=header.recorded,
