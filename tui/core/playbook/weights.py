@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tui.core.hfcache import hub_cache_dir
+
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 _HF_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -42,10 +44,8 @@ def hf_home(env: Mapping[str, str]) -> Path:
 
 
 def hf_hub_cache(env: Mapping[str, str]) -> Path:
-    """``$HF_HUB_CACHE``, else ``$HF_HOME/hub`` (``~/.cache/huggingface/hub`` by default)."""
-    if env.get("HF_HUB_CACHE"):
-        return Path(env["HF_HUB_CACHE"]).expanduser()
-    return hf_home(env) / "hub"
+    """The hub cache ``profile new`` and ``--model REPO`` read (``tui.core.hfcache``): ``doctor`` looks in the same."""
+    return hub_cache_dir(env)
 
 
 def hf_token_source(env: Mapping[str, str]) -> str | None:
