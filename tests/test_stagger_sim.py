@@ -56,10 +56,12 @@ def test_shared_gpu_1p1d_gets_the_full_kv_cache_only_when_staggered() -> None:
     single = memory_plan(Catalog.load().model("dummy-qwen3-8b"), Hardware.for_gpu(H200), tp=1,
                          gpu_memory_utilization=0.4, max_num_batched_tokens=8192).kv_gib
     staggered, err = _kv_after_up()
+    assert set(staggered) == {"prefill-0", "decode-0"}, staggered
     assert "waits: shares GPU 0 with prefill-0" in err, err[-4000:]
     assert all(v >= 0.9 * single for v in staggered.values()), (staggered, single)
     # both at once: each one's window from its memory baseline to the end of its profiling run must overlap the
     # other's weight loading; on a start compressed to 1 s a scheduling skew of a few hundred ms on a loaded
     # machine (two test workers) moves them apart, so this start is compressed less (the last --sim-startup wins)
     together, _ = _kv_after_up("--no-stagger", "--sim-startup", "6")
+    assert set(together) == {"prefill-0", "decode-0"}, together
     assert min(together.values()) < 0.75 * single, (together, single)  # the later one counted the other

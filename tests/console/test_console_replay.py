@@ -46,6 +46,7 @@ async def test_the_replayed_moment_draws_as_the_live_one(tmp_path: Path) -> None
         live.flush()
         await pilot.pause(0.1)
         want = _screen_text(live)
+    assert len(want[2]) == 3 and want[2][0].startswith("prefill-0") and want[3].startswith("Log ")  # drawn
     app = make_replay(path, speed=100.0)
     async with app.run_test(size=(160, 48)) as pilot:
         assert app.source is not None

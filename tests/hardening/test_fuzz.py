@@ -319,7 +319,9 @@ def test_matcher_replays_the_real_start_the_same_however_fed() -> None:
         out = [d.entry_id for i, line in enumerate(LOG_LINES, 1) for d in m.feed(line, i)]
         return out + [d.entry_id for d in m.finish(exit_code=None, ready=True)]
 
-    assert run() == run()
+    first = run()
+    assert first  # the capture has a diagnosis to find (a Triton JIT during inference): equal lists are not both empty
+    assert first == run()
 
 
 # --- the vllm bench result reader -----------------------------------------------------------------------------------
