@@ -150,9 +150,9 @@ class LaunchScreen(Screen[None]):
                         yield Input(placeholder="profile's", id="gmu", compact=True)
                         yield Input(placeholder="profile's", id="mml", compact=True)
                     yield Label("extra vllm serve args")
-                    yield Input(placeholder="--enforce-eager", id="args", compact=True)
+                    yield Input(placeholder="e.g. --enforce-eager", id="args", compact=True)
                     yield Label("extra environment (K=V …)")
-                    yield Input(placeholder="VLLM_USE_FLASHINFER_SAMPLER=0", id="env", compact=True)
+                    yield Input(placeholder="e.g. VLLM_USE_FLASHINFER_SAMPLER=0", id="env", compact=True)
                     yield Button("Launch (ctrl+l)", id="launch", variant="primary")
             with VerticalScroll(id="plan-view"):
                 yield Static(id="plan-text")
