@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,15 @@ def decode_layout(url: str, log: Path) -> Any:
     return LayoutRecord(id="l", created=time.time(), simulated=True, plan={}, status="ready", endpoint=url,
                         processes=[ProcessRecord(name="decode-0", role="decode", pid=0, pgid=0, create_time=0.0,
                                                  log=str(log), url=url)])
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """``disagg-tui ARGS`` in a subprocess of its own (``python -m tui``), from the repository root."""
+    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, check=False)
 
 
 def free_port() -> int:

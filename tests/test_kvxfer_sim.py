@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import layout_port_args
+from tests.helpers import cli, layout_port_args
 from tui.core.bench import stats
 from tui.core.bench.recommend import recommend
 from tui.core.bench.table import Cell
@@ -19,8 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout, check=False)
+    return cli(*args, timeout=timeout)
 
 
 def test_1p1d_run_keeps_transfer_figures_and_breakdown_and_flags_a_slow_path() -> None:

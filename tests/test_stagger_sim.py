@@ -5,11 +5,9 @@ stagger."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import layout_port_args
+from tests.helpers import cli, layout_port_args
 from tui.core.launch.lifecycle import shared_gpu_waits
 from tui.core.launch.state import StateStore
 from tui.core.plan.gpuspecs import H200
@@ -20,13 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 KV = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 
 
-def _cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout, check=False)
 
 
 def _kv_after_up(*extra: str) -> tuple[dict[str, float], str]:
-    up = _cli("up", "--sim", "--sim-gpu", "h200", "--sim-gpus", "1", "--sim-startup", "1", "--model",
+    up = cli("up", "--sim", "--sim-gpu", "h200", "--sim-gpus", "1", "--sim-startup", "1", "--model",
               "dummy-qwen3-8b", "--topology", "1p1d", "--gpus", "0,0", "--allow-shared-gpus",
               "--gpu-memory-utilization", "0.4", *layout_port_args(), *extra)
     try:
@@ -41,7 +36,7 @@ def _kv_after_up(*extra: str) -> tuple[dict[str, float], str]:
             kv[p.name] = float(found[-1])
         return kv, up.stderr
     finally:
-        _cli("down")
+        cli("down")
 
 
 def test_waits_only_for_servers_on_the_same_gpu() -> None:

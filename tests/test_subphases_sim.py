@@ -5,19 +5,14 @@ cache warm, shows the warm ETA and compiles nothing."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import layout_port_args
+from tests.helpers import cli, layout_port_args
 from tui.core.launch.history import StartupHistory
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout, check=False)
 
 
 def test_jit_compile_is_a_sub_phase_not_a_stall_and_the_second_start_is_warm() -> None:
@@ -26,7 +21,7 @@ def test_jit_compile_is_a_sub_phase_not_a_stall_and_the_second_start_is_warm() -
     args = ("up", "--sim", "--sim-gpu", "h200", "--sim-gpus", "1", "--sim-startup", "4", "--sim-fault",
             "flashinfer-jit", "--model", "dummy-qwen3-8b", "--topology", "tp1", "--stall-timeout", "2",
             *layout_port_args())
-    first = _cli(*args)
+    first = cli(*args)
     try:
         assert first.returncode == 0, first.stderr[-3000:]
         # the compile is named while it runs; its three nvcc jobs are counted (a 2 s sample may catch it before
@@ -40,16 +35,16 @@ def test_jit_compile_is_a_sub_phase_not_a_stall_and_the_second_start_is_warm() -
         ready = next(i for i, line in enumerate(lines) if "engine ready" in line)
         assert captured < jit < ready  # during the log's silence after graph capture
     finally:
-        _cli("down")
+        cli("down")
     hist = StartupHistory(Path(os.environ["DISAGG_TUI_STATE_DIR"]))
     (rec,) = hist.records()
     assert rec.cache_state == "cold" and dict(rec.subphases).get("flashinfer_jit", 0) > 2.0
-    second = _cli(*args)
+    second = cli(*args)
     try:
         assert second.returncode == 0, second.stderr[-3000:]
         assert "JIT-compiling FlashInfer" not in second.stderr
         assert "(warm cache; history (cold starts less their JIT compiles)" in second.stderr, second.stderr[:3000]
     finally:
-        _cli("down")
+        cli("down")
     warm = [r for r in hist.records() if r.cache_state == "warm"]
     assert len(warm) == 1 and warm[0].startup_s < rec.startup_s

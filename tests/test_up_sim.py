@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import layout_port_args
+from tests.helpers import cli, layout_port_args
 from tui.core.launch.history import StartupHistory
 from tui.core.launch.state import StateStore
 from tui.core.launch.supervisor import LAYOUT_ENV
@@ -24,9 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 
-def _cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout, check=False)
 
 
 def _ours(state_dir: str) -> list[int]:
@@ -47,7 +44,7 @@ def _ours(state_dir: str) -> list[int]:
 
 def test_up_stream_status_down_1p1d() -> None:
     ports = layout_port_args()
-    up = _cli("up", "--sim", "--sim-startup", "1", "--model", "qwen3.6-27b-nvfp4", "--topology", "1p1d", *ports)
+    up = cli("up", "--sim", "--sim-startup", "1", "--model", "qwen3.6-27b-nvfp4", "--topology", "1p1d", *ports)
     assert up.returncode == 0, up.stderr[-3000:]
     assert "is up (SIMULATED host)" in up.stdout
     assert "ready on" in up.stderr and "capturing CUDA graphs" in up.stderr
@@ -63,7 +60,7 @@ def test_up_stream_status_down_1p1d() -> None:
         usage = json.loads(events[-2])["usage"]
         assert usage["completion_tokens"] == 8 and usage["prompt_tokens"] == 64
         assert sum(1 for e in events[:-2] if json.loads(e)["choices"]) == 8
-        st = _cli("status", "--json")
+        st = cli("status", "--json")
         assert st.returncode == 0
         report = json.loads(st.stdout)
         (layout,) = report["layouts"]
@@ -81,7 +78,7 @@ def test_up_stream_status_down_1p1d() -> None:
         assert all(r.startup_s > 0 and r.key.startswith("1p1d/qwen3.6-27b-nvfp4/") for r in starts.values())
         assert {"loading", "kv_cache"} <= set(dict(starts["decode-0"].phases))
     finally:
-        down = _cli("down")
+        down = cli("down")
     assert down.returncode == 0, down.stderr
     assert "nothing left running" in down.stdout
     assert _ours(os.environ["DISAGG_TUI_STATE_DIR"]) == []
@@ -108,19 +105,19 @@ def test_down_after_launcher_was_killed() -> None:
         launcher.wait()
     time.sleep(0.5)
     assert len(_ours(os.environ["DISAGG_TUI_STATE_DIR"])) >= 3  # servers outlive their launcher
-    down = _cli("down")
+    down = cli("down")
     assert down.returncode == 0, down.stderr
     assert _ours(os.environ["DISAGG_TUI_STATE_DIR"]) == []
 
 
 def test_second_up_is_refused_while_one_is_active() -> None:
     ports = layout_port_args()
-    first = _cli("up", "--sim", "--sim-startup", "0.5", "--model", "dummy-qwen3-8b", "--topology", "tp1", *ports)
+    first = cli("up", "--sim", "--sim-startup", "0.5", "--model", "dummy-qwen3-8b", "--topology", "tp1", *ports)
     assert first.returncode == 0, first.stderr[-2000:]
     try:
-        second = _cli("up", "--sim", "--sim-startup", "0.5", "--model", "dummy-qwen3-8b", "--topology", "tp1",
+        second = cli("up", "--sim", "--sim-startup", "0.5", "--model", "dummy-qwen3-8b", "--topology", "tp1",
                       *layout_port_args())
         assert second.returncode == 2
         assert "one layout per host" in second.stderr
     finally:
-        assert _cli("down").returncode == 0
+        assert cli("down").returncode == 0
