@@ -78,3 +78,13 @@ def test_a_long_line_is_cut_to_the_pane_and_a_marked_line_keeps_its_mark() -> No
     err = line_strip("(EngineCore pid=1) ERROR 12-01 [core.py:1] boom", None, 40, base)
     assert any(seg.style is not None and seg.style.color is not None and seg.style.color.name == "red"
                for seg in err)
+
+
+def test_launch_knobs_keep_quoted_extra_args_whole() -> None:
+    import shlex
+
+    from tui.console.screens.launch import knobs_from
+
+    k = knobs_from("", "", "--chat-template '{% a b %}' --enforce-eager", "")
+    (arg,) = k.extra_args
+    assert shlex.split(arg) == ["--chat-template", "{% a b %}", "--enforce-eager"]

@@ -105,7 +105,7 @@ def knobs_from(gmu: str, mml: str, args: str, env: str) -> LaunchKnobs:
         pairs = parse_env(env) if env.strip() else ()
     except ValueError as exc:
         raise AppError(f"environment: {exc}") from None
-    return LaunchKnobs(gpu_memory_utilization=g, max_model_len=m, extra_args=(" ".join(extra),) if extra else (),
+    return LaunchKnobs(gpu_memory_utilization=g, max_model_len=m, extra_args=(shlex.join(extra),) if extra else (),
                        extra_env=pairs)
 
 
