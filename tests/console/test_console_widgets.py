@@ -88,3 +88,22 @@ def test_launch_knobs_keep_quoted_extra_args_whole() -> None:
     k = knobs_from("", "", "--chat-template '{% a b %}' --enforce-eager", "")
     (arg,) = k.extra_args
     assert shlex.split(arg) == ["--chat-template", "{% a b %}", "--enforce-eager"]
+
+
+async def test_an_entry_added_in_the_console_is_in_its_playbook_at_once() -> None:
+    from textual.widgets import Input
+
+    from tests.console.conftest import wait_for
+    from tui.console.screens.playbook import AddEntryModal
+    from tui.core.playbook import load_playbook
+
+    app = make_console(HostOptions(sim=True), live=False, clock=scripted.clock, book=load_playbook())
+    async with app.run_test(size=(160, 48)) as pilot:
+        before = {e.id for e in app.ctx.book.entries}  # type: ignore[union-attr]
+        app.push_screen(AddEntryModal("(EngineCore pid=9) ERROR 12-01 10:00:00 [core.py:1] RuntimeError: the "
+                                      "frobnicator 42 overheated"))
+        await pilot.pause(0.2)
+        app.screen.query_one("#add-title", Input).value = "frobnicator overheated"
+        await pilot.click("#add-ok")
+        await wait_for(pilot, lambda: {e.id for e in app.ctx.book.entries} - before, 10,  # type: ignore[union-attr]
+                       "the new entry in the console's playbook")

@@ -207,5 +207,15 @@ class AddEntryModal(ModalScreen[None]):
             note += f" (takes the line from {learned.claimer.id})"
         for w in learned.warnings:
             note += f"; {w}"
+        book = load_playbook()  # with the new entry: the playbook screen, and the matchers of the starts to come
+
+        def use() -> None:
+            app = self.app
+            app.ctx.book = book  # type: ignore[attr-defined]
+            follower = getattr(app, "follower", None)
+            if follower is not None:
+                follower.book = book
+
+        self.app.call_from_thread(use)
         self.app.call_from_thread(self.notify, note, title="playbook entry added", timeout=6)
         self.app.call_from_thread(self.dismiss, None)
