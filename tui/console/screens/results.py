@@ -9,7 +9,6 @@ same the CLI prints; they are built in a thread (the runs are files) and only dr
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from tui.console.widgets.charts import XYChart
 from tui.console.widgets.header import HeaderBar
 from tui.core import paths
 from tui.core.bench import recommend as rec_mod
-from tui.core.bench import table
+from tui.core.bench import stats, table
 from tui.core.bench.store import Run, find_runs, load_run
 from tui.core.errors import AppError
 from tui.core.profiles import Catalog, Workload
@@ -110,9 +109,9 @@ def request_distribution(run: Run) -> str:
         vals = sorted(v for v in (getter(r) for r in recs) if isinstance(v, int | float) and v > 0)
         if not vals:
             continue
-        qs = statistics.quantiles(vals, n=100) if len(vals) > 1 else [vals[0]] * 99
-        lines.append(f"  {name:<5} p50 {qs[49] * 1000:9.1f} ms   p90 {qs[89] * 1000:9.1f} ms   "
-                     f"p99 {qs[98] * 1000:9.1f} ms   max {vals[-1] * 1000:9.1f} ms")
+        p50, p90, p99 = (stats.percentile_sorted(vals, q) for q in (50, 90, 99))  # the summary's definition
+        lines.append(f"  {name:<5} p50 {p50 * 1000:9.1f} ms   p90 {p90 * 1000:9.1f} ms   "
+                     f"p99 {p99 * 1000:9.1f} ms   max {vals[-1] * 1000:9.1f} ms")
     return "\n".join(lines)
 
 
