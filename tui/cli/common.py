@@ -35,8 +35,8 @@ def add_plan_options(p: argparse.ArgumentParser, *, topology_required: bool = Tr
                    help="let servers of a disaggregated layout share a GPU (--gpus 0,0): a functional check only")
 
 
-_HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-                        r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_HOST_NAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                        r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z")
 
 
 def check_host(text: str, ctx: CliContext, flag: str = "--host") -> str:

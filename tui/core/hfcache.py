@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tui.core.errors import InputError
 
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9._/-]+)?$")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9._/-]+)?\Z")
 
 
 def hub_cache_dir(env: Mapping[str, str] | None = None) -> Path:

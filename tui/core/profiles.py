@@ -17,6 +17,7 @@ from typing import Any
 
 from tui.core import paths
 from tui.core.errors import InputError
+from tui.core.safeio import shown
 from tui.core.yamlio import Fields, LDict, load_file
 
 ARCH_FAMILIES = ("dense", "moe")
@@ -29,7 +30,7 @@ BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "int4"
                    "gptq": 0.5625}
 OVERRIDE_KEYS = ("tp", "dp", "pd", "prefill", "decode")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,16 +204,23 @@ def _check_env_names(f: Fields, key: str, env: dict[str, str]) -> None:
                                "'--attention-backend NAME' in args")
 
 
-def parse_model_profile(data: Any, source: str | Path) -> ModelProfile:
+def parse_model_profile(data: Any, source: str | Path, *, expand_env: bool = True) -> ModelProfile:
+    """A model profile from plain data. ``expand_env=False`` (a bundle's profile, made on another host): a
+    ``${VAR}`` or ``$VAR`` is refused instead of expanded, so the file cannot make this host reveal a variable."""
     f = Fields(data, source)
     pid = f.require("id", str)
     if not _ID.match(pid):
-        raise f.error("id", f"must be lowercase letters, digits, '.', '-' or '_'; got {pid!r}")
+        raise f.error("id", f"must be lowercase letters, digits, '.', '-' or '_'; got {shown(pid, 60)}")
     title = f.get("title", str, pid)
     model_raw = f.require("model", str)
-    model = expand_env_refs(model_raw)
+    if not expand_env and "$" in model_raw:
+        raise f.error("model", f"{shown(model_raw, 80)} refers to an environment variable: a bundle's values are "
+                               "never expanded on the importing host (write the repo id or folder itself)")
+    model = expand_env_refs(model_raw) if expand_env else model_raw
     if not model:
         raise f.error("model", f"{model_raw!r} expands to nothing")
+    if any(not ch.isprintable() for ch in model):
+        raise f.error("model", f"holds a control character: {shown(model, 80)}")
     arch = f.sub("architecture", required=True)
     assert arch is not None
     family = arch.choice("family", ARCH_FAMILIES, required=True)
@@ -291,7 +299,7 @@ def _looks_like_topology(key: str) -> bool:
     return True
 
 
-_NUMERIC_RATE = re.compile(r"^\d+(\.\d+)?$")
+_NUMERIC_RATE = re.compile(r"^\d+(\.\d+)?\Z")
 
 
 def parse_rate(value: Any, *, source: str | Path = "", field: str = "request_rate", line: int | None = None

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from tui.core.errors import InputError
 
-_TP = re.compile(r"^tp([1-9]\d*)$")
-_DP = re.compile(r"^dp([1-9]\d*)$")
-_PD = re.compile(r"^([1-9]\d*)p([1-9]\d*)d(?:-tp([1-9]\d*))?$")
+_TP = re.compile(r"^tp([1-9]\d*)\Z")
+_DP = re.compile(r"^dp([1-9]\d*)\Z")
+_PD = re.compile(r"^([1-9]\d*)p([1-9]\d*)d(?:-tp([1-9]\d*))?\Z")
 
 GRAMMAR = "tp<N>, dp<N>, <X>p<Y>d or <X>p<Y>d-tp<K> (e.g. tp2, dp2, 1p1d, 2p2d, 1p1d-tp2)"
 

@@ -7,12 +7,14 @@ mapping strictly: unknown keys are errors, types are checked, and every error is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
+from tui.core import safeio
 from tui.core.errors import InputError
 
 T = TypeVar("T")
@@ -40,8 +42,85 @@ class LList(list[Any]):
         return self.line
 
 
+#: how deep mappings and sequences may nest (no real profile, bundle or playbook nests past ~8)
+MAX_DEPTH = 64
+#: aliases (``*name``) one document may use
+MAX_ALIASES = 200
+#: nodes a document may hold with every alias expanded (a "billion laughs" file holds 10**9 in a few hundred bytes)
+MAX_NODES = 200_000
+#: characters of one string value read through :class:`Fields`
+MAX_STRING = 16_384
+
+
+def _limit_error(problem: str, mark: Any) -> yaml.MarkedYAMLError:
+    return yaml.composer.ComposerError(None, None, problem, mark)
+
+
 class _MarkedLoader(yaml.SafeLoader):
-    """SafeLoader that builds LDict/LList with node marks. Nothing beyond safe_load's types is constructed."""
+    """SafeLoader that builds LDict/LList with node marks. Nothing beyond safe_load's types is constructed.
+
+    Bounded: nesting deeper than :data:`MAX_DEPTH`, more than :data:`MAX_ALIASES` aliases, an alias that refers to
+    its own ancestor, or more than :data:`MAX_NODES` nodes once aliases are expanded is a syntax-like error at the
+    node's line, found while composing (before anything is constructed)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise _limit_error(f"more than {MAX_ALIASES} aliases", self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+            return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _limit_error(f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        if self._aliases and node is not None:
+            _check_expansion(node)
+        return node
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a node graph whose aliases expand past :data:`MAX_NODES` nodes, or that is cyclic (an alias to an
+    ancestor). Sizes are memoised per node, so the check is linear in the nodes actually written."""
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            on_path.discard(key)
+            total = 1
+            if isinstance(node, yaml.MappingNode):
+                total += sum(size[id(k)] + size[id(v)] for k, v in node.value)
+            elif isinstance(node, yaml.SequenceNode):
+                total += sum(size[id(c)] for c in node.value)
+            if total > MAX_NODES:
+                raise _limit_error(f"more than {MAX_NODES:,} values once its aliases are expanded (an alias bomb?)",
+                                   node.start_mark)
+            size[key] = total
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise _limit_error("an alias refers to a mapping or list it is inside of", node.start_mark)
+        on_path.add(key)
+        stack.append((node, True))
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.extend(((v, False), (k, False)))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((c, False) for c in node.value)
 
 
 def _construct_mapping(loader: _MarkedLoader, node: yaml.MappingNode) -> LDict:
@@ -142,7 +221,8 @@ def field_at(text: str, line: int, column: int) -> str | None:
             parts.append(("." if parts else "") + frame.key)
         elif i < len(stack) - 1 and frame.items:  # an item number only on the way to a key inside it
             parts.append(f"[{frame.items}]")
-    return "".join(parts) or None
+    name = "".join(parts)
+    return (name if len(name) <= 80 else name[:60] + "…" + parts[-1][-19:]) or None
 
 
 def load_text(text: str, source: str | Path) -> Any:
@@ -161,15 +241,21 @@ def load_text(text: str, source: str | Path) -> Any:
         raise InputError(f"YAML syntax: {problem}", file=source, line=line, field=name) from None
     except yaml.YAMLError as exc:
         raise InputError(f"YAML syntax: {exc}", file=source) from None
+    except (ValueError, OverflowError, RecursionError) as exc:
+        # a value the constructor cannot make: an integer of thousands of digits, a date like 2024-13-45
+        detail = "an integer of thousands of digits" if "integer string conversion" in str(exc) else str(exc)
+        raise InputError(f"YAML value: {safeio.shown(detail, 120)}", file=source) from None
 
 
-def load_file(path: Path) -> Any:
+def load_file(path: Path, kind: str = "profile") -> Any:
+    """A YAML file from outside: a regular file within the size limit of its kind (:data:`safeio.LIMITS`), UTF-8,
+    parsed with the bounds of :class:`_MarkedLoader`."""
+    data = safeio.read_bytes(path, kind)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", file=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", file=path) from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"cannot read: not UTF-8 text (byte {exc.start})", file=path, line=line) from None
     return load_text(text, path)
 
 
@@ -186,6 +272,7 @@ def _plain(data: Any) -> Any:
     return data
 
 
+_MAX_INT_BITS = int(safeio.MAX_INT_DIGITS * 3.3219)  # digits -> bits
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
                dict: "a mapping"}
 
@@ -225,10 +312,17 @@ class Fields:
             raise self.error(key, f"expected {' or '.join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)}, "
                                   f"got {value!r}")
         if not isinstance(value, kinds):
-            got = "nothing" if value is None else repr(value) if not isinstance(value, dict | list) else \
-                type(value).__name__.replace("LDict", "a mapping").replace("LList", "a list")
+            got = "nothing" if value is None else safeio.shown(repr(value), 80) if not isinstance(value, dict | list) \
+                else type(value).__name__.replace("LDict", "a mapping").replace("LList", "a list")
             raise self.error(key, f"expected {' or '.join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)}, "
                                   f"got {got}")
+        if isinstance(value, str) and len(value) > MAX_STRING:
+            raise self.error(key, f"longer than {MAX_STRING:,} characters ({len(value):,})")
+        if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+            raise self.error(key, f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits is out of "
+                                  "range")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.error(key, f"must be a finite number; got {value!r}")
         return value
 
     def get(self, key: str, kind: type | tuple[type, ...], default: Any = None) -> Any:

@@ -34,7 +34,7 @@ _TOKEN = re.compile(
     r"|(?P<space>\s+)"
 )
 _PATH_CHARS = r"[^\s'\",;:()\[\]{}<>=|]"
-_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z_.+-]{0,31}$")
+_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z_.+-]{0,31}\Z")
 NUMBER = r"\d+(?:[.,]\d+)*"
 MIN_LITERAL = 6
 _META = re.compile(r"([.^$*+?{}\[\]\\|()])")

@@ -36,8 +36,8 @@ from tui.core.yamlio import Fields, LList, load_file, load_text
 
 FORMAT_VERSION = 1
 PLAYBOOK_FILE = "playbook.yaml"
-_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-_ENV_NAME = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})$")
+_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")
+_ENV_NAME = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})\Z")
 _END_PHASES = tuple(k for k in PHASE_INDEX if k != "ready")
 
 

@@ -93,7 +93,7 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-_SPEC = re.compile(r"^(==|!=|>=|<=|>|<)?\s*(\d+(?:\.\d+)*)$")
+_SPEC = re.compile(r"^(==|!=|>=|<=|>|<)?\s*(\d+(?:\.\d+)*)\Z")
 
 
 def version_spec_ok(spec: str) -> bool:

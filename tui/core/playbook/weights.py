@@ -12,7 +12,7 @@ from tui.core.hfcache import hub_cache_dir
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-_HF_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+_HF_ID = re.compile(r"^[\w.-]+/[\w.-]+\Z")
 #: stop counting after this many files (a size is then a lower bound); a model folder holds far fewer
 MAX_FILES = 20_000
 
