@@ -105,7 +105,9 @@ def test_bundle_export_import_plan_up(tmp_path: Path, capsys: pytest.CaptureFixt
     capsys.readouterr()
     assert main(["import", "--sim", str(bundle), "--yes"]) == 0
     shown = capsys.readouterr().out
-    assert before.strip().splitlines()[-1] in shown  # it shows the commands it would run
+    # it shows the commands it would run here: this host's defaults (port 8000), the exporting host's port apart
+    assert re.sub(r"--port \d+", "--port 8000", before.strip().splitlines()[-1]) in shown
+    assert re.search(r"#   server: bound 127\.0\.0\.1:\d+ \(here: 127\.0\.0\.1:8000\)", shown)
     assert "profile teammate-qwen: added" in shown and "workload team-tiny: added" in shown
     assert main(plan_argv) == 0
     assert capsys.readouterr().out == before  # the same commands exactly
@@ -113,10 +115,11 @@ def test_bundle_export_import_plan_up(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "profile teammate-qwen: already there" in capsys.readouterr().out
     # up --bundle launches the plan it carries, after preflight here
     try:
-        assert main(["up", *sim, "--bundle", str(bundle)]) == 0
+        assert main(["up", *sim, "--bundle", str(bundle), *ports]) == 0
         captured = capsys.readouterr()
         assert "is up (SIMULATED host)" in captured.out and before.strip().splitlines()[-1] in captured.out
         assert "preflight on this host" in captured.err and "matches the bundle's fingerprint" in captured.err
+        assert "trust_remote_code: this host's profile qwen3.6-27b-nvfp4 already trusts" in captured.err
     finally:
         assert main(["down", "--all"]) == 0
 

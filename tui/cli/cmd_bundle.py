@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,15 @@ from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
 from tui.core.bench.campaign import CAMPAIGN_FILE, CampaignSpec, campaign_runs
 from tui.core.bench.store import Run, find_runs, load_run
-from tui.core.errors import EXIT_OK, InputError
+from tui.core.errors import EXIT_OK, InputError, PlanRefused
 from tui.core.launch.state import StateStore
+from tui.core.plan.planner import PlanOptions
 from tui.core.profiles import ModelProfile, Workload, parse_workload
-from tui.core.record.bundle import Bundle, build_bundle, install, load_bundle, missing_secrets, write_bundle
+from tui.core.record.bundle import Bundle, build_bundle, check_trust, load_bundle, write_bundle
+from tui.core.record.bundle_install import check_replace, install, install_changes, missing_secrets
+from tui.core.record.bundle_plan import BundlePlan, plan_here
 from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint
+from tui.core.safeio import shown
 from tui.hosts import host_for_layout
 
 
@@ -37,15 +42,31 @@ def register(sub: Any) -> None:
     add_global_options(ex)
     ex.set_defaults(handler=run_export)
 
-    im = sub.add_parser("import", help="check a bundle, show what it would run, add its profile and workloads",
-                        description="Validate a bundle strictly (file:line: field errors), print every command "
-                                    "its plans would run and what differs from this host, then add its model "
-                                    "profile and workloads to your profiles (asks first; --yes for scripts). "
+    im = sub.add_parser("import", help="check a bundle, show what it would run here, add its profile and workloads",
+                        description="Validate a bundle strictly (file:line: field errors) and as data: its plans "
+                                    "are planned afresh on this host (host, ports, GPUs and the vllm executable "
+                                    "come from here), and the vLLM flags and environment variables it adds must be "
+                                    "ones the shipped allowlist names. Prints every command that would run here, "
+                                    "what the exporting host used instead, and what differs from the profiles and "
+                                    "workloads this host has; then adds them (asks first; --yes for scripts). "
                                     "'disagg-tui up --bundle FILE' launches its plan.")
     im.add_argument("file", metavar="FILE", help="a bundle written by 'disagg-tui export'")
     im.add_argument("--yes", "-y", action="store_true", help="add without asking")
+    im.add_argument("--replace", action="store_true",
+                    help="replace a profile or workload of the same name that differs (shipped or yours)")
+    add_bundle_trust_options(im)
     add_global_options(im)
     im.set_defaults(handler=run_import)
+
+
+def add_bundle_trust_options(p: Any) -> None:
+    """What an operator may accept from a bundle on this host, beyond the allowlist (import and up --bundle)."""
+    p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
+                   help="accept this environment variable from the bundle though the allowlist does not name it "
+                        "(never PYTHONPATH, LD_*, PATH, *_HOME and the like); repeatable")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="accept the bundle profile's trust_remote_code: vLLM then runs the Python code of the "
+                        "model's repository on this host")
 
 
 # --- export ----------------------------------------------------------------------------------------------------
@@ -170,19 +191,60 @@ def run_export(args: argparse.Namespace, ctx: CliContext) -> int:
 # --- import ----------------------------------------------------------------------------------------------------
 
 
-def describe(bundle: Bundle, ctx: CliContext) -> None:
-    """What the bundle would run, and how this host differs from the one it came from."""
-    ctx.print(f"bundle {bundle.path}: {bundle.source['kind']} {bundle.source['id']}, made {bundle.created} by "
-              f"disagg-tui {bundle.app_version}")
-    ctx.print(f"profile {bundle.profile.id}: {bundle.profile.title} ({bundle.profile.model})")
+_RESULT_LINES = 80
+
+
+def _lines_of(text: Any, limit: int = _RESULT_LINES) -> list[str]:
+    """Free text from a bundle as lines safe to print: control characters escaped, each line capped, at most
+    ``limit`` lines (how many more were left out said)."""
+    lines = str(text).splitlines()
+    out = [shown(line, 240) for line in lines[:limit]]
+    if len(lines) > limit:
+        out.append(f"… {len(lines) - limit} more line(s) not shown")
+    return out
+
+
+def bundle_plans(bundle: Bundle, ctx: CliContext, options: PlanOptions, args: argparse.Namespace,
+                 explicit: tuple[str, ...] = ()) -> list[tuple[str, BundlePlan | None, str]]:
+    """Each layout of the bundle planned on this host, or why it cannot be (PlanRefused: not enough GPUs here)."""
+    out: list[tuple[str, BundlePlan | None, str]] = []
     for lay in bundle.layouts:
+        try:
+            out.append((lay.topology, plan_here(bundle, lay, ctx.host.facts, options, allow_env=args.allow_env,
+                                                explicit=explicit), ""))
+        except PlanRefused as exc:
+            out.append((lay.topology, None, exc.one_line()))
+    return out
+
+
+def print_bundle_plan(bp: BundlePlan, say: Any) -> None:
+    if bp.exporter:
+        say("# the exporting host used (this host decides these itself):")
+        for line in bp.exporter:
+            say(f"#   {line}")
+    if bp.carried:
+        say("# carried from the bundle (allowlisted flags and variables):")
+        for line in bp.carried:
+            say(f"#   {line}")
+
+
+def describe(bundle: Bundle, ctx: CliContext, plans: list[tuple[str, BundlePlan | None, str]]) -> None:
+    """What the bundle would run here, and how this host differs from the one it came from."""
+    ctx.print(f"bundle {shown(bundle.path, 120)}: {bundle.source['kind']} {shown(bundle.source['id'], 80)}, made "
+              f"{shown(bundle.created, 40)} by disagg-tui {shown(bundle.app_version, 40)}")
+    ctx.print(f"profile {bundle.profile.id}: {shown(bundle.profile.title, 120)} ({shown(bundle.profile.model, 120)})")
+    for topology, bp, why in plans:
         ctx.print("")
-        ctx.print(lay.plan.shell())
+        if bp is None:
+            ctx.print(f"# {topology}: cannot be planned on this host: {why}")
+            continue
+        ctx.print(bp.plan.shell())
+        print_bundle_plan(bp, ctx.print)
     if bundle.fixes:
         ctx.print("")
         ctx.print("fixes it carries:")
         for f in bundle.fixes:
-            ctx.print(f"  {f['change']}: {f['reason']}")
+            ctx.print(f"  {shown(f['change'], 120)}: {shown(f['reason'], 200)}")
     if bundle.workloads:
         ctx.print("")
         ctx.print("workloads: " + ", ".join(
@@ -192,35 +254,58 @@ def describe(bundle: Bundle, ctx: CliContext) -> None:
     if table_text:
         ctx.print("")
         ctx.print("results it reports (measured on the bundle's host):")
-        ctx.print(str(table_text))
+        for line in _lines_of(table_text):
+            ctx.print(line)
     diff = fingerprint_diff(bundle.fingerprint, host_fingerprint(ctx.host.facts))
     ctx.print("")
     if diff:
         ctx.print("NOT LIKE-FOR-LIKE: this host differs from the bundle's; its results may not hold here:")
-        for line in diff:
-            ctx.print(f"  {line}")
+        for line in diff[:40]:
+            ctx.print(f"  {shown(line, 200)}")
     else:
         ctx.print("this host matches the bundle's fingerprint")
     missing = missing_secrets(bundle, os.environ)
     if bundle.secrets_needed:
-        ctx.print(f"secrets it needs: {', '.join(bundle.secrets_needed)}"
-                  + (f" (not set here: {', '.join(missing)})" if missing else " (set here)"))
+        ctx.print(f"secrets it needs: {', '.join(shown(n, 60) for n in bundle.secrets_needed)}"
+                  + (f" (not set here: {', '.join(shown(n, 60) for n in missing)})" if missing else " (set here)"))
 
 
 def run_import(args: argparse.Namespace, ctx: CliContext) -> int:
-    bundle = load_bundle(Path(args.file))
-    describe(bundle, ctx)
+    bundle = load_bundle(Path(args.file), allow_env=args.allow_env)
+    catalog = ctx.catalog
+    trust = check_trust(bundle, catalog.models, args.trust_remote_code)
+    options = PlanOptions(vllm_executable=getattr(args, "vllm", None) or "vllm")
+    describe(bundle, ctx, bundle_plans(bundle, ctx, options, args))
+    if trust:
+        ctx.print(trust)
+    changes = install_changes(bundle, catalog.models, catalog.workloads)
+    ctx.print("")
+    for c in changes:
+        ctx.print(f"{c.what}: {'new here' if c.state == 'added' else c.state}"
+                  + (f" ({c.where})" if c.where else ""))
+        for line in c.diff[:60]:
+            ctx.print(f"    {line}")
+    check_replace(bundle, changes, args.replace)
+    if all(c.state == "already there" for c in changes):
+        ctx.print("nothing to add: the profile and workloads are already here")
+        _launch_hint(bundle, args, ctx)
+        return EXIT_OK
     if not args.yes:
         if not sys.stdin.isatty():
-            raise InputError("not a terminal: confirm with --yes to add the profile and workloads", field="--yes")
+            raise InputError("not a terminal: confirm with --yes to add the profile and workloads (nothing "
+                             "written)", field="--yes")
         answer = input(f"add profile {bundle.profile.id} and {len(bundle.workloads)} workload(s) to "
                        f"{paths.user_profiles_dir()}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             ctx.print("nothing added")
             return EXIT_OK
-    for line in install(bundle):
+    for line in install(bundle, catalog.models, catalog.workloads, replace=args.replace):
         ctx.print(line)
-    first = bundle.layout()
-    ctx.print(f"launch it with: disagg-tui up --bundle {args.file} (or plan it afresh on this host: "
-              f"disagg-tui plan --model {bundle.profile.id} --topology {first.topology})")
+    _launch_hint(bundle, args, ctx)
     return EXIT_OK
+
+
+def _launch_hint(bundle: Bundle, args: argparse.Namespace, ctx: CliContext) -> None:
+    first = bundle.layout()
+    ctx.print(f"launch it with: disagg-tui up --bundle {shlex.quote(args.file)} (or plan it afresh on this host: "
+              f"disagg-tui plan --model {bundle.profile.id} --topology {first.topology})")

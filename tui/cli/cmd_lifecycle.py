@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tui.cli.common import add_plan_options, make_plan
+from tui.cli.cmd_bundle import add_bundle_trust_options, print_bundle_plan
+from tui.cli.common import add_plan_options, make_plan, plan_options
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.recording import SessionRecording, add_record_options
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
@@ -33,7 +31,8 @@ from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import preflight
 from tui.core.playbook import Diagnosis, load_playbook
 from tui.core.profiles import ModelProfile
-from tui.core.record.bundle import load_bundle, restore_secrets
+from tui.core.record.bundle import check_trust, load_bundle
+from tui.core.record.bundle_plan import plan_here, require_secrets
 from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint
 from tui.core.telemetry import collect_snapshot_sync
 from tui.core.telemetry.view import tick_lines
@@ -51,8 +50,10 @@ def register(sub: Any) -> None:
         if action.dest in ("model", "topology"):
             action.required = False  # --bundle carries them
     up.add_argument("--bundle", metavar="FILE",
-                    help="launch the plan a bundle carries (after preflight here; says what differs from the "
-                         "bundle's host); --topology picks one of its layouts")
+                    help="launch a bundle's layout, planned on this host (this host's --host, ports, --gpus and "
+                         "vllm; the bundle adds only allowlisted flags and variables), after preflight; --topology "
+                         "picks one of its layouts")
+    add_bundle_trust_options(up)
     up.add_argument("--replace", action="store_true", help="stop the layout that is up first")
     up.add_argument("--ready-timeout", type=float, metavar="S", help="give up on a start after S seconds")
     up.add_argument("--stall-timeout", type=float, metavar="S",
@@ -154,27 +155,29 @@ def _bar(progress: float, width: int = 20) -> str:
 
 
 def _bundle_plan(args: argparse.Namespace, ctx: CliContext) -> tuple[ModelProfile, LaunchPlan]:
-    """The profile and plan a bundle carries, its secrets from this environment; says how this host differs."""
-    bundle = load_bundle(Path(args.bundle))
+    """The bundle's layout planned on this host (its flags and defaults: host, ports, GPUs, vllm), with what the
+    allowlist lets the bundle add; says what the exporting host used instead and how this host differs."""
+    bundle = load_bundle(Path(args.bundle), allow_env=args.allow_env)
+    trust = check_trust(bundle, ctx.catalog.models, args.trust_remote_code)
     layout = bundle.layout(args.topology)
-    plan = restore_secrets(layout.plan, os.environ)
-    exe = getattr(args, "vllm", None)
-    if exe or (not ctx.host.simulated and shutil.which(plan.servers[0].argv[0]) is None):
-        local = exe or "vllm"
-        ctx.warn(f"the bundle's vllm ({plan.vllm_executable}) is replaced by {local} on this host")
-        plan = replace(plan, vllm_executable=local, servers=tuple(
-            replace(s, argv=(local, *s.argv[1:])) if s.argv and s.argv[0] == plan.vllm_executable else s
-            for s in plan.servers))
+    explicit = tuple(name for name, value in (("gpu_memory_utilization", args.gpu_memory_utilization),
+                                               ("max_model_len", args.max_model_len)) if value is not None)
+    bp = plan_here(bundle, layout, ctx.host.facts, plan_options(args, ctx), allow_env=args.allow_env,
+                   explicit=explicit)
+    require_secrets(bp)
+    print_bundle_plan(bp, lambda line: print(line, file=ctx.err))
+    if trust:
+        print(trust, file=ctx.err)
     diff = fingerprint_diff(bundle.fingerprint, host_fingerprint(ctx.host.facts))
     if diff:
         ctx.warn("not like-for-like: this host differs from the bundle's (" + "; ".join(diff) + ")")
     else:
         print("this host matches the bundle's fingerprint", file=ctx.err)
-    checks = preflight(plan, ctx.host.facts, ctx.nvml_or_none())
+    checks = preflight(bp.plan, ctx.host.facts, ctx.nvml_or_none())
     print("preflight on this host:", file=ctx.err)
     for c in checks:
         print("  " + c.line(), file=ctx.err)
-    return bundle.profile, plan
+    return bundle.profile, bp.plan
 
 
 def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
@@ -185,6 +188,9 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
             raise InputError("--bundle carries the model profile: drop --model", field="--model")
         profile, launch_plan = _bundle_plan(args, ctx)
     else:
+        for flag, value in (("--allow-env", args.allow_env), ("--trust-remote-code", args.trust_remote_code)):
+            if value:
+                raise InputError("only with --bundle FILE (what a bundle may carry here)", field=flag)
         for flag, value in (("--model", args.model), ("--topology", args.topology)):
             if value is None or not value.strip():
                 raise InputError("required (or give --bundle FILE)", field=flag)

@@ -13,12 +13,23 @@ EXIT_FAILED = 1  # the thing ran and failed (a server died, a run failed, a fail
 EXIT_BAD_INPUT = 2  # bad input (profile, flag, file) or a refused plan
 
 
+def printable(text: str) -> str:
+    """``text`` with every control character escaped (``\\n``, ``\\x1b``): what an error or a value from a file
+    prints is one line, and no escape sequence reaches the operator's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 class AppError(Exception):
-    """An error meant for the operator: a title, an optional hint and an exit code."""
+    """An error meant for the operator: a title, an optional hint and an exit code. Always one printable line
+    (a newline or an escape sequence in a value it quotes is escaped)."""
 
     exit_code: int = EXIT_FAILED
 
     def __init__(self, title: str, hint: str | None = None, *, exit_code: int | None = None) -> None:
+        title = printable(title)
+        hint = printable(hint) if hint is not None else None
         super().__init__(title)
         self.title = title
         self.hint = hint

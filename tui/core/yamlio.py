@@ -261,14 +261,15 @@ def load_file(path: Path, kind: str = "profile") -> Any:
 
 def dump(data: Any) -> str:
     """Plain YAML for what we write or show (playbook entries added and shown)."""
-    return yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True, width=120)
+    return yaml.safe_dump(plain(data), sort_keys=False, allow_unicode=True, width=120)
 
 
-def _plain(data: Any) -> Any:
+def plain(data: Any) -> Any:
+    """Plain dicts and lists (no LDict/LList, tuples as lists, keys as strings): what is dumped or compared."""
     if isinstance(data, dict):
-        return {str(k): _plain(v) for k, v in data.items()}
+        return {str(k): plain(v) for k, v in data.items()}
     if isinstance(data, list | tuple):
-        return [_plain(v) for v in data]
+        return [plain(v) for v in data]
     return data
 
 

@@ -12,19 +12,22 @@ or header is the marker ``<redacted>``, and ``secrets_needed`` names the variabl
 from __future__ import annotations
 
 import math
+import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tui import __version__
-from tui.core import paths
 from tui.core.errors import InputError
+from tui.core.plan.allowlist import Allowlist, load_allowlist
 from tui.core.plan.spec import LaunchPlan
-from tui.core.profiles import ModelProfile, Workload, parse_model_profile, parse_workload, parse_workloads_file
-from tui.core.redact import REDACTED, Redactor, secret_names_in
-from tui.core.yamlio import Fields, LDict, LList, dump, load_file
+from tui.core.profiles import ModelProfile, Workload, parse_model_profile, parse_workload
+from tui.core.redact import REDACTED, Redactor
+from tui.core.safeio import guarded, shown
+from tui.core.topology import parse_topology
+from tui.core.yamlio import Fields, LDict, LList, dump, load_file, plain
 
 BUNDLE_FORMAT = "disagg-tui-bundle"
 BUNDLE_VERSION = 1
@@ -36,8 +39,12 @@ _WORKLOAD_KEYS = ("input_len", "output_len", "num_prompts", "request_rate", "bur
 @dataclass
 class BundleLayout:
     topology: str
-    plan: LaunchPlan
+    plan: LaunchPlan  # what the exporting host ran: shown and compared, never run as it is (bundle_plan.plan_here)
     plan_dict: dict[str, Any]
+    index: int = 0
+    line: int | None = None
+    #: lines of its servers (``name``), their argv (``name.argv``) and env keys (``name.env.KEY``)
+    server_lines: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -55,6 +62,8 @@ class Bundle:
     fixes: list[dict[str, str]] = field(default_factory=list)
     results: dict[str, Any] = field(default_factory=dict)
     secrets_needed: list[str] = field(default_factory=list)
+    #: the line of ``profile.vllm.trust_remote_code`` when the profile asks for it (accepted only on this host's say)
+    trust_remote_code_line: int | None = None
 
     def layout(self, topology: str | None = None) -> BundleLayout:
         """The layout of ``topology``; without one, the one that won max throughput on most workloads (else the
@@ -88,17 +97,32 @@ def workload_to_dict(w: Workload) -> dict[str, Any]:
 
 
 def profile_data(profile: ModelProfile) -> dict[str, Any]:
-    """The profile as its file has it (``${VAR:-default}`` references kept), else as the app holds it."""
+    """The profile as its file has it, with ``model`` as it was resolved here (a bundle never carries a
+    ``${VAR}`` for the importing host to expand), else as the app holds it."""
     if profile.source and Path(profile.source).is_file():
         try:
             raw = load_file(Path(profile.source))
             if isinstance(raw, dict) and raw.get("id") == profile.id:
-                plain: dict[str, Any] = _plain(raw)
-                return plain
+                out: dict[str, Any] = plain(raw)
+                out["model"] = profile.model
+                return out
         except InputError:
             pass
-    out: dict[str, Any] = _drop_none(profile.to_dict())
+    out = _drop_none(profile.to_dict())
     return out
+
+
+def plan_secret_names(plans: Sequence[Mapping[str, Any]], profile: Mapping[str, Any]) -> list[str]:
+    """The environment variables of the plans (and the profile's env) whose value is redacted: what the importer
+    must set. Only real variables of the plan, never names found in free text."""
+    names: set[str] = set()
+    envs: list[Any] = [((profile.get("vllm") or {}) if isinstance(profile.get("vllm"), dict) else {}).get("env")]
+    for p in plans:
+        envs += [srv.get("env") for srv in p.get("servers") or [] if isinstance(srv, dict)]
+    for env in envs:
+        if isinstance(env, dict):
+            names.update(str(k) for k, v in env.items() if v == REDACTED)
+    return sorted(names)
 
 
 def fixes_of(plan: Mapping[str, Any], diagnoses: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, str]]:
@@ -135,14 +159,14 @@ def build_bundle(*, source: str, source_id: str, profile: ModelProfile,
         "app_version": __version__,
         "source": {"kind": source, "id": source_id},
         "profile": profile_data(profile),
-        "layouts": [{"topology": t, "plan": _plain(dict(p))} for t, p in layouts],
+        "layouts": [{"topology": t, "plan": plain(dict(p))} for t, p in layouts],
         "fixes": fixes,
         "workloads": {name: workload_to_dict(w) for name, w in workloads.items()},
-        "fingerprint": _plain(dict(fingerprint)),
-        "results": _plain(dict(results or {})),
+        "fingerprint": plain(dict(fingerprint)),
+        "results": plain(dict(results or {})),
     }
     data = red.value(data)
-    data["secrets_needed"] = secret_names_in(data)
+    data["secrets_needed"] = plan_secret_names([lay["plan"] for lay in data["layouts"]], data["profile"])
     return data
 
 
@@ -160,8 +184,44 @@ def write_bundle(path: Path, data: Mapping[str, Any]) -> None:
 # --- reading ---------------------------------------------------------------------------------------------------
 
 
-def load_bundle(path: Path) -> Bundle:
-    data = load_file(path)
+_SOURCE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}\Z")
+
+
+def _vet_profile(raw: Any, path: Path, rules: Allowlist, allow_env: Collection[str]) -> int | None:
+    """Refuse a bundle profile's serve settings that the allowlist does not name (its ``vllm.args``/``env``, its
+    overrides' ``args``/``env``, served name and load format), each naming its line and field; the line of its
+    ``trust_remote_code: true``, if it asks for it."""
+    blocks: list[tuple[str, Any]] = [("profile.vllm", raw.get("vllm"))]
+    overrides = raw.get("overrides")
+    if isinstance(overrides, dict):
+        blocks += [(f"profile.overrides.{k}", v) for k, v in overrides.items()]
+    trust_line = None
+    for name, block in blocks:
+        if not isinstance(block, dict):
+            continue
+
+        def line(key: str, b: Any = block) -> int | None:
+            return b.line_of(key) if isinstance(b, LDict) else None
+
+        def err(key: str, n: str = name) -> Any:
+            return lambda m: InputError(m, file=path, line=line(key), field=f"{n}.{key}")
+
+        args = block.get("args") or []
+        rules.check_args([str(a) for a in args], error=err("args"))
+        for k, v in (block.get("env") or {}).items():
+            rules.check_env(str(k), str(v), allow_env=allow_env, error=err(f"env.{k}"))
+        for key, flag in (("served_model_name", "--served-model-name"), ("load_format", "--load-format")):
+            if block.get(key) is not None:
+                rules.check_args([flag, str(block[key])], error=err(key))
+        if block.get("trust_remote_code") is True:
+            trust_line = line("trust_remote_code")
+    return trust_line
+
+
+def load_bundle(path: Path, *, allow_env: Collection[str] = (), allow: Allowlist | None = None) -> Bundle:
+    """A bundle, validated strictly and vetted as data (see :mod:`tui.core.record.bundle_plan` for what its plans
+    may add here): its profile's ``${VAR}`` never expanded, its serve settings checked against the allowlist."""
+    data = load_file(path, "bundle")
     top = Fields(data, path)
     fmt = top.require("bundle", str)
     if fmt != BUNDLE_FORMAT:
@@ -175,12 +235,15 @@ def load_bundle(path: Path) -> Bundle:
     src = top.sub("source", required=True)
     assert src is not None
     source = {"kind": src.choice("kind", SOURCES, required=True), "id": str(src.require("id", str))}
+    if not _SOURCE_ID.match(source["id"]):
+        raise src.error("id", f"must be letters, digits and ._:/@+- (at most 200); got {shown(source['id'], 60)}")
     src.done()
     prof_raw = top.require("profile", dict)
     try:
-        profile = parse_model_profile(prof_raw, path)
+        profile = parse_model_profile(prof_raw, path, expand_env=False)
     except InputError as exc:
         raise _prefixed(exc, "profile.") from None
+    trust_line = _vet_profile(prof_raw, path, allow or load_allowlist(), allow_env)
     lays = top.get("layouts", list, None)
     if not lays:
         raise InputError("a bundle needs at least one layout", file=path, line=top.line_of("layouts"),
@@ -190,6 +253,10 @@ def load_bundle(path: Path) -> Bundle:
         line = lays.line_of(i) if isinstance(lays, LList) else top.line_of("layouts")
         lf = Fields(item, path, f"layouts[{i}].", line=line)
         topo = str(lf.require("topology", str))
+        try:
+            parse_topology(topo)
+        except InputError as exc:
+            raise lf.error("topology", exc.message) from None
         plan_fields = lf.sub("plan", required=True)
         assert plan_fields is not None
         plan = _parse_plan(plan_fields)
@@ -199,7 +266,15 @@ def load_bundle(path: Path) -> Bundle:
             raise plan_fields.error("profile_id", f"the plan is for profile {plan.profile_id!r}, the bundle's "
                                                   f"profile is {profile.id!r}")
         lf.done()
-        layouts.append(BundleLayout(topo, plan, _plain(item["plan"])))
+        lines: dict[str, int] = {}
+        for j, x in enumerate(item["plan"].get("servers") or []):
+            name = str(x.get("name"))
+            if isinstance(x, LDict):
+                lines[name] = item["plan"]["servers"].line_of(j)
+                lines[f"{name}.argv"] = x.line_of("argv")
+                env = x.get("env")
+                lines.update({f"{name}.env.{k}": env.line_of(k) for k in env} if isinstance(env, LDict) else {})
+        layouts.append(BundleLayout(topo, plan, plain(item["plan"]), index=i, line=line, server_lines=lines))
     fixes = []
     fx = top.get("fixes", list, [])
     for i, item in enumerate(fx):
@@ -214,15 +289,16 @@ def load_bundle(path: Path) -> Bundle:
         for name in list(wls.data):
             wls.get(name, dict)
             workloads[name] = parse_workload(name, wls.data[name], path, prefix=f"workloads.{name}.")
-            wl_data[name] = _plain(wls.data[name])
+            wl_data[name] = plain(wls.data[name])
         wls.done()
-    fingerprint = _plain(top.get("fingerprint", dict, {}))
-    results = _plain(top.get("results", dict, {}))
+    fingerprint = plain(top.get("fingerprint", dict, {}))
+    results = plain(top.get("results", dict, {}))
     needed = top.str_list("secrets_needed")
     top.done()
     return Bundle(path=path, source=source, created=created, app_version=app_version, profile=profile,
-                  profile_data=_plain(prof_raw), layouts=layouts, workloads=workloads, workload_data=wl_data,
-                  fingerprint=fingerprint, fixes=fixes, results=results, secrets_needed=needed)
+                  profile_data=plain(prof_raw), layouts=layouts, workloads=workloads, workload_data=wl_data,
+                  fingerprint=fingerprint, fixes=fixes, results=results, secrets_needed=needed,
+                  trust_remote_code_line=trust_line)
 
 
 def _parse_plan(f: Fields) -> LaunchPlan:
@@ -278,7 +354,8 @@ def _parse_plan(f: Fields) -> LaunchPlan:
         wf.get("source", str)
         wf.done()
     f.done()
-    return LaunchPlan.from_dict(_plain(f.data))
+    result: LaunchPlan = guarded(lambda: LaunchPlan.from_dict(plain(f.data)), f.source, "plan")
+    return result
 
 
 def _int_list(f: Fields, key: str) -> list[int]:
@@ -298,68 +375,25 @@ def _prefixed(exc: InputError, prefix: str) -> InputError:
                       field=f"{prefix}{exc.field}" if exc.field else prefix.rstrip("."), hint=exc.hint)
 
 
-def _plain(data: Any) -> Any:
-    if isinstance(data, dict | LDict):
-        return {str(k): _plain(v) for k, v in data.items()}
-    if isinstance(data, list | tuple | LList):
-        return [_plain(v) for v in data]
-    return data
-
-
 def _drop_none(data: Any) -> Any:
     if isinstance(data, dict):
         return {k: _drop_none(v) for k, v in data.items() if v is not None}
     return data
 
 
-# --- installing ------------------------------------------------------------------------------------------------
+def check_trust(bundle: Bundle, models: Mapping[str, ModelProfile], accepted: bool) -> str | None:
+    """A bundle whose profile asks for ``trust_remote_code`` makes vLLM run the Python code of the model's own
+    repository: refused unless this host already trusts that model (a profile of its own serves the same model with
+    it)
+    or the operator accepts it here (``--trust-remote-code``). Returns a line saying which, or None."""
+    if bundle.trust_remote_code_line is None:
+        return None
+    same = [m for m in models.values() if m.trust_remote_code and m.model == bundle.profile.model]
+    if same:
+        return f"trust_remote_code: this host's profile {same[0].id} already trusts {same[0].model}'s code"
+    if accepted:
+        return f"trust_remote_code: accepted here (--trust-remote-code): vLLM runs {bundle.profile.model}'s own code"
+    raise InputError(f"the profile asks vLLM to run the Python code of {shown(bundle.profile.model, 80)}'s "
+                     "repository (trust_remote_code: true); accept it on this host with --trust-remote-code",
+                     file=bundle.path, line=bundle.trust_remote_code_line, field="profile.vllm.trust_remote_code")
 
-
-def missing_secrets(bundle: Bundle, environ: Mapping[str, str]) -> list[str]:
-    return [name for name in bundle.secrets_needed if not environ.get(name)]
-
-
-def restore_secrets(plan: LaunchPlan, environ: Mapping[str, str]) -> LaunchPlan:
-    """The plan with each redacted environment value taken from ``environ`` (InputError naming the variables
-    that are not set)."""
-    missing = sorted({k for s in plan.servers for k, v in s.env if v == REDACTED and not environ.get(k)})
-    if missing:
-        raise InputError(f"the bundle's plan needs {', '.join(missing)}: set {'it' if len(missing) == 1 else 'them'}"
-                         " in the environment (secrets are never carried in a bundle)", field="--bundle")
-    if any(REDACTED in a for s in plan.servers for a in s.argv):
-        raise InputError("the bundle's plan has a redacted command-line secret (e.g. --api-key): pass it again "
-                         "through the environment and edit the plan", field="--bundle")
-    d = plan.to_dict()
-    for s in d["servers"]:
-        s["env"] = {k: (environ[k] if v == REDACTED else v) for k, v in s["env"].items()}
-    return LaunchPlan.from_dict(d)
-
-
-def install(bundle: Bundle, config: Path | None = None) -> list[str]:
-    """Add the bundle's profile and workloads to the operator's profiles; one line per change made."""
-    base = config or paths.user_profiles_dir()
-    out = []
-    models = base / "models"
-    models.mkdir(parents=True, exist_ok=True)
-    target = models / f"{bundle.profile.id}.yaml"
-    text = f"# imported from {bundle.path.name} ({bundle.source['kind']} {bundle.source['id']})\n" + \
-        dump(bundle.profile_data)
-    if target.exists() and target.read_text(encoding="utf-8").split("\n", 1)[-1] == text.split("\n", 1)[-1]:
-        out.append(f"profile {bundle.profile.id}: already there ({target})")
-    else:
-        out.append(f"profile {bundle.profile.id}: {'replaced' if target.exists() else 'added'} ({target})")
-        target.write_text(text, encoding="utf-8")
-    if bundle.workload_data:
-        wl_file = base / "workloads.yaml"
-        existing: dict[str, Any] = {}
-        if wl_file.exists():
-            raw = load_file(wl_file)
-            parse_workloads_file(raw, wl_file)  # refuse to extend a file that is already broken
-            if isinstance(raw, dict) and isinstance(raw.get("workloads"), dict):
-                existing = _plain(raw["workloads"])
-        for name, wd in bundle.workload_data.items():
-            state = "already there" if existing.get(name) == wd else "replaced" if name in existing else "added"
-            existing[name] = wd
-            out.append(f"workload {name}: {state} ({wl_file})")
-        wl_file.write_text(dump({"workloads": existing}), encoding="utf-8")
-    return out
