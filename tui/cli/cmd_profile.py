@@ -18,6 +18,7 @@ from tui.core.errors import EXIT_OK, InputError
 from tui.core.modelsrc import MODEL_DIRS_ENV, derive_ref, list_models
 from tui.core.profile_yaml import profile_yaml
 from tui.core.profiles import ModelProfile, parse_model_profile
+from tui.core.safeio import shown
 from tui.core.yamlio import dump, load_file
 
 
@@ -118,9 +119,9 @@ def run_list(args: argparse.Namespace, ctx: CliContext) -> int:
     ctx.print(f"{'ID':<{wid}}  {'SOURCE':<8}  {'MODEL':<40}  PATH")
     for e in entries:
         ref = e.ref if e.source in ("hf-cache", "folder") else e.title
-        ctx.print(f"{e.id:<{wid}}  {e.source:<8}  {ref[:40]:<40}  {e.path}")
+        ctx.print(f"{e.id:<{wid}}  {e.source:<8}  {shown(ref)[:40]:<40}  {shown(e.path, 300)}")
         if e.problem:
-            ctx.print(f"{'':<{wid}}  ! {e.problem}")
+            ctx.print(f"{'':<{wid}}  ! {shown(e.problem, 400)}")
     bad = sum(1 for e in entries if e.problem)
     ctx.print(f"{len(entries)} models" + (f", {bad} with a problem" if bad else ""))
     return EXIT_OK

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tui.core import safeio
 from tui.core.errors import InputError
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9._/-]+)?\Z")
@@ -51,21 +52,44 @@ def looks_like_repo_id(ref: str) -> bool:
     return bool(REPO_ID.match(ref))
 
 
+#: a commit hash or branch name as refs/<branch> may hold it (a path such as ../.. is refused)
+_COMMIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+
+
+def _names(folder: Path) -> list[str]:
+    """At most :data:`safeio.MAX_DIR_ENTRIES` names of ``folder`` (none when it cannot be read)."""
+    try:
+        return safeio.scan_dir(folder)[0]
+    except OSError:
+        return []
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # an unreadable folder on the way
+        return False
+
+
+def _ref_commit(ref_file: Path) -> str:
+    """The commit a ref file names ("" when it is none: missing, not a regular file, not a commit)."""
+    try:
+        data = safeio.read_bytes(ref_file, "ref", limit=256)
+    except InputError:
+        return ""
+    commit = data.decode("utf-8", errors="replace").strip()
+    return commit if _COMMIT.match(commit) else ""
+
+
 def _snapshot(repo_dir: Path, revision: str | None) -> tuple[Path | None, str]:
     snaps = repo_dir / "snapshots"
     wanted = revision or "main"
     ref_file = repo_dir / "refs" / wanted
-    if ref_file.is_file():
-        try:
-            commit = ref_file.read_text(encoding="utf-8").strip()
-        except OSError:
-            commit = ""
-        if commit and (snaps / commit).is_dir():
+    if ".." not in Path(wanted).parts and os.path.lexists(ref_file):
+        commit = _ref_commit(ref_file)
+        if commit and _is_dir(snaps / commit):
             return snaps / commit, commit
-    try:
-        found = [p for p in snaps.iterdir() if p.is_dir()]
-    except OSError:
-        return None, ""
+    found = [snaps / n for n in _names(snaps) if _is_dir(snaps / n)]
     if revision:
         matches = [p for p in found if p.name.startswith(revision)]
         if len(matches) == 1:
@@ -73,21 +97,25 @@ def _snapshot(repo_dir: Path, revision: str | None) -> tuple[Path | None, str]:
         return None, ""
     if not found:
         return None, ""
-    newest = max(found, key=lambda p: (p.stat().st_mtime, p.name))
+    newest = max(found, key=lambda p: (_mtime(p), p.name))
     return newest, newest.name
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def find_repo(ref: str) -> CachedRepo | None:
     """The cached snapshot of ``ORG/NAME[@REV]``, or None when the cache does not hold that repo."""
     repo_id, _, revision = ref.partition("@")
     repo_dir = hub_cache_dir() / ("models--" + repo_id.replace("/", "--"))
-    if not repo_dir.is_dir():
+    if not _is_dir(repo_dir):
         # repo ids are case-sensitive on the hub, but an operator may type them in another case
         lowered = ("models--" + repo_id.replace("/", "--")).lower()
-        try:
-            same = [p for p in hub_cache_dir().iterdir() if p.name.lower() == lowered]
-        except OSError:
-            same = []
+        same = [hub_cache_dir() / n for n in _names(hub_cache_dir()) if n.lower() == lowered]
         if len(same) != 1:
             return None
         repo_dir = same[0]
@@ -99,19 +127,28 @@ def find_repo(ref: str) -> CachedRepo | None:
     return CachedRepo(repo_id=repo_id, snapshot=snapshot, revision=commit)
 
 
-def cached_repos() -> list[CachedRepo]:
-    """Every model repo of the cache (``models--*``), with the snapshot ``find_repo`` would use."""
+def scan_cached_repos() -> tuple[list[CachedRepo], bool]:
+    """Every model repo of the cache (``models--*``), with the snapshot ``find_repo`` would use, and whether the
+    cache holds more entries than :data:`safeio.MAX_DIR_ENTRIES` (the rest are not read)."""
     root = hub_cache_dir()
     try:
-        dirs = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("models--"))
+        names, more = safeio.scan_dir(root)
     except OSError:
-        return []
+        return [], False
     out = []
-    for d in dirs:
-        repo_id = d.name[len("models--"):].replace("--", "/", 1)
+    for name in names:
+        d = root / name
+        if not name.startswith("models--") or not _is_dir(d):
+            continue
+        repo_id = name[len("models--"):].replace("--", "/", 1)
         snapshot, commit = _snapshot(d, None)
         out.append(CachedRepo(repo_id=repo_id, snapshot=snapshot, revision=commit))
-    return out
+    return out, more
+
+
+def cached_repos() -> list[CachedRepo]:
+    """Every model repo of the cache (``models--*``), with the snapshot ``find_repo`` would use."""
+    return scan_cached_repos()[0]
 
 
 def repo_of_snapshot(folder: Path) -> tuple[str, str] | None:

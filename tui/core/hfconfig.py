@@ -7,11 +7,12 @@ field to set (``ConfigReader.missing``).
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tui.core import ranges, safeio
 from tui.core.errors import InputError
 
 _ATTN_TYPES = {"full_attention", "attention", "sliding_attention", "sliding_window", "global", "local",
@@ -23,27 +24,81 @@ _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"
 _SUB_CONFIGS = ("text_config", "llm_config", "language_config")
 
 
+#: the integer fields of config.json the derivation reads, by the row of :data:`tui.core.ranges.MODEL` that bounds
+#: them (None: :data:`tui.core.ranges.DIMENSION`)
+RANGED_KEYS: dict[str, str | None] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "attn_layer_period", "full_attention_interval",
+                     "expert_layer_period", "decoder_sparse_step", "moe_layer_freq"), "layers"),
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd"), "hidden_size"),
+    **dict.fromkeys(("num_attention_heads", "n_head", "linear_num_key_heads", "linear_num_value_heads"),
+                    "num_attention_heads"),
+    **dict.fromkeys(("num_key_value_heads", "num_kv_heads"), "num_kv_heads"),
+    **dict.fromkeys(("head_dim", "linear_key_head_dim", "linear_value_head_dim"), "head_dim"),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", "moe_intermediate_size",
+                     "expert_intermediate_size", "shared_expert_intermediate_size"), "intermediate_size"),
+    "vocab_size": "vocab_size",
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "n_shared_experts",
+                     "num_shared_experts"), "num_experts"),
+    **dict.fromkeys(("num_experts_per_tok", "top_k_experts", "moe_top_k", "num_experts_per_token"),
+                    "experts_per_token"),
+    **dict.fromkeys(("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions"),
+                    "max_model_len"),
+    **dict.fromkeys(("kv_lora_rank", "qk_rope_head_dim", "q_lora_rank", "v_head_dim", "qk_nope_head_dim",
+                     "linear_conv_kernel_dim", "mamba_expand", "mamba_d_state", "mamba_dt_rank", "mamba_d_conv"),
+                    None),
+}
+
+
 def read_config(folder: Path) -> dict[str, Any]:
+    """``folder/config.json``: a regular file within its size limit, strict JSON (no NaN/Infinity, no huge
+    integers, bounded nesting), every shape figure the derivation reads within :mod:`tui.core.ranges`."""
     path = folder / "config.json"
     if not folder.is_dir():
         raise InputError("no such folder", file=folder, field="--model")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        what = "a broken link (an unfinished download?)" if path.is_symlink() else "no config.json"
-        raise InputError(f"not a model folder: {what}", file=folder, field="--model",
+    if not os.path.lexists(path):
+        raise InputError("not a model folder: no config.json", file=folder, field="--model",
                          hint="a Hugging Face model folder holds config.json, the safetensors weights and the "
-                              "tokenizer") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", file=path) from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"not valid JSON: {exc.args[0] if exc.args else exc}", file=path,
-                         line=getattr(exc, "lineno", None)) from None
+                              "tokenizer")
+    if path.is_symlink() and not path.exists():
+        try:
+            path.stat()
+        except FileNotFoundError:
+            raise InputError("not a model folder: a broken link (an unfinished download?)", file=path,
+                             field="--model") from None
+        except OSError as exc:  # a link to itself or a loop of links
+            raise InputError(f"cannot read: {exc.strerror or exc}", file=path) from None
+    text = safeio.read_text(path, "config.json")
+    data = safeio.parse_json(text, path)
     if not isinstance(data, dict):
         raise InputError("expected a JSON object", file=path)
+    check_ranges(data, text, path)
     return data
+
+
+def check_ranges(raw: dict[str, Any], text: str, path: Path) -> None:
+    """InputError (one line with the file, the line and the field) for a figure the derivation would read that no
+    model has: a layer count of 10**12 is refused here, before anything loops over the layers."""
+    sub_key = next((k for k in _SUB_CONFIGS if isinstance(raw.get(k), dict)), None)
+    cfg = text_config(raw)
+    for key, row in RANGED_KEYS.items():
+        value = cfg.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            continue  # not a figure: the derivation treats it as missing
+        bound = ranges.MODEL[row] if row is not None else ranges.DIMENSION
+        problem = bound.message(value)
+        if problem is None:
+            continue
+        inside = sub_key is not None and key in raw[sub_key]
+        field = f"{sub_key}.{key}" if inside else key
+        raise InputError(problem, file=path, line=_key_line(text, key, f'"{sub_key}"' if inside else None),
+                         field=field)
+
+
+def _key_line(text: str, key: str, after: str | None) -> int | None:
+    """The line of ``"key"`` in a JSON text (after ``after`` where given), or None."""
+    start = text.find(after) if after is not None else 0
+    pos = text.find(f'"{key}"', max(start, 0))
+    return text.count("\n", 0, pos) + 1 if pos != -1 else None
 
 
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +147,8 @@ def attention_layers(cfg: dict[str, Any], layers: int, r: ConfigReader) -> list[
                 kinds.append(False)
             else:
                 r.missing.append(("architecture.full_attention_layers",
-                                  f"config.json layer_types has {t!r}, neither attention nor linear"))
+                                  f"config.json layer_types has {safeio.shown(repr(t), 60)}, neither attention "
+                                  "nor linear"))
                 return [True] * layers
         if len(kinds) < layers:
             r.missing.append(("architecture.full_attention_layers",
@@ -144,7 +200,7 @@ def quantization(cfg: dict[str, Any], r: ConfigReader) -> tuple[str | None, str]
         plain = _DTYPES.get(str(dtype).lower()) if isinstance(dtype, str) else None
         if plain is None:
             r.missing.append(("quantization", "config.json has no quantization_config and no torch_dtype"
-                              + (f" it knows (got {dtype!r})" if dtype else "")))
+                              + (f" it knows (got {safeio.shown(repr(dtype), 60)})" if dtype else "")))
             return None, "auto"
         upcast = str(dtype).lower() in ("float32", "float", "fp32")
         r.comments["quantization"] = f"config.json torch_dtype {dtype}" + (
@@ -168,7 +224,8 @@ def quantization(cfg: dict[str, Any], r: ConfigReader) -> tuple[str | None, str]
     elif method in ("gptq", "gptq_marlin"):
         quant = "gptq"
     if quant is None:
-        r.missing.append(("quantization", f"config.json quantization_config (quant_method {method or 'none'!r}) "
+        r.missing.append(("quantization", f"config.json quantization_config (quant_method "
+                                          f"{safeio.shown(repr(method or 'none'), 60)}) "
                                           "has no profile equivalent: one of bf16, fp16, fp8, nvfp4, int4, awq, gptq"))
         return None, kv
     r.comments["quantization"] = f"config.json quantization_config.quant_method {method}"

@@ -44,7 +44,8 @@ from tui.core.hfconfig import (
     read_config,
     text_config,
 )
-from tui.core.profiles import ModelProfile, parse_model_profile
+from tui.core.profiles import MAX_ID, ModelProfile, parse_model_profile
+from tui.core.safeio import shown
 from tui.core.safetensors_meta import WeightsInfo, weights_info
 
 #: the seed experiments' ``--max-model-len``; a model with a shorter context gets its own
@@ -91,7 +92,7 @@ class DerivedModel:
 def slug(name: str) -> str:
     """A profile id from a folder or repo name: lowercase letters, digits, '.', '-', '_'."""
     s = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._")
-    return s or "model"
+    return s[:MAX_ID].rstrip("-._") or "model"
 
 
 def derive(folder: Path, *, repo_id: str | None = None, revision: str = "", profile_id: str | None = None
@@ -188,8 +189,8 @@ def derive(folder: Path, *, repo_id: str | None = None, revision: str = "", prof
         r.missing.append(("architecture.params_b", "needs the shape fields above; or "
                                                    "set the total parameters in billions"))
     arch_names = raw.get("architectures")
-    arch_text = ", ".join(str(a) for a in arch_names) if isinstance(arch_names, list) else str(
-        raw.get("model_type", "?"))
+    arch_text = shown(", ".join(str(a) for a in arch_names[:8]) if isinstance(arch_names, list) else str(
+        raw.get("model_type", "?")), 120)
     family = "moe" if experts else "dense"
     attention = "hybrid" if layers and 0 < full_layers < layers else "full"
     architecture: dict[str, Any] = {"family": family, "attention": attention}
@@ -208,8 +209,8 @@ def derive(folder: Path, *, repo_id: str | None = None, revision: str = "", prof
         architecture["experts_per_token"] = top_k
     data: dict[str, Any] = {
         "id": pid,
-        "title": f"{repo_id or folder.name} ({family}{', hybrid attention' if attention == 'hybrid' else ''}, "
-                 f"{quant or '?'}; derived)",
+        "title": f"{shown(repo_id or folder.name, 120)} ({family}"
+                 f"{', hybrid attention' if attention == 'hybrid' else ''}, {quant or '?'}; derived)",
         "model": str(folder.absolute()),
         "architecture": {k: v for k, v in architecture.items() if v is not None},
         "quantization": quant,

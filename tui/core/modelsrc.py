@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tui.core import paths
+from tui.core import paths, safeio
 from tui.core.errors import InputError
-from tui.core.hfcache import CachedRepo, cached_repos, find_repo, hub_cache_dir, looks_like_repo_id
+from tui.core.hfcache import CachedRepo, find_repo, hub_cache_dir, looks_like_repo_id, scan_cached_repos
 from tui.core.modeldir import DerivedModel, derive, slug
 from tui.core.profiles import Catalog, ModelProfile
 
@@ -77,16 +77,29 @@ class _Found:
         return self.repo.repo_id if self.repo is not None else str(self.folder)
 
 
-def _folders(extra_dirs: list[Path] | None) -> Iterator[Path]:
+def _has_config(folder: Path) -> bool:
+    try:
+        return os.path.lexists(folder / "config.json") and folder.is_dir()
+    except OSError:  # an unreadable folder: not listed
+        return False
+
+
+def _folders(extra_dirs: list[Path] | None, cut: list[Path] | None = None) -> Iterator[Path]:
+    """The model folders under the model directories: each directory itself when it is one, else its entries that
+    are (one level down, at most :data:`safeio.MAX_DIR_ENTRIES` entries read of each; a directory with more is
+    added to ``cut``)."""
     seen: set[Path] = set()
     for root in [*model_dirs(), *(extra_dirs or [])]:
-        if (root / "config.json").exists():
+        if _has_config(root):
             candidates = [root]
         else:
             try:
-                candidates = sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.json").exists())
+                names, more = safeio.scan_dir(root)
             except OSError:
                 continue
+            if more and cut is not None:
+                cut.append(root)
+            candidates = [root / n for n in names if _has_config(root / n)]
         for c in candidates:
             key = c.absolute()
             if key not in seen:
@@ -94,12 +107,15 @@ def _folders(extra_dirs: list[Path] | None) -> Iterator[Path]:
                 yield c
 
 
-def _discovered(extra_dirs: list[Path] | None = None) -> list[_Found]:
+def _discovered(extra_dirs: list[Path] | None = None, cut: list[Path] | None = None) -> list[_Found]:
     found: list[_Found] = []
-    for repo in cached_repos():
+    repos, more = scan_cached_repos()
+    if more and cut is not None:
+        cut.append(hub_cache_dir())
+    for repo in repos:
         org, _, name = repo.repo_id.partition("/")
         found.append(_Found("hf-cache", repo.snapshot, repo, name or org, org))
-    for folder in _folders(extra_dirs):
+    for folder in _folders(extra_dirs, cut):
         found.append(_Found("folder", folder, None, folder.name, folder.absolute().parent.name))
     return found
 
@@ -128,7 +144,10 @@ def _derive_found(pid: str, f: _Found) -> DerivedModel:
                          "unfinished download?", field="--model")
     repo_id = f.repo.repo_id if f.repo is not None else None
     revision = f.repo.revision if f.repo is not None else ""
-    return derive(f.folder, repo_id=repo_id, revision=revision, profile_id=pid)
+    try:
+        return derive(f.folder, repo_id=repo_id, revision=revision, profile_id=pid)
+    except OSError as exc:  # a folder that changed or became unreadable while it was read
+        raise InputError(f"cannot read: {exc.strerror or exc}", file=f.folder) from None
 
 
 def list_models(catalog: Catalog, extra_dirs: list[Path] | None = None) -> list[ModelEntry]:
@@ -145,7 +164,8 @@ def list_models(catalog: Catalog, extra_dirs: list[Path] | None = None) -> list[
         source = "shipped" if src.resolve().is_relative_to(shipped_dir) else "operator"
         entries.append(ModelEntry(id=pid, title=prof.title, source=source, path=prof.source, ref=pid,
                                   problem=_profile_problem(prof)))
-    for pid, f in _assign_ids(_discovered(extra_dirs), set(catalog.models)):
+    cut: list[Path] = []
+    for pid, f in _assign_ids(_discovered(extra_dirs, cut), set(catalog.models)):
         path = str(f.folder) if f.folder is not None else str(f.repo.folder if f.repo else "")
         try:
             derived = _derive_found(pid, f)
@@ -155,6 +175,11 @@ def list_models(catalog: Catalog, extra_dirs: list[Path] | None = None) -> list[
             continue
         entries.append(ModelEntry(id=pid, title=str(derived.data["title"]), source=f.source, path=path, ref=f.ref,
                                   problem=derived.problem()))
+    for folder in cut:
+        source = "hf-cache" if folder == hub_cache_dir() else "folder"
+        entries.append(ModelEntry(id="(more)", title=f"more entries in {folder}", source=source, path=str(folder),
+                                  ref=str(folder), problem=f"{folder}: holds more than {safeio.MAX_DIR_ENTRIES:,} "
+                                                           "entries; only that many were read"))
     return entries
 
 
@@ -173,8 +198,8 @@ def derive_ref(ref: str, catalog: Catalog | None = None) -> DerivedModel | None:
     that is not cached, a broken folder or a cached repo without a snapshot."""
     taken = set(catalog.models) if catalog is not None else set()
     path = Path(ref).expanduser()
-    if path.name == "config.json" and path.is_file():
-        path = path.parent
+    if path.name == "config.json" and os.path.lexists(path):
+        path = path.parent  # (read, and refused when it is no regular file, by derive)
     if path.is_dir():
         path = path.absolute()
         return derive(path, profile_id=_id_for_folder(path, taken))

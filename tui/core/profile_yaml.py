@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from tui.core.modeldir import DerivedModel
+from tui.core.safeio import shown
 
 _ORDER = ("id", "title", "model", "architecture", "quantization", "kv_cache_dtype", "weights_gib",
           "min_compute_capability", "checked_with_vllm", "vllm", "notes")
@@ -47,7 +48,7 @@ def _scalar(value: Any) -> str:
 def _line(indent: str, key: str, value: Any, comment: str | None) -> str:
     body = f"{indent}{key}:" + (f" {_scalar(value)}" if value is not None else "")
     if comment:
-        body = f"{body:<{_WIDTH}} # {comment}"
+        body = f"{body:<{_WIDTH}} # {shown(comment, 400)}"  # one line: a newline would end the comment
     return body
 
 
@@ -58,13 +59,13 @@ def profile_yaml(derived: DerivedModel) -> str:
     comments = {**_FIXED_COMMENTS, **derived.comments}
     for name, why in missing.items():
         comments[name] = f"SET THIS: {why}"
-    out = [f"# Model profile derived by disagg-tui from {derived.source}.",
+    out = [f"# Model profile derived by disagg-tui from {shown(derived.source, 400)}.",
            "# Check the values against the model card, then save it under the profiles folder's models/ (or give",
            "# --model FILE). The schema is that of the shipped profiles; unknown keys are errors."]
     if missing:
         out.append("# Not derived (set before use): " + ", ".join(missing) + ".")
     for w in derived.warnings:
-        out.append(f"# Warning: {w}")
+        out.append(f"# Warning: {shown(w, 400)}")
     for key in _ORDER:
         if key == "architecture":
             out.append("architecture:")
@@ -85,7 +86,7 @@ def profile_yaml(derived: DerivedModel) -> str:
         if key == "notes":
             if data.get("notes"):
                 out.append("notes: >")
-                out.extend(f"  {ln}" for ln in _wrap(str(data["notes"]), 110))
+                out.extend(f"  {ln}" for ln in _wrap(shown(str(data["notes"]), 4000), 110))
             continue
         if key in data or key in missing:
             out.append(_line("", key, data.get(key), comments.get(key)))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths
+from tui.core import paths, ranges
 from tui.core.errors import InputError
 from tui.core.safeio import shown
 from tui.core.yamlio import Fields, LDict, load_file
@@ -30,7 +30,9 @@ BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "int4"
                    "gptq": 0.5625}
 OVERRIDE_KEYS = ("tp", "dp", "pd", "prefill", "decode")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")
+#: a profile or workload id (it names files and run folders: at most MAX_ID characters)
+MAX_ID = 96
+_ID = re.compile(rf"^[a-z0-9][a-z0-9._-]{{0,{MAX_ID - 1}}}\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,11 +188,21 @@ def expand_env_refs(text: str) -> str:
     return _ENV_REF.sub(sub, text)
 
 
+def _ranged(f: Fields, key: str, kind: type, default: Any = None, *, required: bool = False,
+            table: dict[str, ranges.Range] = ranges.MODEL) -> Any:
+    """``f[key]`` (an int, or a number for ``kind`` float) within its row of :mod:`tui.core.ranges` (one line
+    naming the file, line and field otherwise)."""
+    value = f.require(key, kind) if required else f.get(key, kind, default)
+    if value is not None:
+        ranges.check(table, key, value, file=f.source, line=f.line_of(key), field=f.name(key))
+    return value
+
+
 def _parse_override(f: Fields) -> ServeOverride:
     args = tuple(f.str_list("args"))
     env = tuple(f.str_map("env").items())
     gmu = f.number("gpu_memory_utilization", None, lo=0.05, hi=0.99)
-    mml = f.integer("max_model_len", None, lo=16)
+    mml = _ranged(f, "max_model_len", int)
     f.done()
     return ServeOverride(args=args, env=env, gpu_memory_utilization=gmu, max_model_len=mml)
 
@@ -210,7 +222,8 @@ def parse_model_profile(data: Any, source: str | Path, *, expand_env: bool = Tru
     f = Fields(data, source)
     pid = f.require("id", str)
     if not _ID.match(pid):
-        raise f.error("id", f"must be lowercase letters, digits, '.', '-' or '_'; got {shown(pid, 60)}")
+        raise f.error("id", f"must be lowercase letters, digits, '.', '-' or '_' (at most {MAX_ID}); got "
+                            f"{shown(pid, 60)}")
     title = f.get("title", str, pid)
     model_raw = f.require("model", str)
     if not expand_env and "$" in model_raw:
@@ -225,42 +238,44 @@ def parse_model_profile(data: Any, source: str | Path, *, expand_env: bool = Tru
     assert arch is not None
     family = arch.choice("family", ARCH_FAMILIES, required=True)
     attention = arch.choice("attention", ATTENTION_KINDS, "full")
-    params_b = arch.number("params_b", required=True, lo=0.01)
-    active = arch.number("active_params_b", params_b, lo=0.01)
+    params_b = _ranged(arch, "params_b", float, required=True)
+    active = _ranged(arch, "active_params_b", float, params_b)
     if active > params_b:
         raise arch.error("active_params_b", f"cannot exceed params_b ({params_b:g})")
-    layers = arch.integer("layers", required=True, lo=1)
+    layers = _ranged(arch, "layers", int, required=True)
     shape = ModelShape(
         layers=layers,
-        hidden_size=arch.integer("hidden_size", required=True, lo=1),
-        num_attention_heads=arch.integer("num_attention_heads", required=True, lo=1),
-        num_kv_heads=arch.integer("num_kv_heads", required=True, lo=1),
-        head_dim=arch.integer("head_dim", required=True, lo=1),
-        intermediate_size=arch.integer("intermediate_size", required=True, lo=1),
-        vocab_size=arch.integer("vocab_size", required=True, lo=1),
+        hidden_size=_ranged(arch, "hidden_size", int, required=True),
+        num_attention_heads=_ranged(arch, "num_attention_heads", int, required=True),
+        num_kv_heads=_ranged(arch, "num_kv_heads", int, required=True),
+        head_dim=_ranged(arch, "head_dim", int, required=True),
+        intermediate_size=_ranged(arch, "intermediate_size", int, required=True),
+        vocab_size=_ranged(arch, "vocab_size", int, required=True),
         full_attention_layers=arch.integer("full_attention_layers", layers, lo=1, hi=layers),
-        num_experts=arch.integer("num_experts", 0, lo=0),
-        experts_per_token=arch.integer("experts_per_token", 0, lo=0),
+        num_experts=_ranged(arch, "num_experts", int, 0),
+        experts_per_token=_ranged(arch, "experts_per_token", int, 0),
     )
     arch.done()
     if family == "moe" and (shape.num_experts < 2 or shape.experts_per_token < 1):
         raise f.error("architecture", "a MoE model needs num_experts ≥ 2 and experts_per_token ≥ 1")
+    if family == "moe" and shape.experts_per_token > shape.num_experts:
+        raise arch.error("experts_per_token", f"cannot exceed num_experts ({shape.num_experts})")
     if attention == "full" and shape.full_attention_layers != layers:
         raise f.error("architecture", "full attention means full_attention_layers == layers; use "
                                       "attention: hybrid for a model with linear/Mamba-style layers")
     quant = f.choice("quantization", QUANTIZATIONS, required=True)
     kv = f.choice("kv_cache_dtype", KV_DTYPES, "auto")
-    weights_gib = f.number("weights_gib", None, lo=0.01)
+    weights_gib = _ranged(f, "weights_gib", float)
     if weights_gib is None:
         weights_gib = params_b * 1e9 * BYTES_PER_PARAM[quant] / 2**30
-    min_cc = f.number("min_compute_capability", None, lo=1.0)
+    min_cc = _ranged(f, "min_compute_capability", float)
     if min_cc is None and quant == "nvfp4":
         min_cc = 10.0
     checked = tuple(f.str_list("checked_with_vllm"))
     v = f.sub("vllm", required=True)
     assert v is not None
     gmu = v.number("gpu_memory_utilization", 0.9, lo=0.05, hi=0.99)
-    mml = v.integer("max_model_len", required=True, lo=16)
+    mml = _ranged(v, "max_model_len", int, required=True)
     trust = v.get("trust_remote_code", bool, False)
     load_format = v.get("load_format", str, None)
     served = v.get("served_model_name", str, None)
@@ -318,7 +333,12 @@ def parse_rate(value: Any, *, source: str | Path = "", field: str = "request_rat
         raise InputError(f"expected 'inf' or a number of requests/s, got {value!r}", file=source or None,
                          line=line, field=field)
     if rate <= 0:
-        raise InputError(f"must be > 0 (or 'inf'); got {value!r}", file=source or None, line=line, field=field)
+        raise InputError(f"must be > 0 (or 'inf'); got {shown(repr(value), 60)}", file=source or None, line=line,
+                         field=field)
+    problem = ranges.WORKLOAD["request_rate"].message(rate) if math.isfinite(rate) else "must be a finite number " \
+        "of requests/s (or 'inf')"
+    if problem is not None:
+        raise InputError(problem, file=source or None, line=line, field=field)
     return rate
 
 
@@ -328,16 +348,16 @@ def parse_workload(name: str, data: Any, source: str | Path, prefix: str = "") -
     rate = parse_rate(rate_raw, source=source, field=f.name("request_rate"), line=f.line_of("request_rate"))
     w = Workload(
         name=name,
-        input_len=f.integer("input_len", required=True, lo=1),
-        output_len=f.integer("output_len", required=True, lo=1),
-        num_prompts=f.integer("num_prompts", 128, lo=1),
+        input_len=_ranged(f, "input_len", int, required=True, table=ranges.WORKLOAD),
+        output_len=_ranged(f, "output_len", int, required=True, table=ranges.WORKLOAD),
+        num_prompts=_ranged(f, "num_prompts", int, 128, table=ranges.WORKLOAD),
         request_rate=rate,
-        burstiness=f.number("burstiness", 1.0, lo=0.01),
-        max_concurrency=f.integer("max_concurrency", None, lo=1),
-        range_ratio=f.number("range_ratio", 0.0, lo=0.0, hi=0.999),
-        prefix_len=f.integer("prefix_len", 0, lo=0),
+        burstiness=_ranged(f, "burstiness", float, 1.0, table=ranges.WORKLOAD),
+        max_concurrency=_ranged(f, "max_concurrency", int, table=ranges.WORKLOAD),
+        range_ratio=_ranged(f, "range_ratio", float, 0.0, table=ranges.WORKLOAD),
+        prefix_len=_ranged(f, "prefix_len", int, 0, table=ranges.WORKLOAD),
         ignore_eos=f.get("ignore_eos", bool, True),
-        seed=f.integer("seed", 0, lo=0),
+        seed=_ranged(f, "seed", int, 0, table=ranges.WORKLOAD),
         description=str(f.get("description", str, "")).strip(),
         source=str(source),
     )
@@ -424,6 +444,10 @@ class Catalog:
         cell = RANDOM_CELL.fullmatch(ref)
         if cell and self.workloads:  # ``random-<in>x<out>``: what bench names a run and predict suggests
             base = self.workloads.get("decode-heavy") or next(iter(self.workloads.values()))
+            for key, digits in (("input_len", cell.group(1)), ("output_len", cell.group(2))):
+                if len(digits) > 12:
+                    raise InputError(f"{digits[:20]}… is out of range", field=f"--workload ({key})")
+                ranges.check(ranges.WORKLOAD, key, int(digits), field=f"--workload ({key})")
             return base.with_overrides(name=ref, input_len=int(cell.group(1)), output_len=int(cell.group(2)),
                                        description=f"random prompts, {cell.group(1)} in / {cell.group(2)} out")
         path = Path(ref).expanduser()

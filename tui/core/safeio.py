@@ -300,3 +300,26 @@ def guarded(fn: Callable[[], Any], source: str | Path, what: str) -> Any:
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError) as exc:
         detail = f"missing {exc.args[0]!r}" if isinstance(exc, KeyError) and exc.args else shown(str(exc), 120)
         raise InputError(f"not a valid {what}: {detail}", file=source) from None
+
+
+# --- folders from outside ---------------------------------------------------------------------------------------
+
+#: entries read of one folder from outside (the Hugging Face cache, a models directory, a model folder): a real one
+#: holds hundreds at most; a hostile tree of millions would otherwise make a listing take minutes
+MAX_DIR_ENTRIES = 10_000
+
+
+def scan_dir(folder: str | Path, limit: int | None = None) -> tuple[list[str], bool]:
+    """The names in ``folder``, sorted: at most ``limit`` (default :data:`MAX_DIR_ENTRIES`) of them, in the order
+    the system lists them, and whether there were more. Raises OSError as ``os.scandir`` does (a missing or
+    unreadable folder)."""
+    limit = MAX_DIR_ENTRIES if limit is None else limit
+    names: list[str] = []
+    more = False
+    with os.scandir(folder) as it:
+        for entry in it:
+            if len(names) >= limit:
+                more = True
+                break
+            names.append(entry.name)
+    return sorted(names), more
