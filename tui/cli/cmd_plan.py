@@ -27,7 +27,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     _profile, launch = make_plan(args, ctx)
     checks = [] if args.no_preflight else preflight(launch, ctx.host.facts, ctx.nvml_or_none())
     if args.json:
-        ctx.print_json({"plan": launch.to_dict(), "preflight": [c.to_dict() for c in checks]})
+        ctx.print_json({"plan": launch.redacted_dict(), "preflight": [c.to_dict() for c in checks]})
     else:
         ctx.print(launch.shell())
     for w in launch.warnings:

@@ -45,6 +45,7 @@ from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.launch.supervisor import process_alive
 from tui.core.plan.spec import LaunchPlan
 from tui.core.playbook import Diagnosis, MatchContext, Matcher, Playbook
+from tui.core.redact import Redactor
 from tui.core.topology import parse_topology
 
 ACTIVE = ("starting", "ready", "stopping")
@@ -101,6 +102,8 @@ class LayoutFollower(threading.Thread):
         self._next_sample = 0.0
         self._deferred: set[str] = set()
         self._shown: tuple[str, str] = ("", "")  # the (status, note) last published
+        #: a log line is redacted before it is published, matched or kept for an exit's excerpt
+        self.redactor = Redactor()
 
     # --- control (any thread) ------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -236,6 +239,7 @@ class LayoutFollower(threading.Thread):
             if "\r" in text:
                 segments = [s for s in text.split("\r") if s.strip()]
                 text = segments[-1] if segments else ""
+            text = self.redactor.text(text)
             srv.last.append(text)
             self.bus.publish_threadsafe(LogLine(server=name, lineno=srv.lineno, text=text))
             update = srv.tracker.feed(text)

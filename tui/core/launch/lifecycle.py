@@ -52,8 +52,9 @@ from tui.core.launch.state import (
 from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import Check, failed, preflight
+from tui.core.plan.spec import shell_line
 from tui.core.profiles import ModelProfile
-from tui.core.redact import redact_argv, redact_env
+from tui.core.redact import Redactor, argv_secret_values, redact_argv, secret_values
 
 #: a real cold start: ~2 min for an 8B model on H200, ~15 min for the seed's 27B (torch.compile + CUDA graphs)
 REAL_READY_TIMEOUT_S = 2400.0
@@ -98,12 +99,11 @@ def timeouts_for(host: Host) -> tuple[float, float]:
     return 60.0 + 10.0 * startup, max(8.0, 3.0 * startup)
 
 
-def _shell(spec_env: dict[str, str], argv: list[str]) -> str:
-    import shlex
-
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact_env(spec_env).items())
-    cmd = " ".join(shlex.quote(a) for a in redact_argv(argv))
-    return f"{env} {cmd}".strip()
+def plan_redactor(plan: LaunchPlan) -> Redactor:
+    """Redacts what a layout's servers say (log lines, failure excerpts): also the values of the plan's own secrets
+    (``--env MY_PASSWORD=...``, ``--api-key ...``), which a log line may echo."""
+    extra = [v for s in plan.servers for v in (*secret_values(s.env_dict()), *argv_secret_values(s.argv))]
+    return Redactor(extra_values=extra)
 
 
 class Launch:
@@ -133,6 +133,8 @@ class Launch:
         self.progress_at: dict[str, float] = {}  # server -> last time a compiler worked or a cache grew
         self.cache_states: dict[str, str] = {}  # server -> cold | warm, judged before it starts
         self.envs: dict[str, dict[str, str]] = {}
+        #: what the servers say is redacted before it is published, matched or kept (the real logs stay as written)
+        self.redactor = plan_redactor(plan)
 
     # --- state -------------------------------------------------------------------------------------------------
     def _claim_slot(self) -> LayoutRecord:
@@ -145,11 +147,7 @@ class Launch:
                         continue
                     if not self.options.replace:
                         raise _busy(rec)
-            plan_dict = self.plan.to_dict()
-            for s in plan_dict["servers"]:
-                s["env"] = redact_env(s["env"])
-                s["argv"] = redact_argv(s["argv"])
-                s["shell"] = _shell(s["env"], s["argv"])
+            plan_dict = self.plan.redacted_dict()
             sim: dict[str, Any] = {}
             if self.host.simulated:
                 o = getattr(self.host, "options", None)
@@ -274,7 +272,7 @@ class Launch:
         found = self.expected.get(item.name)
         self.bus.publish_threadsafe(ServerLaunched(
             layout_id=self.layout_id, server=item.name, role=item.role, pid=popen.pid, url=item.url,
-            command=_shell(item.env, item.shown_argv), log=str(log), gpus=tuple(item.gpus), started=rec.started,
+            command=shell_line(item.env, item.shown_argv), log=str(log), gpus=tuple(item.gpus), started=rec.started,
             expected_s=found.seconds if found else None, expected_source=found.describe() if found else ""))
         return rec
 
@@ -353,7 +351,8 @@ class Launch:
             pending[name] = rec
 
     def _on_line(self, name: str, lineno: int, text: str) -> None:
-        """In the follower thread: phases, log lines and hooks (the playbook matcher)."""
+        """In the follower thread: phases, log lines and hooks (the playbook matcher), on the redacted line."""
+        text = self.redactor.text(text)
         self.bus.publish_threadsafe(LogLine(server=name, lineno=lineno, text=text))
         tracker = self.trackers.get(name)
         if tracker is not None:
@@ -389,7 +388,7 @@ class Launch:
                     if code is not None:
                         await asyncio.sleep(0.3)  # let the process's last writes land
                         await asyncio.to_thread(follower.poll_once)
-                        last = tuple(follower.last_lines.get(name, ()))[-25:]
+                        last = self.redactor.lines(tuple(follower.last_lines.get(name, ()))[-25:])
                         at = self.trackers[name].phase.key if name in self.trackers else "?"
                         proc.exited = code
                         self.bus.publish(ServerExited(server=name, returncode=code, during=at, last_lines=last))
@@ -419,7 +418,7 @@ class Launch:
                     silent = min(follower.silent_for(name), now - self.progress_at.get(name, -1e18))
                     if name != "proxy" and silent > self.options.stall_timeout_s:
                         phase = self.trackers[name].phase
-                        last = tuple(follower.last_lines.get(name, ()))[-25:]
+                        last = self.redactor.lines(tuple(follower.last_lines.get(name, ()))[-25:])
                         self.bus.publish(ServerStalled(server=name, phase=phase.key, silent_s=silent, last_lines=last))
                         raise StartFailure(f"{name} stalled: no log output for {silent:.0f} s during startup "
                                            f"({phase.key}: {phase.label})", server=name, phase=phase.key,

@@ -20,6 +20,7 @@ from typing import Any
 
 from tui.core import paths
 from tui.core.errors import InputError
+from tui.core.redact import redact_data
 
 STATE_VERSION = 1
 
@@ -51,7 +52,7 @@ class LayoutRecord:
     id: str
     created: float
     simulated: bool
-    plan: dict[str, Any]  # LaunchPlan.to_dict(), secrets redacted
+    plan: dict[str, Any]  # LaunchPlan.redacted_dict()
     processes: list[ProcessRecord]
     status: str = "starting"  # starting | ready | failed | stopping | stopped (what is shown: layout_health)
     owner_pid: int = 0
@@ -176,8 +177,10 @@ class StateStore:
                              file=self.file) from None
 
     def _write(self, layouts: dict[str, LayoutRecord]) -> None:
+        """Whole, and redacted whoever filled the records: a plan's secrets, a failure's log excerpt in a diagnosis
+        never reach the file (a relaunch takes them from the environment: :func:`tui.core.redact.restore_env`)."""
         tmp = self.file.with_name(f".layouts.{os.getpid()}.tmp")
-        data = {"version": STATE_VERSION, "layouts": {k: v.to_dict() for k, v in layouts.items()}}
+        data = {"version": STATE_VERSION, "layouts": {k: redact_data(v.to_dict()) for k, v in layouts.items()}}
         tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
         os.replace(tmp, self.file)
 

@@ -1,16 +1,26 @@
 """A launch plan as data: each server's argv, environment, GPUs and ports, the proxy, and fixes to apply.
 
-Made by :func:`tui.core.plan.planner.plan`; shown to the operator as copy-paste shell; recorded (secrets redacted) in
-the state file; changed by playbook fixes (:class:`PlanFix`).
+Made by :func:`tui.core.plan.planner.plan`; shown to the operator as copy-paste shell (secrets redacted: the shell
+is what is shown, never what runs); recorded (:meth:`LaunchPlan.redacted_dict`) in the state file; changed by
+playbook fixes (:class:`PlanFix`).
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tui.core.redact import redact_argv, redact_data, redact_env
 from tui.core.topology import Topology, parse_topology
+
+
+def shell_line(env: Mapping[str, str], argv: Sequence[str]) -> str:
+    """A command with its environment as one line of copy-paste shell, secrets redacted (what is shown)."""
+    env_part = " ".join(f"{k}={shlex.quote(v)}" for k, v in redact_env(env).items())
+    cmd = " ".join(shlex.quote(a) for a in redact_argv(argv))
+    return f"{env_part} {cmd}" if env_part else cmd
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +55,11 @@ class ServerSpec:
         return dict(self.env)
 
     def shell(self, *, display_exe: str | None = None) -> str:
+        """The server's command as copy-paste shell, secrets redacted."""
         argv = list(self.argv)
         if display_exe is not None:
             argv[0] = display_exe
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env)
-        cmd = " ".join(shlex.quote(a) for a in argv)
-        return f"{env} {cmd}" if env else cmd
+        return shell_line(dict(self.env), argv)
 
     def side_channel_ports(self) -> list[int]:
         if self.side_channel_port is None:
@@ -81,7 +90,7 @@ class ProxySpec:
         return out
 
     def shell(self) -> str:
-        return " ".join(shlex.quote(a) for a in ["disagg-tui", "proxy", *self.args()])
+        return shell_line({}, ["disagg-tui", "proxy", *self.args()])
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +150,8 @@ class LaunchPlan:
         return None
 
     def shell(self) -> str:
-        """The whole layout as copy-paste shell (each server in the background, then the proxy)."""
+        """The whole layout as copy-paste shell (each server in the background, then the proxy), secrets
+        redacted."""
         lines = [f"# {self.profile_id} as {self.topology} on GPU {','.join(map(str, self.gpus))}"
                  + (" (SIMULATED host)" if self.simulated else "")]
         for w in self.workarounds:
@@ -173,6 +183,13 @@ class LaunchPlan:
             "fixes_applied": list(self.fixes_applied),
             "shared_gpus": self.shared_gpus,
         }
+
+    def redacted_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` with every secret redacted (each server's environment and argv by name and by value, the
+        texts by value): what is written (the state file, ``plan --json``) or shown. A plan rebuilt from it gets
+        its secrets back with :func:`tui.core.redact.restore_env`."""
+        out: dict[str, Any] = redact_data(self.to_dict())
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LaunchPlan:
