@@ -9,6 +9,9 @@ What a run directory holds:
 - ``workload.json`` and ``plan.json`` (when a layout is known); ``logs/``: the servers' logs;
 - ``requests.parquet``: one row per finished request (send time, TTFT, every ITL gap, E2E, token counts, error).
 
+Every file is written with its secrets redacted (:mod:`tui.core.redact`: a plan's tokens, an ``--api-key``, a URL's
+credentials, a token echoed in an error), the journal's error texts too.
+
 Records are written as they arrive: each one is appended to ``requests.jsonl`` (flushed at once, in the worker's
 compact form with the ITL list packed as base64 float64) and every
 few seconds the new ones become a parquet part in ``requests/``. A clean end merges the parts into
@@ -123,11 +126,13 @@ class RunMeta:
         return cls(**data)
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Whole or not at all: a reader never finds half a file (a full disk leaves the old file, or none)."""
+def write_json(path: Path, data: Any, *, redactor: Redactor | None = None) -> None:
+    """Whole or not at all: a reader never finds half a file (a full disk leaves the old file, or none). Secrets
+    never reach a run directory: ``data`` is written redacted (a plan's HF_TOKEN, an --api-key, a URL's
+    credentials, a token in a message; :mod:`tui.core.redact`)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+        tmp.write_text(json.dumps((redactor or Redactor()).value(data), indent=1, default=str), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
@@ -139,6 +144,24 @@ def _to_wire(rec: RequestRecord) -> dict[str, Any]:
     return {"i": rec.index, "st": rec.start, "ok": rec.success, "ttft": rec.ttft, "lat": rec.latency,
             "itl": pack_floats(rec.itl), "pt": rec.prompt_tokens, "ct": rec.output_tokens, "ch": rec.chunks,
             "err": rec.error, "ei": rec.expected_input, "eo": rec.expected_output}
+
+
+def _redact_wire(line: bytes, red: Redactor) -> bytes:
+    """A finished request's line with its error text redacted (a server's error may echo a token); a line without
+    an error (nearly all) is kept as it came, unparsed."""
+    if b'"err":"' not in line or b'"err":""' in line:
+        return line
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(msg, dict) or not isinstance(msg.get("err"), str):
+        return line
+    err = red.text(msg["err"])
+    if err == msg["err"]:
+        return line
+    msg["err"] = err
+    return json.dumps(msg, separators=(",", ":")).encode()
 
 
 def records_frame(records: Sequence[RequestRecord]) -> Any:
@@ -189,11 +212,12 @@ class RunWriter:
         self.meta = meta
         paths.make_dirs(directory)
         (directory / PARTS_DIR).mkdir(exist_ok=True)
-        red = Redactor()  # secrets never reach a run directory (a plan's HF_TOKEN, an --api-key)
+        #: secrets never reach a run directory: each file is written redacted, and so are the journal's error texts
+        self.redactor = Redactor()
         if workload is not None:
-            write_json(directory / "workload.json", red.value(workload))
+            write_json(directory / "workload.json", workload, redactor=self.redactor)
         if plan is not None:
-            write_json(directory / "plan.json", red.value(plan))
+            write_json(directory / "plan.json", plan, redactor=self.redactor)
         self.save_meta()
         self._journal = open(directory / JOURNAL_FILE, "ab")  # noqa: SIM115 - closed in finish
         self._raw: list[bytes] = []  # every record line, as received
@@ -203,12 +227,12 @@ class RunWriter:
         self._last_flush = time.monotonic()
 
     def save_meta(self) -> None:
-        write_json(self.dir / RUN_FILE, self.meta.to_dict())
+        write_json(self.dir / RUN_FILE, self.meta.to_dict(), redactor=self.redactor)
 
     def add_wire(self, line: bytes) -> None:
         """Keep a finished request as the worker sent it: journaled at once, decoded later. While a run goes the
         parent does as little as it can (it may share a core with the client or the server)."""
-        line = line.rstrip(b"\n")
+        line = _redact_wire(line.rstrip(b"\n"), self.redactor)
         self._journal.write(line + b"\n")
         self._journal.flush()
         self._raw.append(line)
@@ -249,7 +273,7 @@ class RunWriter:
         with contextlib.suppress(FileNotFoundError):
             (self.dir / JOURNAL_FILE).unlink()
         if summary is not None:
-            write_json(self.dir / SUMMARY_FILE, summary)
+            write_json(self.dir / SUMMARY_FILE, summary, redactor=self.redactor)
         self.meta.status = status
         self.meta.ended = time.time()
         if message:
