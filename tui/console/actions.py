@@ -29,6 +29,7 @@ from tui.core.events import Event
 from tui.core.host.base import HostOptions
 from tui.core.procs import pid_alive
 from tui.core.profiles import Workload
+from tui.core.redact import redact_argv
 
 #: where the detached commands' output goes
 JOBS_DIR = "console-jobs"
@@ -102,7 +103,8 @@ class Job:
         return self.popen.poll() if self.popen is not None else None
 
     def shell(self) -> str:
-        return " ".join(shlex.quote(a) for a in ["disagg-tui", *self.argv])
+        """The command as shown (a notification, the job's log), secrets redacted (``--env HF_TOKEN=...``)."""
+        return " ".join(shlex.quote(a) for a in redact_argv(["disagg-tui", *self.argv]))
 
     def last_error(self) -> str:
         """The command's own one-line error (``disagg-tui: error: ...``), else its last non-empty line."""
