@@ -425,3 +425,34 @@ def test_a_console_job_shows_its_command_redacted(tmp_path: Path) -> None:
     _no_secret(shown, "the job's command")
     assert shown.startswith(f"disagg-tui up --model {MODEL} --env 'MY_HF_TOKEN_2=<redacted>'")
     assert job.argv[4] == f"MY_HF_TOKEN_2={GH}"  # what runs keeps the value
+
+
+async def test_a_vllm_bench_run_against_an_endpoint_with_credentials_keeps_none(tmp_path: Path) -> None:
+    from tests.bench.test_bench_vllmbench import _fake, _opts
+    from tui.core.bench.runner import BenchTarget
+    from tui.core.bench.vllmbench import run_vllm_bench
+    from tui.sim.stubserver import StubConfig, StubServer
+
+    srv = StubServer(StubConfig(mode="fast"))
+    port = await srv.start("127.0.0.1", 0)
+    try:
+        target = BenchTarget(endpoint=f"http://alice:{PASSWORD}@127.0.0.1:{port}", topology="tp1", campaign="vb",
+                             runs_root=tmp_path)
+        run = await run_vllm_bench(_fake(tmp_path), _opts(), target, "/tok")
+    finally:
+        srv.close()
+    assert run.meta.status == "complete"
+    assert (run.path / "command.txt").read_text(encoding="utf-8").split()[2:4] == ["bench", "serve"]
+    for f in run.path.rglob("*"):
+        if f.is_file() and f.suffix != ".parquet":
+            assert PASSWORD not in f.read_text(encoding="utf-8", errors="replace"), f.name
+    assert f"http://{REDACTED}@127.0.0.1:{port}" in (run.path / "command.txt").read_text(encoding="utf-8")
+
+
+def test_an_events_file_header_keeps_no_secret_flag_value(tmp_path: Path) -> None:
+    from tui.core.bench.eventsfile import EventsWriter
+
+    path = tmp_path / "e.jsonl"
+    EventsWriter(path, argv=["bench", "--api-key", "s3cr3tvalue", "--workload", "decode-heavy"]).close()
+    text = path.read_text(encoding="utf-8")
+    assert "s3cr3tvalue" not in text and '"--workload","decode-heavy"' in text.replace(", ", ",")

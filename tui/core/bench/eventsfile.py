@@ -38,7 +38,7 @@ class EventsWriter:
         self._fh: BinaryIO | None = os.fdopen(fd, "ab", buffering=0)
         pid = os.getpid()
         self._line({"t": HEADER, "pid": pid, "create_time": create_time(pid),
-                    "argv": [self.redactor.text(a) for a in (argv if argv is not None else sys.argv[1:])]})
+                    "argv": self.redactor.value(list(argv if argv is not None else sys.argv[1:]))})
         self._unsubscribe: Any = None
 
     def attach(self, bus: EventBus) -> EventsWriter:

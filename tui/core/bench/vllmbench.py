@@ -37,6 +37,7 @@ from tui.core.bench.serverlive import ServerLive
 from tui.core.bench.store import RUN_FILE, Run, RunMeta, import_vllm_result, rate_label, safe_name, write_json
 from tui.core.errors import InputError, RunFailed
 from tui.core.events import EventBus
+from tui.core.redact import redact_argv
 from tui.core.telemetry.derive import ITL, TPOT, TTFT
 
 _TQDM = re.compile(r"(\d+)/(\d+) \[(\d+):(\d+)(?::(\d+))?<")
@@ -160,7 +161,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
 
     def prepare_dir() -> None:
         paths.make_dirs(out_dir)
-        (directory / "command.txt").write_text(" ".join(argv) + "\n", encoding="utf-8")
+        (directory / "command.txt").write_text(" ".join(redact_argv(argv)) + "\n", encoding="utf-8")
 
     await asyncio.to_thread(prepare_dir)
     run_id = f"{safe_name(target.campaign)}/{name}"
