@@ -126,11 +126,14 @@ def test_names_flags_and_urls_in_text_argv_and_env() -> None:
     assert t("vllm serve m --api-key s3cr3t --port 1") == f"vllm serve m --api-key {REDACTED} --port 1"
     assert t("m --hf-token=abc --api-key 'x y'") == f"m --hf-token={REDACTED} --api-key {REDACTED}"
     assert t("--api-key --port 1") == "--api-key --port 1"  # no value: the next flag is not hidden
+    assert t("--db-password-thing s3cr3t") == f"--db-password-thing {REDACTED}"
+    assert t("Authorization: Basic dXNlcjpwYXNz, Bearer abcdefgh12345") == \
+        f"Authorization: Basic {REDACTED}, Bearer {REDACTED}"
     assert t("HF_ENDPOINT=" + MIRROR + "/api") == f"HF_ENDPOINT=https://{REDACTED}@mirror.example/api"
     assert t("redis://:pw@cache:6379/0") == f"redis://{REDACTED}@cache:6379/0"
     assert t('{"HF_TOKEN": "abc", "key": "flashinfer_jit"}') == f'{{"HF_TOKEN": "{REDACTED}", "key": "flashinfer_jit"}}'
     assert t("non-default args: {'api_key': ['s3cr3t']}") == f"non-default args: {{'api_key': ['{REDACTED}']}}"
-    assert t("curl -H 'Authorization: Bearer abcdefgh12'") == f"curl -H 'Authorization: {REDACTED}'"
+    assert t("curl -H 'Authorization: Bearer abcdefgh12'") == f"curl -H 'Authorization: Bearer {REDACTED}'"
     assert t("HF_TOKEN: abc") == f"HF_TOKEN: {REDACTED}" and t("first token: abc") == "first token: abc"
     assert redact_argv(["vllm", "--api-key", "k1", "--max-num-batched-tokens", "8192", "--hf-token=t",
                         "--allow-credentials", "--port", "1", "--env", f"X={GH}", "--arg", "--api-key kk"]) == [

@@ -131,7 +131,7 @@ _NAME_EQ = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)=" + _NOT_DONE 
 #: ``NAME: value``, ``"name": "value"``, ``'name': ['value']`` (YAML, JSON, a Python repr as vLLM logs its args)
 _NAME_COLON = re.compile(r"""(?<![A-Za-z0-9_])(["']?)([A-Za-z_][A-Za-z0-9_-]*)\1(\s*:\s*)""" + _NOT_DONE
                          + r"""(\[\s*)?("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s,}\]{\['"][^\s,}\]]*)""")
-_HEADER = re.compile(r"""(\b(?:proxy-)?(?:authorization|x-api-key)\b["']?\s*[:=]\s*["']?)(?:bearer\s+|basic\s+)?"""
+_HEADER = re.compile(r"""(\b(?:proxy-)?(?:authorization|x-api-key)\b["']?\s*[:=]\s*["']?(?:(?:bearer|basic)\s+)?)"""
                      + _NOT_DONE + r"""([^\s"',}]+)""", re.IGNORECASE)
 _BEARER = re.compile(r"(\bbearer\s+)" + _NOT_DONE + r"([A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
 _CAPS = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -140,7 +140,6 @@ _CAPS = re.compile(r"[A-Z][A-Z0-9_]*")
 _ANY_HINT = re.compile(r"hf_|gh[pousr]_|github_pat_|sk-|eyj|akia|asia|xox[abprs]-|://"
                        r"|token(?!s|iz|is)|key|secret|passw|passphrase|credential|pat\b|auth|bearer")
 _NAME_HINT = re.compile(r"token(?!s|iz|is)|key|secret|passw|passphrase|credential|pat\b|auth")
-_FLAG_HINT = re.compile(r"(?:token|key|secret|passw\w*|passphrase|pat|credentials?)(?:=|[ \t])")
 _HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "api_key", "cookie"})
 #: a mapping under one of these keys is an environment: every key a variable name
 _ENV_KEYS = frozenset({"env", "environ", "environment"})
@@ -198,17 +197,17 @@ def _text(s: str, values: Sequence[str]) -> str:
         s = _SHAPES.sub(_shape, s)
     if "://" in s:
         s = _URL_CREDS.sub(lambda m: f"{m.group(1)}{REDACTED}@", s)
-    if "--" in s and _FLAG_HINT.search(low):
-        s = _FLAG_VALUE.sub(_flag_value, s)
-    if ("=" in s or ":" in s) and _NAME_HINT.search(low):
-        if "=" in s:
-            s = _NAME_EQ.sub(_name_eq, s)
-        if ":" in s:
-            s = _NAME_COLON.sub(_name_colon, s)
     if "authorization" in low or "x-api-key" in low:
         s = _HEADER.sub(_keep_head, s)
     if "bearer" in low:
         s = _BEARER.sub(_keep_head, s)
+    if _NAME_HINT.search(low):  # a secret's name: a flag, NAME=value, NAME: value
+        if "--" in s:
+            s = _FLAG_VALUE.sub(_flag_value, s)
+        if "=" in s:
+            s = _NAME_EQ.sub(_name_eq, s)
+        if ":" in s:
+            s = _NAME_COLON.sub(_name_colon, s)
     return s
 
 
