@@ -340,12 +340,14 @@ def test_a_start_failure_keeps_no_secret_in_its_events_or_the_state_file(tmp_pat
     from tui.core.profiles import Catalog
     from tui.core.topology import parse_topology
 
+    host_key = "hostgivenkey-0123"  # what a host hands a server as VLLM_API_KEY, never part of the plan
     script = (f"print('connecting to {MIRROR} with {GH}'); print('password is {PASSWORD}'); "
-              "print('AWS AKIAIOSFODNN7EXAMPLE'); import sys; sys.exit(3)")
+              f"print('AWS AKIAIOSFODNN7EXAMPLE'); print('serving with {host_key}'); import sys; sys.exit(3)")
 
     class LeakyHost(ScriptHost):
         def server_command(self, spec: Any, plan: Any, profile_json: Any = None) -> Command:
-            return Command(argv=[sys.executable, "-c", script], env={"PATH": "/usr/bin:/bin"})
+            return Command(argv=[sys.executable, "-c", script], env={"PATH": "/usr/bin:/bin",
+                                                                       "VLLM_API_KEY": host_key})
 
     profile = Catalog.load().model("dummy-qwen3-8b")
     p = plan(profile, parse_topology("tp1"), LeakyHost().facts,
@@ -359,7 +361,7 @@ def test_a_start_failure_keeps_no_secret_in_its_events_or_the_state_file(tmp_pat
     lines = [e.text for e in seen if isinstance(e, LogLine)]
     (exited,) = [e for e in seen if isinstance(e, ServerExited)]
     assert f"password is {REDACTED}" in lines and f"connecting to https://{REDACTED}@mirror.example with " \
-        f"{REDACTED}" in lines
+        f"{REDACTED}" in lines and f"serving with {REDACTED}" in lines
     assert exited.last_lines == tuple(lines)
     _no_secret(json.dumps([e.to_dict() for e in seen]), "the launch's events")
     assert "AKIAIOSFODNN7EXAMPLE" not in json.dumps([e.to_dict() for e in seen])

@@ -237,6 +237,10 @@ class Launch:
         items = [_SpawnItem(s.name, s.role, s.url, tuple(s.gpus), self.host.server_command(s, self.plan, profile_json),
                             s.env_dict(), list(s.argv)) for s in self.plan.servers]
         items = [replace(i, api_key=bool(i.cmd.env.get("VLLM_API_KEY"))) for i in items]
+        # the secrets the host adds to a server's environment (VLLM_API_KEY) are looked for in its lines too
+        host_secrets = {v for i in items for v in secret_values(i.cmd.env)} - set(self.redactor.values)
+        if host_secrets:
+            self.redactor = Redactor(extra_values=[*self.redactor.values, *host_secrets])
         if self.plan.proxy is not None:
             pc = self.host.proxy_command(self.plan.proxy)
             items.append(_SpawnItem("proxy", "proxy", self.plan.proxy.url, (), pc, {},
