@@ -14,7 +14,7 @@ from typing import Any
 from tui.cli.argtypes import positive_int
 from tui.cli.context import CliContext, add_global_options
 from tui.core.bench.metrics import parse_goodput
-from tui.core.bench.store import find_runs, load_run
+from tui.core.bench.store import find_runs, load_runs
 from tui.core.errors import EXIT_OK, InputError
 from tui.core.plan.gpuspecs import PRESETS, GpuSpec, spec_for_name
 from tui.hosts import predictor, runpredict
@@ -192,7 +192,9 @@ def render_map(m: Any, max_model_len: int) -> str:
 
 def calibrate(args: argparse.Namespace, ctx: CliContext) -> int:
     facts = ctx.host.facts
-    runs = [load_run(p) for p in find_runs(args.runs)]
+    runs, damaged = load_runs(find_runs(args.runs))
+    for err in damaged:
+        ctx.warn(f"damaged run left out: {err.one_line()}")
     gpu = PRESETS[args.gpu] if args.gpu else None
     used, skipped = runpredict.fit_runs(runs, ctx.catalog, gpu)
     if not used:

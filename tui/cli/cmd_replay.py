@@ -78,4 +78,6 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
             ctx.out.flush()
         if recording.damage is not None:
             ctx.warn(f"{path}: {recording.damage}; replayed up to there")
+        elif recording.bad_events:
+            ctx.warn(f"{path}: {recording.bad_events} damaged events left out (the first {recording.first_bad})")
     return EXIT_OK

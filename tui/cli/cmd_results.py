@@ -8,9 +8,10 @@ from typing import Any
 
 from tui.cli import predictions
 from tui.cli.context import CliContext, add_global_options, parse_pairs
+from tui.core import safeio
 from tui.core.bench import serverside, table
 from tui.core.bench.metrics import parse_goodput
-from tui.core.bench.store import find_runs, import_vllm_result, load_run, write_json
+from tui.core.bench.store import find_runs, import_vllm_result, load_runs, write_json
 from tui.core.errors import EXIT_OK, InputError
 from tui.core.plan.gpuspecs import PRESETS
 
@@ -43,20 +44,24 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     if args.runs and args.runs[0] == "import":
         return run_import(args, ctx, args.runs[1:])
     slo = parse_goodput(args.goodput or [])
-    runs = [load_run(p) for p in find_runs(args.runs)]
+    runs, damaged = load_runs(find_runs(args.runs))
+    for err in damaged:  # a copied folder with a broken file: listed, never the end of the others
+        ctx.warn(f"damaged run left out: {err.one_line()}")
     if not runs:
+        if damaged:
+            raise InputError(f"no run could be read ({len(damaged)} damaged: see the warnings)", field="RUN")
         raise InputError("no runs stored yet", field="RUN", hint="run 'disagg-tui bench' or 'disagg-tui run'")
     cells = table.build_cells(runs, slo or None)
     if args.format == "json":
-        import json
-
-        text = json.dumps({"rows": table.cell_rows(cells),
-                           "runs": [{"run": r.id, "status": r.meta.status, "path": str(r.path),
-                                     "flags": r.meta.flags, "simulated": r.simulated,
-                                     "prediction": predictions.prediction_for(ctx, r) if r.summary else None,
-                                     "kv_xfer": r.meta.kv_xfer, "ttft_breakdown": r.meta.ttft_breakdown}
-                                    for r in runs]},
-                          indent=2, default=str)
+        text = safeio.dumps_strict({"rows": table.cell_rows(cells),
+                                    "runs": [{"run": r.id, "status": r.meta.status, "path": str(r.path),
+                                              "flags": r.meta.flags, "simulated": r.simulated,
+                                              "prediction": predictions.prediction_for(ctx, r) if r.summary
+                                              else None,
+                                              "kv_xfer": r.meta.kv_xfer, "ttft_breakdown": r.meta.ttft_breakdown}
+                                             for r in runs],
+                                    "damaged": [{"path": err.file, "error": err.one_line()} for err in damaged]},
+                                   indent=2, default=str)
     else:
         df = table.comparison_frame(cells)
         text = {"table": table.render_text, "csv": table.render_csv, "md": table.render_markdown}[args.format](df)
@@ -77,7 +82,8 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         ctx.print(text)
     for r in runs:
         if r.meta.status != "complete":
-            ctx.warn(f"{r.id}: {r.meta.status}" + (f" ({r.meta.message})" if r.meta.message else ""))
+            ctx.warn(f"{safeio.shown(r.id)}: {r.meta.status}"
+                     + (f" ({safeio.shown(r.meta.message)})" if r.meta.message else ""))
     return EXIT_OK
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -11,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from tui.cli.argtypes import bounded_int, nonneg_float, positive_float
+from tui.core import safeio
 from tui.core.errors import InputError
 from tui.core.host.base import Host, HostOptions
 from tui.core.profiles import Catalog
@@ -150,7 +150,8 @@ class CliContext:
         print(text, file=self.out, flush=True)
 
     def print_json(self, data: Any) -> None:
-        print(json.dumps(data, indent=2, default=str), file=self.out, flush=True)
+        """Valid JSON whatever ``data`` holds: a NaN or an infinity (a figure of a file from outside) is null."""
+        print(safeio.dumps_strict(data, indent=2, default=str), file=self.out, flush=True)
 
     def warn(self, text: str) -> None:
         print(f"warning: {text}", file=self.err, flush=True)

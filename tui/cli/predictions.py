@@ -3,26 +3,49 @@ through the composition root), and the results show both with their ratio."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from tui.cli.context import CliContext
+from tui.core import safeio
 from tui.core.bench.store import RUN_FILE, Run, write_json
-from tui.core.errors import AppError
+from tui.core.errors import AppError, InputError
 from tui.hosts import predictor, runpredict
 
 
 def prediction_for(ctx: CliContext, run: Run) -> dict[str, Any]:
     """The run's stored prediction, else one made now (with this host's calibration for the run's GPU model) and
-    stored with it."""
+    stored with it. A run folder from elsewhere whose files do not make a prediction (a stored one of the wrong
+    shape, a plan of the wrong types) gets ``{"unavailable": why}``, never a traceback."""
     found = runpredict.stored_prediction(run)
-    if found is not None:
+    if found is not None and _well_formed(found):
         return found
     try:
         facts = ctx.host.facts
     except AppError:
         facts = None
-    return runpredict.attach_prediction(run, ctx.catalog, facts)
+    try:
+        made: dict[str, Any] = safeio.guarded(lambda: runpredict.attach_prediction(run, ctx.catalog, facts),
+                                              run.path, "run folder for a prediction")
+    except InputError as err:
+        return {"unavailable": err.one_line()}
+    return made
+
+
+def _well_formed(p: dict[str, Any]) -> bool:
+    """A stored prediction as :func:`render` reads it: ``values`` and ``ratio`` mappings of finite numbers."""
+    if "unavailable" in p:
+        return isinstance(p["unavailable"], str)
+    for key in ("values", "ratio"):
+        part = p.get(key)
+        if part is None:
+            continue
+        if not isinstance(part, dict) or not all(
+                v is None or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
+                for v in part.values()):
+            return False
+    return True
 
 
 def attach_all(ctx: CliContext, runs: Sequence[Run]) -> None:

@@ -62,7 +62,24 @@ class ReplayConsoleApp(ConsoleApp):
         super().on_mount()
         self.source = ReplaySource(self.recording, self.ctx.bus, speed=self._speed)
         self.source.on_seek(self._rebuild)
+        self._told: tuple[str | None, int] = (None, 0)
         self._pump()
+        self._tell_damage()
+        self.set_interval(1.0, self._tell_damage)
+
+    def _tell_damage(self) -> None:
+        """A recording damaged part-way (cut short, a decompression bomb, events of the wrong shape) replays up to
+        the damage: the operator is told once where it stopped, and how many events were left out."""
+        rec = self.recording
+        told, bad = self._told
+        name = Path(str(self.ctx.replay)).name
+        if rec.damage is not None and rec.damage != told:
+            self.notify(f"{name}: {rec.damage}; replayed up to there", title="recording damaged",
+                        severity="warning", timeout=10)
+        if rec.bad_events and not bad:
+            self.notify(f"{name}: {rec.bad_events} damaged events left out (the first {rec.first_bad})",
+                        title="recording damaged", severity="warning", timeout=10)
+        self._told = (rec.damage, rec.bad_events)
 
     @work(exclusive=True, group="replay", exit_on_error=False, description="replaying the recording")
     async def _pump(self) -> None:

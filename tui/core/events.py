@@ -15,11 +15,11 @@ import asyncio
 import dataclasses
 import threading
 import time
-import types
-import typing
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from tui.core import typedread
 
 _REGISTRY: dict[str, type[Event]] = {}
 
@@ -64,101 +64,20 @@ def registered_kinds() -> dict[str, type[Event]]:
     return dict(_REGISTRY)
 
 
-def event_from_dict(data: dict[str, Any]) -> Event:
-    """Rebuild an event from ``to_dict`` output. Raises ``ValueError`` for an unknown kind or bad fields."""
+def event_from_dict(data: Any) -> Event:
+    """Rebuild an event from ``to_dict`` output (a recording's line, an events file's). Raises ``ValueError`` for
+    an unknown kind, an unknown field, a missing one or one of the wrong type or range
+    (:class:`tui.core.typedread.FieldError` names it): what a file holds is checked before it becomes an event."""
+    if not isinstance(data, dict):
+        raise ValueError("an event must be a JSON object")
     kind = data.get("kind")
-    cls = _REGISTRY.get(str(kind))
+    cls = _REGISTRY.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise ValueError(f"unknown event kind {kind!r}")
-    names, special = _class_plan(cls)
-    kwargs = dict(data)
-    del kwargs["kind"]
-    for key in kwargs:
-        if key not in names:
-            raise ValueError(f"event {kind!r} has no field {key!r}")
-    for key, conv in special:
-        if key in kwargs:
-            kwargs[key] = conv(kwargs[key])
-    return cls(**kwargs)
+        raise ValueError(f"unknown event kind: {typedread.described(kind)}")
+    return typedread.read(cls, data, unknown="error", skip=_KIND)
 
 
-# Converters from plain JSON back to field types, built once per type (a replay decodes thousands of events a
-# second: resolving type hints costs ~2 ms a class, walking them per value ~100 µs an event). Fields whose JSON is
-# already their value (str, int, float, bool, Any, a plain dict) get no converter at all.
-Converter = typing.Callable[[Any], Any]
-_PLANS: dict[type, tuple[frozenset[str], tuple[tuple[str, Converter], ...]]] = {}
-_CONVERTERS: dict[Any, Converter | None] = {}
-
-
-def _class_plan(cls: type) -> tuple[frozenset[str], tuple[tuple[str, Converter], ...]]:
-    """A dataclass's field names and the (field, converter) pairs of the fields that need converting."""
-    found = _PLANS.get(cls)
-    if found is None:
-        hints = typing.get_type_hints(cls)
-        names = frozenset(f.name for f in dataclasses.fields(cls))
-        special = []
-        for name in sorted(names):
-            conv = _converter(hints.get(name, Any))
-            if conv is not None:
-                special.append((name, conv))
-        found = _PLANS[cls] = (names, tuple(special))
-    return found
-
-
-def _converter(tp: Any) -> Converter | None:
-    try:
-        return _CONVERTERS[tp]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable annotation: build it every time
-        return _build_converter(tp)
-    conv = _CONVERTERS[tp] = _build_converter(tp)
-    return conv
-
-
-def _build_converter(tp: Any) -> Converter | None:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        non_none = [a for a in args if a is not type(None)]
-        if len(non_none) != 1:
-            return None
-        inner = _converter(non_none[0])
-        if inner is None:
-            return None
-        return lambda v: None if v is None else inner(v)
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            item = _converter(args[0])
-            if item is None:
-                return lambda v: None if v is None else tuple(v)
-            return lambda v: None if v is None else tuple(item(x) for x in v)
-        convs = [_converter(a) or _identity for a in args]
-        return lambda v: None if v is None else tuple(c(x) for c, x in zip(convs, v, strict=False))
-    if origin is dict:
-        val = _converter(args[1]) if len(args) == 2 else None
-        if val is None:
-            return None
-        return lambda v: None if v is None else {k: val(x) for k, x in v.items()}
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        cls = tp
-
-        def build(v: Any) -> Any:
-            if not isinstance(v, dict):
-                return v
-            _names, special = _class_plan(cls)
-            kw = dict(v)
-            for key, conv in special:
-                if key in kw:
-                    kw[key] = conv(kw[key])
-            return cls(**kw)
-
-        return build
-    return None
-
-
-def _identity(v: Any) -> Any:
-    return v
+_KIND = frozenset({"kind"})
 
 
 # --- generic events shared by several subsystems -------------------------------------------------------------

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths
+from tui.core import paths, safeio
 from tui.core.bench.store import Run
 from tui.core.errors import InputError
 from tui.core.plan.gpuspecs import PRESETS, GpuSpec, spec_for_name
@@ -92,9 +92,11 @@ def save_calibration(facts: HostFacts, fit: FitResult, runs: Sequence[str], gpu:
 
 
 def _read(path: Path) -> Any:
+    """A JSON file of a run folder (which may have been copied from elsewhere): a regular file within the size of a
+    run record, strict JSON; None when it is absent or is not (a FIFO in its place is never waited on)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return safeio.load_json(path, "run record")
+    except InputError:
         return None
 
 

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths
+from tui.core import paths, safeio, typedread
 from tui.core.bench.metrics import (
     DETAILED_KEYS,
     RequestRecord,
@@ -119,11 +119,77 @@ class RunMeta:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunMeta:
-        known = set(cls.__dataclass_fields__)
-        data = {k: v for k, v in d.items() if k in known}
-        rate = data.get("request_rate")
-        data["request_rate"] = None if rate in (None, "inf") else float(rate)
-        return cls(**data)
+        """A run's record as :meth:`to_dict` wrote it, every field of its type and range (a run.json may come from
+        a teammate's copied folder): a :class:`~tui.core.typedread.FieldError` names the first that is not. Keys
+        of a newer version are left out."""
+        if not isinstance(d, dict):
+            raise typedread.FieldError(f"expected a mapping, got {typedread.described(d)}")
+        data = dict(d)
+        data["request_rate"] = _read_rate(d.get("request_rate"))
+        return typedread.read(cls, data, ranges=_META_RANGES)
+
+
+#: what a run's record may say beyond the types of its fields
+_META_RANGES = {"pid": (0, 1 << 22), "repeat": (1, 1_000_000)}
+#: a figure of a summary (a count, a throughput, milliseconds) at most, in magnitude
+FIGURE_MAX = 1e15
+
+
+def _read_rate(rate: Any) -> float | None:
+    """A stored request rate (``"inf"``, a number, or its text as :func:`rate_label` wrote it)."""
+    if rate is None or rate == "inf":
+        return None
+    value: Any = rate
+    if isinstance(rate, str) and len(rate) <= 40:
+        try:
+            value = float(rate)
+        except ValueError:
+            value = rate
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= FIGURE_MAX:
+        raise typedread.FieldError(f"expected 'inf' or a rate > 0, got {typedread.described(rate)}",
+                                   ("request_rate",))
+    return float(value)
+
+
+def read_meta_dict(data: Any, source: str | Path) -> RunMeta:
+    """:meth:`RunMeta.from_dict`, its error one line naming ``source`` and the field."""
+    try:
+        return RunMeta.from_dict(data)
+    except typedread.FieldError as exc:
+        raise InputError(exc.reason, file=source, field=exc.field or None) from None
+
+
+#: the summary keys that hold figures, besides those ending as vllm's do (``_ms``, ``_throughput``, ``_tokens``...)
+_FIGURES = frozenset({"completed", "failed", "num_prompts", "duration", "request_goodput", "burstiness",
+                      "max_concurrency", "max_concurrent_requests", "random_range_ratio", "random_input_len",
+                      "random_output_len", "random_prefix_len"})
+_FIGURE_ENDS = ("_ms", "_throughput", "_tokens", "_per_s", "_len", "_s", "_pct")
+_TEXTS = frozenset({"date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "topology",
+                    "workload"})
+
+
+def check_summary(data: Any, source: str | Path) -> dict[str, Any]:
+    """A run's summary (``vllm bench serve``'s keys), its figures numbers within range and its names texts; one
+    line naming ``source`` and the key otherwise. Keys of other kinds ride along as they are."""
+    if not isinstance(data, dict):
+        raise InputError(f"a summary must be a mapping, got {typedread.described(data)}", file=source)
+    for key, value in data.items():
+        if value is None:
+            continue
+        if key in _FIGURES or key.endswith(_FIGURE_ENDS) or key.startswith("ci95_"):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                    or abs(value) > FIGURE_MAX:
+                raise InputError(f"expected a figure (a finite number within ±{FIGURE_MAX:g}), got "
+                                 f"{typedread.described(value)}", file=source, field=str(key))
+        elif key == "request_rate":
+            try:
+                _read_rate(value)
+            except typedread.FieldError as exc:
+                raise InputError(exc.reason, file=source, field=key) from None
+        elif key in _TEXTS and (not isinstance(value, str) or len(value) > 1000):
+            raise InputError(f"expected a text (at most 1,000 characters), got {typedread.described(value)}",
+                             file=source, field=key)
+    return data
 
 
 def write_json(path: Path, data: Any, *, redactor: Redactor | None = None) -> None:
@@ -304,48 +370,110 @@ class Run:
 
 
 def read_records(directory: Path) -> list[RequestRecord]:
-    """Every finished request of a run: ``requests.parquet``, else the parts and the journal (a killed run)."""
-    import polars as pl
-
+    """Every finished request of a run: ``requests.parquet``, else the parts and the journal (a killed run).
+    Each file must be a regular one within the size of a result; a record of the wrong type or range makes the
+    file's one-line InputError (a journal's line is skipped, as one cut short by a kill)."""
     final = directory / REQUESTS_FILE
-    if final.exists():
-        return records_from_frame(pl.read_parquet(final))
+    if final.exists() or final.is_symlink():
+        return _parquet_records(final)
     by_index: dict[int, RequestRecord] = {}
     parts = sorted((directory / PARTS_DIR).glob("part-*.parquet")) if (directory / PARTS_DIR).is_dir() else []
     for part in parts:
-        for rec in records_from_frame(pl.read_parquet(part)):
+        for rec in _parquet_records(part):
             by_index[rec.index] = rec
     journal = directory / JOURNAL_FILE
-    if journal.exists():
-        for line in journal.read_bytes().splitlines():
+    if journal.exists() or journal.is_symlink():
+        for line in safeio.read_bytes(journal, "results").splitlines():
             try:
-                rec = record_from_wire(json.loads(line))
-            except (ValueError, KeyError, TypeError, binascii.Error):
+                rec = record_from_wire(json.loads(line, parse_constant=_no_constant))
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError, binascii.Error):
                 continue  # a line cut short by the kill
-            by_index.setdefault(rec.index, rec)
+            if _record_problem(rec) is None:
+                by_index.setdefault(rec.index, rec)
     return [by_index[k] for k in sorted(by_index)]
 
 
-def load_run(directory: Path) -> Run:
-    run_file = directory / RUN_FILE
+#: a request's seconds (send time, TTFT, latency, a gap) at most; its token counts at most
+RECORD_SECONDS = 1e7
+RECORD_TOKENS = 1 << 40
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a record may hold")
+
+
+def _record_problem(rec: RequestRecord) -> str | None:
+    """What is out of range in a request's record (None: nothing)."""
+    for name in ("start", "ttft", "latency"):
+        v = getattr(rec, name)
+        if not (isinstance(v, int | float) and 0.0 <= v <= RECORD_SECONDS):
+            return f"{name} must be 0..{RECORD_SECONDS:g} s, got {typedread.described(v)}"
+    if not all(isinstance(g, int | float) and 0.0 <= g <= RECORD_SECONDS for g in rec.itl):
+        return "an ITL gap out of range"
+    for name in ("index", "prompt_tokens", "output_tokens", "chunks", "expected_input", "expected_output"):
+        v = getattr(rec, name)
+        if v is not None and not (isinstance(v, int) and 0 <= v <= RECORD_TOKENS):
+            return f"{name} must be a count ≥ 0, got {typedread.described(v)}"
+    return None
+
+
+def _parquet_records(path: Path) -> list[RequestRecord]:
+    import polars as pl
+
+    st = safeio.check_regular(path)
+    limit = safeio.LIMITS["results"]
+    if st.st_size > limit:
+        raise safeio.too_large(path, st.st_size, limit, "results")
     try:
-        meta = RunMeta.from_dict(json.loads(run_file.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        raise InputError("not a run directory (no run.json)", file=directory) from None
-    except (ValueError, TypeError) as exc:
-        raise InputError(f"damaged run.json: {exc}", file=run_file) from None
+        records = records_from_frame(pl.read_parquet(path))
+    except (OSError, ValueError, TypeError, KeyError, OverflowError, pl.exceptions.PolarsError) as exc:
+        raise InputError(f"damaged request records: {safeio.shown(str(exc), 160)}", file=path) from None
+    for i, rec in enumerate(records):
+        problem = _record_problem(rec)
+        if problem is not None:
+            raise InputError(f"damaged request records: row {i + 1}: {problem}", file=path)
+    return records
+
+
+def read_meta(directory: Path) -> RunMeta:
+    """A run directory's ``run.json``: a regular file within the size of a run record, strict JSON, every field of
+    its type and range; one-line InputError naming the file (and field) otherwise."""
+    run_file = directory / RUN_FILE
+    if not (run_file.exists() or run_file.is_symlink()):
+        raise InputError("not a run directory (no run.json)", file=directory)
+    try:
+        data = safeio.load_json(run_file, "run record")
+    except InputError as exc:
+        raise InputError(f"damaged run.json: {exc.message}", file=run_file, line=exc.line, field=exc.field) from None
+    return read_meta_dict(data, run_file)
+
+
+def read_summary(directory: Path) -> dict[str, Any] | None:
+    """A run directory's ``summary.json`` (:func:`check_summary`), None when it has none."""
+    summary_file = directory / SUMMARY_FILE
+    if not (summary_file.exists() or summary_file.is_symlink()):
+        return None
+    try:
+        data = safeio.load_json(summary_file, "run record")
+    except InputError as exc:
+        raise InputError(f"damaged summary: {exc.message}", file=summary_file, line=exc.line,
+                         field=exc.field) from None
+    return check_summary(data, summary_file)
+
+
+def load_run(directory: Path) -> Run:
+    """A stored run (a folder a teammate may have copied: every file is checked, :func:`read_meta`,
+    :func:`read_summary`, :func:`read_records`); one-line InputError naming the file that is damaged."""
+    meta = read_meta(directory)
     if meta.status == "running" and not pid_alive(meta.pid):
         meta.status = "incomplete"
         if "incomplete" not in meta.flags:
             meta.flags.append("incomplete")
         meta.message = meta.message or "the run's process ended before the run did (killed?)"
-    summary_file = directory / SUMMARY_FILE
     summary: dict[str, Any] = {}
-    if summary_file.exists():
-        try:
-            summary = json.loads(summary_file.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise InputError(f"damaged summary: {exc}", file=summary_file) from None
+    stored = read_summary(directory)
+    if stored is not None:
+        summary = stored
     elif meta.status != "running":
         records = read_records(directory)
         if records:
@@ -359,14 +487,18 @@ def load_run(directory: Path) -> Run:
 def _header_from_meta(meta: RunMeta, num_prompts: int, directory: Path) -> dict[str, Any]:
     """The summary's header for a run whose summary was never written, from its meta and its workload file."""
     workload: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        loaded = json.loads((directory / "workload.json").read_text(encoding="utf-8"))
+    with contextlib.suppress(InputError):
+        loaded = safeio.load_json(directory / "workload.json", "run record")
         workload = loaded if isinstance(loaded, dict) else {}
+    burstiness, concurrency = workload.get("burstiness", 1.0), workload.get("max_concurrency")
+    if isinstance(burstiness, bool) or not isinstance(burstiness, int | float) or not 0 < burstiness <= FIGURE_MAX:
+        burstiness = 1.0
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 0 < concurrency <= FIGURE_MAX:
+        concurrency = None
     return {"date": time.strftime("%Y%m%d-%H%M%S", time.localtime(meta.started)), "endpoint_type": "openai",
             "backend": "openai", "label": "disagg-tui", "model_id": meta.model, "tokenizer_id": meta.model,
             "num_prompts": num_prompts, "topology": meta.topology, "workload": meta.workload,
-            "request_rate": rate_label(meta.request_rate), "burstiness": workload.get("burstiness", 1.0),
-            "max_concurrency": workload.get("max_concurrency")}
+            "request_rate": rate_label(meta.request_rate), "burstiness": burstiness, "max_concurrency": concurrency}
 
 
 def find_runs(refs: Iterable[str] = (), root: Path | None = None) -> list[Path]:
@@ -379,7 +511,7 @@ def find_runs(refs: Iterable[str] = (), root: Path | None = None) -> list[Path]:
     for ref in refs:
         candidates = [Path(ref).expanduser(), base / ref]
         for c in candidates:
-            if (c / RUN_FILE).is_file():
+            if (c / RUN_FILE).exists() or (c / RUN_FILE).is_symlink():  # a FIFO too: load_run says what it is
                 out.append(c)
                 break
             if c.is_dir() and any(c.glob(f"*/{RUN_FILE}")):
@@ -397,26 +529,49 @@ def find_runs(refs: Iterable[str] = (), root: Path | None = None) -> list[Path]:
     return unique
 
 
+def load_runs(directories: Iterable[Path]) -> tuple[list[Run], list[InputError]]:
+    """The runs of ``directories`` that read; each that does not is left out with its one-line error (what the
+    results list as damaged, instead of one copied folder stopping them all)."""
+    runs: list[Run] = []
+    damaged: list[InputError] = []
+    for d in directories:
+        try:
+            runs.append(load_run(d))
+        except InputError as err:
+            damaged.append(err)
+    return runs, damaged
+
+
 # --- import of vllm bench serve results ------------------------------------------------------------------------
 
 
 def import_vllm_result(file: Path, *, campaign: str = "imported", topology: str | None = None,
                        workload: str | None = None, root: Path | None = None, name: str | None = None,
                        runner: str = "imported", meta_extra: dict[str, Any] | None = None) -> Run:
-    """A ``vllm bench serve --save-result`` JSON becomes a run (with per-request records when it has them)."""
+    """A ``vllm bench serve --save-result`` JSON becomes a run (with per-request records when it has them). The
+    file is from outside: a regular file of at most the results' size limit, strict JSON (a NaN or an Infinity is
+    refused naming its field), every field the import reads of its type and range."""
     try:
-        data = json.loads(Path(file).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("no such file", file=file) from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"not a JSON result: {exc}", file=file) from None
+        raw = safeio.read_bytes(file, "results")
+    except InputError as exc:
+        if exc.message == "no such file":
+            raise
+        raise InputError(f"not a JSON result: {exc.message}", file=file) from None
+    try:
+        data = safeio.load_figures(file, "results") if raw.lstrip()[:1] in (b"{", b"[") else None
+    except InputError as exc:
+        if exc.field is not None:
+            raise
+        raise InputError(f"not a JSON result: {exc.message}", file=file, line=exc.line) from None
+    if data is None:
+        raise InputError("not a JSON result: it does not start with an object", file=file)
     if not isinstance(data, dict) or "duration" not in data or "output_throughput" not in data:
         raise InputError("not a vllm bench serve result (no duration/output_throughput)", file=file)
     check_vllm_result(data, file)
-    topo = topology or str(data.get("topology") or "unknown")
+    topo = topology or data.get("topology") or "unknown"
     rate = data.get("request_rate", "inf")
     rate_f = None if rate in ("inf", None) else float(rate)
-    wl = workload or str(data.get("workload") or _guess_workload(data))
+    wl = workload or data.get("workload") or _guess_workload(data)
     base = root or paths.runs_dir()
     stem = name or run_name(topo, wl, rate_f)
     directory = base / safe_name(campaign) / stem
@@ -426,7 +581,7 @@ def import_vllm_result(file: Path, *, campaign: str = "imported", topology: str 
         directory = base / safe_name(campaign) / f"{stem}-{n}"
     meta = RunMeta(campaign=safe_name(campaign), name=directory.name, topology=topo, workload=wl,
                    request_rate=rate_f, status="complete", runner=runner, started=_date_epoch(data),
-                   model=str(data.get("model_id") or ""), message=f"imported from {file}")
+                   model=data.get("model_id") or "", message=f"imported from {safeio.shown(str(file), 400)}")
     for key, value in (meta_extra or {}).items():
         setattr(meta, key, value)
     meta.ended = meta.started + float(data.get("duration") or 0.0)
@@ -440,22 +595,30 @@ def import_vllm_result(file: Path, *, campaign: str = "imported", topology: str 
         records_frame(records).write_parquet(directory / REQUESTS_FILE)
         if not all(data.get("itls") or [[]]):
             meta.flags.append("itls-trimmed")
-    shutil.copyfile(file, directory / "vllm-result.json")
+    (directory / "vllm-result.json").write_bytes(raw)  # the bytes checked, not the file again (it may have changed)
     write_json(directory / RUN_FILE, meta.to_dict())
     return load_run(directory)
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= FIGURE_MAX
+
+
+def _seconds(v: Any) -> bool:
+    return _is_number(v) and 0 <= v <= RECORD_SECONDS
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= RECORD_TOKENS
 
 
 _PER_REQUEST: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "ttfts": ("a number of seconds or null", lambda v: v is None or _is_number(v)),
-    "input_lens": ("a whole number ≥ 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
-    "output_lens": ("a whole number ≥ 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
-    "start_times": ("a number of seconds", _is_number),
-    "errors": ("a text or null", lambda v: v is None or isinstance(v, str)),
-    "itls": ("a list of seconds", lambda v: v is None or (isinstance(v, list) and all(_is_number(g) for g in v))),
+    "ttfts": (f"a number of seconds (0..{RECORD_SECONDS:g}) or null", lambda v: v is None or _seconds(v)),
+    "input_lens": ("a whole number ≥ 0", _count),
+    "output_lens": ("a whole number ≥ 0", _count),
+    "start_times": ("a number of seconds", lambda v: _is_number(v) and abs(v) <= typedread.TIME_MAX),
+    "errors": ("a text or null", lambda v: v is None or (isinstance(v, str) and len(v) <= typedread.MAX_TEXT)),
+    "itls": ("a list of seconds", lambda v: v is None or (isinstance(v, list) and all(_seconds(g) for g in v))),
 }
 
 
@@ -464,6 +627,12 @@ def check_vllm_result(data: dict[str, Any], file: str | Path) -> None:
     for key in ("duration", "output_throughput"):
         if not _is_number(data[key]) or data[key] < 0:
             raise InputError(f"expected a number ≥ 0, got {data[key]!r}"[:200], file=file, field=key)
+    for key in ("topology", "workload", "model_id", "date"):
+        value = data.get(key)
+        if value is not None and (not isinstance(value, str) or len(value) > 200):
+            raise InputError(f"expected a text of at most 200 characters, got {typedread.described(value)}",
+                             file=file, field=key)
+    check_summary(strip_detailed(data), file)  # every figure a number within range
     rate = data.get("request_rate", "inf")
     if rate not in ("inf", None) and not (_is_number(rate) and rate > 0):
         raise InputError(f"expected 'inf' or a number > 0, got {rate!r}"[:200], file=file, field="request_rate")
@@ -502,9 +671,10 @@ def _guess_workload(data: dict[str, Any]) -> str:
 
 def _date_epoch(data: dict[str, Any]) -> float:
     try:
-        return time.mktime(time.strptime(str(data.get("date")), "%Y%m%d-%H%M%S"))
-    except ValueError:
+        epoch = time.mktime(time.strptime(str(data.get("date"))[:40], "%Y%m%d-%H%M%S"))
+    except (ValueError, OverflowError):
         return time.time()
+    return epoch if 0 <= epoch <= typedread.TIME_MAX else time.time()
 
 
 def detailed_result(run: Run) -> dict[str, Any]:

@@ -36,6 +36,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from tui.core import typedread
+
 FORMAT = "disagg-tui-recording"
 FORMAT_VERSION = 1
 SUFFIX = ".dtrec"
@@ -75,10 +77,13 @@ class RecordingHeader:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RecordingHeader:
-        return cls(app_version=str(d.get("app_version", "?")), started=float(d.get("started", 0.0)),
-                   command=str(d.get("command", "")), recorded=tuple(str(x) for x in d.get("recorded") or ()),
-                   host=dict(d.get("host") or {}), simulated=bool(d.get("simulated", False)),
-                   version=int(d.get("version", 0)), extra=dict(d.get("extra") or {}))
+        """The header a file's first line says, every field of its type (``started`` a time within range): a
+        :class:`~tui.core.typedread.FieldError` naming the first that is not. A field left out or null is its
+        default (an older writer's)."""
+        filled: dict[str, Any] = {"app_version": "?", "started": 0.0, "command": "", "recorded": (), "host": {},
+                                  "simulated": False, "version": 0, "extra": {}}
+        filled.update((k, v) for k, v in d.items() if k in filled and v is not None)
+        return typedread.read(cls, filled)
 
 
 def chunk_crc(t0: float, t1: float, n: int, flags: int, meta: bytes | memoryview, payload: bytes | memoryview

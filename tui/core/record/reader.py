@@ -17,6 +17,7 @@ import bisect
 import itertools
 import json
 import mmap
+import os
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -26,8 +27,9 @@ from typing import Any, NamedTuple, overload
 
 import zstandard
 
+from tui.core import safeio, typedread
 from tui.core.errors import InputError
-from tui.core.events import Event, EventBus, event_from_dict
+from tui.core.events import Event, EventBus, event_from_dict, registered_kinds
 from tui.core.record.format import (
     CHUNK_HEAD,
     FLAG_END,
@@ -49,6 +51,22 @@ from tui.core.record.markers import MARKER_KINDS, Marker
 MIN_SPEED = 0.5
 MAX_SPEED = 100.0
 MAX_HEADER = 1 << 20
+#: what a recording may decompress to: a frame (the recorder ends one at 16 MiB, after its last chunk), and a whole
+#: pass over the file (its size times the ratio, or the floor for a small file; real recordings are ~10x)
+MAX_FRAME_OUT = 128 << 20
+MAX_OUTPUT_RATIO = 64
+MAX_OUTPUT_FLOOR = 32 << 20
+#: one event's line of JSON (a log line's text is at most 4 MiB)
+MAX_EVENT_LINE = 8 << 20
+#: compressed bytes fed to the decompressor at a time: a zstd block is at least 4 bytes for at most 128 KiB, so one
+#: call makes at most ~8 MiB however the file was made (a bomb is stopped before it is held)
+INFLATE_STEP = 256
+#: events in one batch (a chunk of more is handed on in several)
+BATCH = 10_000
+#: markers held (an hour has hundreds; a file that claims millions keeps the first)
+MAX_MARKERS = 100_000
+#: characters of a marker's label kept
+MARKER_LABEL = 200
 
 
 class RecordingError(InputError):
@@ -103,13 +121,17 @@ class ChunkIndex(Sequence[Chunk]):
         s, o, z, t0, t1, n, fl, c, mo, ml, fr = INDEX_ENTRY.unpack_from(self._entries, i * INDEX_ENTRY.size)
         return Chunk(s, o, z, t0, t1, n, bool(fl & FLAG_NEW_FRAME), fr, c, fl, (mo, ml))
 
-    def columns(self) -> tuple[array.array[float], float | None, int]:
-        """The running maximum of the chunks' end times, the first event's time, the event count."""
+    def columns(self, size: int) -> tuple[array.array[float], float | None, int] | None:
+        """The running maximum of the chunks' end times, the first event's time, the event count; None when an
+        entry does not fit a file of ``size`` bytes (a time out of range, a chunk outside the file, a frame that
+        starts after its chunk): such an index is not trusted."""
         t1s: array.array[float] = array.array("d")
         start: float | None = None
         total = 0
         top = float("-inf")
-        for _s, _o, _z, t0, t1, n, _fl, _c, _mo, _ml, _fr in INDEX_ENTRY.iter_unpack(self._entries):
+        for i, (s, o, z, t0, t1, n, _fl, _c, mo, ml, fr) in enumerate(INDEX_ENTRY.iter_unpack(self._entries)):
+            if not (_times_ok(t0, t1) and s < o and o + z <= size and mo + ml <= size and fr <= i):
+                return None
             top = max(top, t1)
             t1s.append(top)
             if n:
@@ -130,6 +152,9 @@ class Recording:
     ended_cleanly: bool
     damage: str | None = None  # where and why reading stopped early (None: the whole file was read)
     skipped: int = 0  # events of a kind this version does not know (left out of the replay)
+    bad_events: int = 0  # events of the wrong shape (a field of the wrong type or range): left out, counted
+    first_bad: str | None = None  # where the first of them is and what is wrong with it
+    markers_left_out: int = 0  # markers past MAX_MARKERS, or of the wrong shape
     _map: Any = field(default=None, repr=False)
     _file: Any = field(default=None, repr=False)
     _t1s: Sequence[float] = field(default_factory=list, repr=False)
@@ -139,13 +164,15 @@ class Recording:
     # --- opening -----------------------------------------------------------------------------------------------
     @classmethod
     def open(cls, path: str | Path) -> Recording:
+        """Open a recording: a regular file (a FIFO, a device or a folder is refused at once, never waited on)
+        whose first line is a header of the right types; RecordingError (one line, exit 2) otherwise."""
         p = Path(path)
         try:
-            f = open(p, "rb")  # noqa: SIM115 - kept open with the map; closed by close()
-        except FileNotFoundError:
-            raise RecordingError("no such recording", file=p) from None
-        except OSError as exc:
-            raise RecordingError(f"cannot read: {exc.strerror or exc}", file=p) from None
+            fd, _st = safeio.open_regular(p)
+        except InputError as exc:
+            message = "no such recording" if exc.message == "no such file" else exc.message
+            raise RecordingError(message, file=p) from None
+        f = os.fdopen(fd, "rb")
         try:
             return cls._read(p, f)
         except BaseException:
@@ -155,22 +182,27 @@ class Recording:
     @classmethod
     def _read(cls, p: Path, f: Any) -> Recording:
         first = f.readline(MAX_HEADER)
+        if not first.lstrip().startswith(b"{"):
+            raise RecordingError("not a disagg-tui recording (its first line is no JSON header)", file=p, line=1)
         try:
-            head = json.loads(first)
-        except ValueError:
-            raise RecordingError("not a disagg-tui recording (its first line is no JSON header)", file=p,
-                                 line=1) from None
+            head = safeio.parse_json(first, p)
+        except InputError as exc:
+            raise RecordingError(f"not a disagg-tui recording header: {exc.message}", file=p, line=1) from None
         if not isinstance(head, dict) or head.get("format") != FORMAT:
             raise RecordingError("not a disagg-tui recording", file=p, line=1, field="format")
         version = head.get("version")
-        if not isinstance(version, int):
-            raise RecordingError(f"bad format version {version!r}", file=p, line=1, field="version")
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise RecordingError(f"bad format version {safeio.shown(repr(version), 40)}", file=p, line=1,
+                                 field="version")
         if version > FORMAT_VERSION:
             raise RecordingError(f"recording format version {version} is newer than this disagg-tui reads "
                                  f"({FORMAT_VERSION}): upgrade disagg-tui to replay it", file=p, line=1,
                                  field="version")
-        header = RecordingHeader.from_dict(head)
-        size = p.stat().st_size
+        try:
+            header = RecordingHeader.from_dict(head)
+        except typedread.FieldError as exc:
+            raise RecordingError(exc.reason, file=p, line=1, field=exc.field) from None
+        size = os.fstat(f.fileno()).st_size
         data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size > 0 else b""
         indexed = cls._indexed(p, f, header, data, size, len(first))
         if indexed is not None:
@@ -181,6 +213,7 @@ class Recording:
         damage: str | None = None
         ended = False
         frame = 0
+        dropped_marks = 0
         head_size = CHUNK_HEAD.size
         while pos < size:
             if ended:
@@ -199,21 +232,28 @@ class Recording:
             if end > size:
                 damage = f"truncated at byte {pos} (a chunk of {mlen + plen} bytes cut short)"
                 break
+            if (n or plen) and not _times_ok(t0, t1):
+                damage = f"damaged at byte {pos} (a chunk's times are out of range: {t0!r}..{t1!r})"
+                break
             marks: list[Marker] = []
             if mlen:
-                try:
-                    meta = json.loads(data[start:start + mlen])
-                    marks = [Marker(float(m[0]), str(m[1]), str(m[2])) for m in meta.get("m") or ()]
-                except (ValueError, TypeError, IndexError, AttributeError):
+                meta = _meta_json(bytes(data[start:start + mlen]))
+                if not isinstance(meta, dict):
                     damage = f"damaged at byte {pos} (unreadable chunk header)"
                     break
+                raw_marks = meta.get("m") or []
+                raw_marks = raw_marks if isinstance(raw_marks, list) else [raw_marks]
+                marks = _markers(raw_marks)
+                dropped_marks += len(raw_marks) - len(marks)
             new_frame = bool(flags & FLAG_NEW_FRAME)
             if new_frame:
                 frame = len(chunks)
             if n > 0 or plen > 0:
                 chunks.append(Chunk(pos, start + mlen, plen, t0, t1, n, new_frame, frame, crc, flags,
                                     (start, mlen)))
-            markers.extend(marks)
+            room = max(MAX_MARKERS - len(markers), 0)
+            markers.extend(marks[:room])
+            dropped_marks += len(marks) - min(len(marks), room)
             ended = bool(flags & FLAG_END)
             pos = end
         # the checksums: the last chunk's now (where a killed writer leaves its mark), the others when read
@@ -223,7 +263,7 @@ class Recording:
             markers = [m for m in markers if m.ts <= (chunks[-1].t1 if chunks else float("-inf"))]
             ended = False
         rec = cls(p, header, chunks, markers, ended_cleanly=ended and damage is None, damage=damage, _map=data,
-                  _file=f)
+                  _file=f, markers_left_out=dropped_marks)
         rec._index()
         return rec
 
@@ -243,15 +283,19 @@ class Recording:
         entries = blob[4 + mlen:]
         if len(entries) % INDEX_ENTRY.size:
             return None
-        try:
-            markers = [Marker(float(m[0]), str(m[1]), str(m[2])) for m in json.loads(blob[4:4 + mlen])]
-        except (ValueError, TypeError, IndexError):
+        raw_marks = _meta_json(bytes(blob[4:4 + mlen]))
+        if not isinstance(raw_marks, list):
             return None
+        markers = _markers(raw_marks)
+        left_out = len(raw_marks) - len(markers) + max(len(markers) - MAX_MARKERS, 0)
+        markers = markers[:MAX_MARKERS]
         chunks = ChunkIndex(bytes(entries))
-        if len(chunks) and not chunks[-1].intact(data):
+        columns = chunks.columns(size)
+        if columns is None or (len(chunks) and not chunks[-1].intact(data)):
             return None  # walk it instead: the walk says where the damage is
-        rec = cls(p, header, chunks, markers, ended_cleanly=True, damage=None, _map=data, _file=f)
-        t1s, start, rec.event_total = chunks.columns()
+        rec = cls(p, header, chunks, markers, ended_cleanly=True, damage=None, _map=data, _file=f,
+                  markers_left_out=left_out)
+        t1s, start, rec.event_total = columns
         rec._t1s = t1s
         rec._start = header.started if start is None else start
         return rec
@@ -312,14 +356,23 @@ class Recording:
             yield from batch
 
     def batches(self, start: float | None = None) -> Iterator[list[Event]]:
-        """The events chunk by chunk (each list is at most one flush interval of the session)."""
+        """The events chunk by chunk (each list is at most one flush interval of the session, and at most
+        :data:`BATCH` events). What the chunks decompress to is bounded (:data:`MAX_FRAME_OUT` a frame, the
+        file's size times :data:`MAX_OUTPUT_RATIO` a pass): past it, or at a line that is no event, the replay
+        stops there as at any damage. An event of the wrong shape is left out and counted (:attr:`bad_events`)."""
         load_event_kinds()
         first = self._first_chunk(start)
         if first is None:
             return
+        kinds = registered_kinds()
+        size = len(self._map)
+        budget = max(MAX_OUTPUT_FLOOR, MAX_OUTPUT_RATIO * size)
         dctx = zstandard.ZstdDecompressor()
         dobj: Any = None
         tail = b""
+        frame_at = 0
+        frame_out = 0
+        produced = 0
         for i in range(self.chunks[first].frame, len(self.chunks)):
             c = self.chunks[i]
             if not c.intact(self._map):
@@ -328,33 +381,95 @@ class Recording:
             if c.new_frame or dobj is None:
                 dobj = dctx.decompressobj()
                 tail = b""
-            try:
-                raw = dobj.decompress(bytes(self._map[c.offset:c.offset + c.size])) if c.size else b""
-            except zstandard.ZstdError as exc:
-                self._damaged(f"damaged at byte {c.offset} (zstd: {exc})", i)
-                return
-            buf = tail + raw
-            lines = buf.split(b"\n")
-            tail = lines.pop()
-            if i < first:
-                continue
+                frame_at, frame_out = c.start, 0
             out: list[Event] = []
-            for line in lines:
-                if not line:
-                    continue
+            lines_seen = 0
+            payload = memoryview(self._map)[c.offset:c.offset + c.size]
+            for at in range(0, c.size, INFLATE_STEP):
                 try:
-                    d = json.loads(line)
-                except ValueError:
-                    self._damaged(f"damaged at byte {c.offset} (an event that is not JSON)", i)
-                    yield out
+                    raw = dobj.decompress(bytes(payload[at:at + INFLATE_STEP]))
+                except zstandard.ZstdError as exc:
+                    why = f"damaged at byte {c.offset + at} (zstd: {safeio.shown(str(exc), 120)})"
+                    yield from self._stop(out, why, i)
                     return
-                if start is not None and float(d.get("ts") or 0.0) < start:
+                if not raw:
                     continue
-                try:
-                    out.append(event_from_dict(d))
-                except (ValueError, TypeError):
-                    self.skipped += 1  # a kind (or field) of a newer version: left out
+                frame_out += len(raw)
+                produced += len(raw)
+                if frame_out > MAX_FRAME_OUT:
+                    why = (f"damaged at byte {c.offset + at} (the zstd frame from byte {frame_at} decompresses to "
+                           f"more than {MAX_FRAME_OUT >> 20} MiB: a decompression bomb?)")
+                    yield from self._stop(out, why, i)
+                    return
+                if produced > budget:
+                    why = (f"damaged at byte {c.offset + at} (the recording decompresses to more than "
+                           f"{budget >> 20} MiB, {MAX_OUTPUT_RATIO}x its size: a decompression bomb?)")
+                    yield from self._stop(out, why, i)
+                    return
+                if b"\n\n" in raw or (not tail and raw[:1] == b"\n"):
+                    yield from self._stop(out, f"damaged at byte {c.offset + at} (an empty line among the events)", i)
+                    return
+                lines = (tail + raw).split(b"\n")
+                tail = lines.pop()
+                if len(tail) > MAX_EVENT_LINE:
+                    why = (f"damaged at byte {c.offset + at} (a line of more than {MAX_EVENT_LINE >> 20} MiB: "
+                           "no event is that long)")
+                    yield from self._stop(out, why, i)
+                    return
+                lines_seen += len(lines)
+                if lines_seen > c.n:
+                    why = f"damaged at byte {c.offset + at} (more events than its chunk says: {c.n})"
+                    yield from self._stop(out, why, i)
+                    return
+                if i < first:
+                    continue
+                for line in lines:
+                    ev = self._event(line, c, kinds)
+                    if ev is _NOT_JSON:
+                        yield from self._stop(out, f"damaged at byte {c.offset} (an event that is not JSON)", i)
+                        return
+                    if isinstance(ev, Event) and (start is None or ev.ts >= start):
+                        out.append(ev)
+                if len(out) >= BATCH:
+                    yield out
+                    out = []
+            if i >= first:
+                yield out
+
+    def _stop(self, out: list[Event], why: str, chunk: int) -> Iterator[list[Event]]:
+        """The damage at ``chunk``: what was read of it before is handed on, nothing after."""
+        self._damaged(why, chunk)
+        if out:
             yield out
+
+    def _event(self, line: bytes, c: Chunk, kinds: dict[str, Any]) -> Event | object | None:
+        """One line as an event; None when left out (a newer kind, or one of the wrong shape: counted); _NOT_JSON
+        when it is no JSON at all (damage)."""
+        try:
+            d = json.loads(line, parse_constant=_no_constant)
+        except _Refused as exc:
+            self._bad(c, str(exc))
+            return None
+        except (ValueError, RecursionError):
+            return _NOT_JSON
+        try:
+            return event_from_dict(d)
+        except typedread.FieldError as exc:
+            if exc.reason == "unknown field":
+                self.skipped += 1  # a field of a newer version
+            else:
+                self._bad(c, exc.text())
+        except (ValueError, TypeError):
+            if isinstance(d, dict) and isinstance(d.get("kind"), str) and d["kind"] not in kinds:
+                self.skipped += 1  # a kind of a newer version: left out
+            else:
+                self._bad(c, "not an event (an object with a kind)")
+        return None
+
+    def _bad(self, c: Chunk, why: str) -> None:
+        self.bad_events += 1
+        if self.first_bad is None:
+            self.first_bad = f"in the chunk at byte {c.start}: {safeio.shown(why, 160)}"
 
     def _first_chunk(self, start: float | None) -> int | None:
         if not self.chunks:
@@ -373,6 +488,49 @@ class Recording:
         self._t1s = self._t1s[:chunk]
         self.event_total = sum(c.n for c in self.chunks)
         self.ended_cleanly = False
+
+
+def _times_ok(t0: float, t1: float) -> bool:
+    """A chunk's first and last event times: finite epoch seconds within range, the first not after the last."""
+    return 0.0 <= t0 <= t1 <= typedread.TIME_MAX
+
+
+def _meta_json(data: bytes) -> Any:
+    """A chunk's meta or the index's markers as JSON (None when it is not): the markers' times are checked one by
+    one (a NaN the writer let through leaves out its marker, not the chunk), the nesting before parsing."""
+    if safeio.json_depth_exceeded(data, 8) is not None:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _markers(raw: list[Any]) -> list[Marker]:
+    """The markers of a list of ``[ts, kind, label]``: one of the wrong shape (a time out of range, an unknown
+    kind) is left out; a label is kept as it prints (control characters escaped, cut at MARKER_LABEL)."""
+    out = []
+    for m in raw:
+        if not (isinstance(m, list) and len(m) == 3):
+            continue
+        ts, kind, label = m
+        if isinstance(ts, bool) or not isinstance(ts, int | float) or not 0.0 <= ts <= typedread.TIME_MAX:
+            continue
+        if kind not in MARKER_KINDS or not isinstance(label, str):
+            continue
+        out.append(Marker(float(ts), kind, safeio.shown(label, MARKER_LABEL)))
+    return out
+
+
+class _Refused(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _Refused(f"{name} where a number belongs")
+
+
+_NOT_JSON = object()
 
 
 # --- replay as an event source ---------------------------------------------------------------------------------

@@ -14,15 +14,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tui.core import safeio
 from tui.core.bench import table
 from tui.core.bench.events import BenchDone, ResultsReported
-from tui.core.bench.store import Run, RunMeta
+from tui.core.bench.store import Run, check_summary, read_meta_dict
+from tui.core.errors import InputError
 from tui.core.events import Event, Notice
 from tui.core.guided import FixApplied
 from tui.core.launch.events import LayoutChanged, PlanLaunched, ServerExited, ServerReady, ServerStalled
 from tui.core.playbook.events import Diagnosis
 from tui.core.record.reader import Recording
 from tui.core.record.recorder import TOPICS
+
+#: items of each list the summary keeps (failures, diagnoses, runs, layouts): a recording that repeats an event
+#: a million times holds the first ones and a count of the rest
+MAX_LISTED = 1_000
+#: characters of the results table printed again (a real one is a few kB)
+MAX_TABLE = 1 << 20
 
 
 @dataclass
@@ -54,6 +62,14 @@ class SessionSummary:
     last_ts: float | None = None
     events: int = 0
     topics: list[str] = field(default_factory=list)  # what the events cover (gpu, servers, startup, logs, ...)
+    left_out: dict[str, int] = field(default_factory=dict)  # past MAX_LISTED, per list
+
+
+def _keep(s: SessionSummary, items: list[Any], item: Any, what: str) -> None:
+    if len(items) < MAX_LISTED:
+        items.append(item)
+    else:
+        s.left_out[what] = s.left_out.get(what, 0) + 1
 
 
 def summarize(recording: Recording) -> SessionSummary:
@@ -74,13 +90,18 @@ def summarize(recording: Recording) -> SessionSummary:
 def _fold(s: SessionSummary, by_id: dict[str, LayoutStory], current: LayoutStory | None, ev: Event
           ) -> LayoutStory | None:
     if isinstance(ev, PlanLaunched):
-        story = by_id.setdefault(ev.layout_id, LayoutStory(ev.layout_id))
-        story.topology = str(ev.plan.get("topology", story.topology))
-        story.profile = str(ev.plan.get("profile_id", story.profile))
-        story.fixes = [str(f) for f in ev.plan.get("fixes_applied") or []]
+        story = _story(s, by_id, ev.layout_id)
+        if story is None:
+            return current
+        story.topology = _text(ev.plan.get("topology"), story.topology)
+        story.profile = _text(ev.plan.get("profile_id"), story.profile)
+        fixes = ev.plan.get("fixes_applied")
+        story.fixes = [safeio.shown(f, 80) for f in fixes[:MAX_LISTED]] if isinstance(fixes, list) else []
         return story
     if isinstance(ev, LayoutChanged):
-        story = by_id.setdefault(ev.layout_id, LayoutStory(ev.layout_id))
+        story = _story(s, by_id, ev.layout_id)
+        if story is None:
+            return current
         story.topology = ev.topology or story.topology
         story.profile = ev.profile_id or story.profile
         story.simulated = ev.simulated
@@ -93,24 +114,53 @@ def _fold(s: SessionSummary, by_id: dict[str, LayoutStory], current: LayoutStory
             story.note = ev.note
         return story if ev.status in ("starting", "ready") else current
     if isinstance(ev, ServerReady) and current is not None:
-        current.servers[ev.server] = ev.startup_s
+        if ev.server in current.servers or len(current.servers) < MAX_LISTED:
+            current.servers[ev.server] = ev.startup_s
     elif isinstance(ev, Diagnosis):
-        s.diagnoses.append(ev)
+        _keep(s, s.diagnoses, ev, "diagnoses")
     elif isinstance(ev, FixApplied):
-        s.failures.append(f"{_clock(ev.ts)}  fix applied [{ev.entry_id}]: {'; '.join(ev.changes) or 'no change'}")
+        changes = safeio.shown("; ".join(ev.changes[:20]) or "no change")
+        _keep(s, s.failures, f"{_clock(ev.ts)}  fix applied [{safeio.shown(ev.entry_id, 80)}]: {changes}",
+              "failures")
     elif isinstance(ev, ServerExited):
-        s.failures.append(f"{_clock(ev.ts)}  {ev.server} exited with code {ev.returncode} during {ev.during}")
+        _keep(s, s.failures, f"{_clock(ev.ts)}  {safeio.shown(ev.server, 80)} exited with code {ev.returncode} "
+                             f"during {safeio.shown(ev.during, 80)}", "failures")
     elif isinstance(ev, ServerStalled):
-        s.failures.append(f"{_clock(ev.ts)}  {ev.server} stalled in {ev.phase} ({ev.silent_s:.0f} s silent)")
+        _keep(s, s.failures, f"{_clock(ev.ts)}  {safeio.shown(ev.server, 80)} stalled in "
+                             f"{safeio.shown(ev.phase, 80)} ({ev.silent_s:.0f} s silent)", "failures")
     elif isinstance(ev, Notice) and ev.level == "error":
-        s.failures.append(f"{_clock(ev.ts)}  {ev.message}")
+        _keep(s, s.failures, f"{_clock(ev.ts)}  {safeio.shown(ev.message)}", "failures")
     elif isinstance(ev, BenchDone):
-        s.runs.append(ev)
+        _keep(s, s.runs, ev, "runs")
         if ev.status != "complete":
-            s.failures.append(f"{_clock(ev.ts)}  run {ev.run_id} {ev.status}: {ev.message}")
+            _keep(s, s.failures, f"{_clock(ev.ts)}  run {safeio.shown(ev.run_id, 120)} {safeio.shown(ev.status, 40)}: "
+                                 f"{safeio.shown(ev.message)}", "failures")
     elif isinstance(ev, ResultsReported):
         s.results = ev
     return current
+
+
+def _story(s: SessionSummary, by_id: dict[str, LayoutStory], layout_id: str) -> LayoutStory | None:
+    story = by_id.get(layout_id)
+    if story is None:
+        if len(by_id) >= MAX_LISTED:
+            s.left_out["layouts"] = s.left_out.get("layouts", 0) + 1
+            return None
+        story = by_id[layout_id] = LayoutStory(safeio.shown(layout_id, 120))
+    return story
+
+
+def _text(value: Any, default: str) -> str:
+    """A string of a recorded plan as it may be printed (anything else: the default)."""
+    return safeio.shown(value, 120) if isinstance(value, str) else default
+
+
+def _block(text: str) -> str:
+    """A recorded block of text (the results table) as it may be printed: its lines kept, control characters
+    escaped (an escape sequence never reaches the terminal), at most MAX_TABLE characters."""
+    cut = text[:MAX_TABLE]
+    out = "\n".join(safeio.shown(line, MAX_TABLE) for line in cut.split("\n"))
+    return out + (f"\n…(+{len(text) - MAX_TABLE:,} characters)" if len(text) > MAX_TABLE else "")
 
 
 def _clock(ts: float) -> str:
@@ -129,9 +179,17 @@ def _span(seconds: float) -> str:
 
 
 def rebuilt_table(runs: list[BenchDone]) -> str:
-    """The comparison table of the recorded finished runs (no per-request records: goodput as measured)."""
-    rebuilt = [Run(Path(r.run_dir or "."), RunMeta.from_dict(r.meta), dict(r.summary))
-               for r in runs if r.status == "complete" and r.meta and r.summary]
+    """The comparison table of the recorded finished runs (no per-request records: goodput as measured). A run
+    whose recorded record or summary does not read (a field of the wrong type) is left out."""
+    rebuilt = []
+    for r in runs:
+        if r.status != "complete" or not r.meta or not r.summary:
+            continue
+        try:
+            rebuilt.append(Run(Path(r.run_dir or "."), read_meta_dict(r.meta, "the recorded run"),
+                               check_summary(dict(r.summary), "the recorded run")))
+        except InputError:
+            continue
     if not rebuilt:
         return ""
     text = table.render_text(table.comparison_frame(table.build_cells(rebuilt)))
@@ -145,14 +203,17 @@ def render(s: SessionSummary) -> str:
     rec = s.recording
     h = rec.header
     host = h.host or {}
-    gpus = host.get("gpus") or []
-    where = ("SIMULATED host" if h.simulated else "host") + f" {host.get('hostname', '?')}" + (
-        f": {len(gpus)}× {', '.join(sorted(set(map(str, gpus))))}" if gpus else "")
+    gpus = host.get("gpus")
+    gpus = gpus[:MAX_LISTED] if isinstance(gpus, list) else []
+    hostname = host.get("hostname")
+    where = ("SIMULATED host" if h.simulated else "host") + f" {_text(hostname, '?')}" + (
+        f": {len(gpus)}× {safeio.shown(', '.join(sorted({safeio.shown(g, 60) for g in gpus})))}" if gpus else "")
     lines = [f"recording: {rec.path}",
-             f"  recorded {_when(h.started)} by disagg-tui {h.app_version} ({where})",
-             f"  command: {h.command}",
-             f"  {_span(rec.duration_s)} of events, {s.events:,} events; recorded: {', '.join(h.recorded)}"
-             + (f" ({', '.join(s.topics)})" if s.topics else "")]
+             f"  recorded {_when(h.started)} by disagg-tui {safeio.shown(h.app_version, 60)} ({where})",
+             f"  command: {safeio.shown(h.command, 400)}",
+             f"  {_span(rec.duration_s)} of events, {s.events:,} events; recorded: "
+             f"{safeio.shown(', '.join(h.recorded[:100]), 200)}"
+             + (f" ({safeio.shown(', '.join(s.topics))})" if s.topics else "")]
     if rec.damage is not None:
         at = f"last event at {_clock(s.last_ts)}, {_span(s.last_ts - rec.start)} in" if s.last_ts else "no event"
         lines.append(f"  STOPPED EARLY: the recording is {rec.damage}; replayed up to there ({at})")
@@ -160,6 +221,14 @@ def render(s: SessionSummary) -> str:
         lines.append("  the session did not close the recording (killed?): replayed to its last flush")
     if rec.skipped:
         lines.append(f"  {rec.skipped} events of kinds this version does not know were left out")
+    if rec.bad_events:
+        lines.append(f"  {rec.bad_events} damaged events were left out (a field of the wrong type or range; the "
+                     f"first {rec.first_bad})")
+    if rec.markers_left_out:
+        lines.append(f"  {rec.markers_left_out} markers were left out (of the wrong shape, or past "
+                     f"{len(rec.markers):,})")
+    for what, n in sorted(s.left_out.items()):
+        lines.append(f"  {n:,} more {what} than the {MAX_LISTED:,} listed were left out")
     lines.append("")
     lines.append("layouts:")
     if not s.layouts:
@@ -167,17 +236,18 @@ def render(s: SessionSummary) -> str:
     for lay in s.layouts:
         ready = f"ready after {lay.ready_s:.1f} s" if lay.ready_s is not None else "never ready"
         servers = ", ".join(f"{n} {v:.1f} s" for n, v in lay.servers.items())
-        lines.append(f"  {lay.topology or '?'} of {lay.profile or '?'}: {ready}"
-                     + (f" ({servers})" if servers else "") + f"; last {lay.final or '?'}"
-                     + (f" ({lay.note})" if lay.note else "")
+        lines.append(f"  {safeio.shown(lay.topology or '?', 120)} of {safeio.shown(lay.profile or '?', 120)}: "
+                     f"{ready}" + (f" ({safeio.shown(servers, 400)})" if servers else "")
+                     + f"; last {safeio.shown(lay.final or '?', 40)}"
+                     + (f" ({safeio.shown(lay.note)})" if lay.note else "")
                      + (f"; fixes applied: {', '.join(lay.fixes)}" if lay.fixes else ""))
     lines.append("")
     lines.append("diagnoses:")
     if not s.diagnoses:
         lines.append("  none")
     for d in s.diagnoses:
-        lines.append(f"  {_clock(d.ts)}  {d.headline()}")
-        lines.append(f"            fix: {d.fix}")
+        lines.append(f"  {_clock(d.ts)}  {safeio.shown(d.headline(), 400)}")
+        lines.append(f"            fix: {safeio.shown(d.fix, 400)}")
     if s.failures:
         lines.append("")
         lines.append("failures and fixes:")
@@ -188,7 +258,7 @@ def render(s: SessionSummary) -> str:
     lines.append("")
     out = "\n".join(lines) + "\n"
     if s.results is not None:
-        return out + f"results (as `{s.results.command}` printed them):\n" + s.results.text
+        return out + f"results (as `{safeio.shown(s.results.command, 60)}` printed them):\n" + _block(s.results.text)
     rebuilt = rebuilt_table(s.runs)
     if rebuilt:
         return out + "results (rebuilt from the recorded runs; the session printed no table):\n" + rebuilt + "\n"
@@ -200,6 +270,8 @@ def summary_dict(s: SessionSummary) -> dict[str, Any]:
     return {"path": str(rec.path), "header": {"app_version": rec.header.app_version, "started": rec.header.started,
                                               "command": rec.header.command, "host": rec.header.host},
             "damage": rec.damage, "ended_cleanly": rec.ended_cleanly, "events": s.events, "topics": s.topics,
+            "skipped": rec.skipped, "bad_events": rec.bad_events, "first_bad": rec.first_bad,
+            "markers_left_out": rec.markers_left_out, "left_out": dict(s.left_out),
             "layouts": [{"id": lay.layout_id, "topology": lay.topology, "profile": lay.profile,
                          "ready_s": lay.ready_s, "servers": lay.servers, "final": lay.final} for lay in s.layouts],
             "diagnoses": [d.to_dict() for d in s.diagnoses], "failures": s.failures,
