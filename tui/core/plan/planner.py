@@ -29,6 +29,7 @@ from tui.core.errors import InputError, PlanRefused
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.spec import LaunchPlan, PlanFix, ProxySpec, ServerSpec, Workaround
 from tui.core.profiles import ModelProfile
+from tui.core.redact import is_secret_flag
 from tui.core.topology import Topology, parse_topology
 
 DEFAULT_HOST = "127.0.0.1"
@@ -130,6 +131,11 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
     """Build the launch plan. Raises PlanRefused (exit 2) for a request the host cannot honour."""
     opts = options or PlanOptions()
     topo = parse_topology(topology) if isinstance(topology, str) else topology
+    for a in (*opts.extra_args, *profile.extra_args):
+        if a.startswith("--") and is_secret_flag(a):
+            raise InputError(f"{a.split('=', 1)[0]} would put a secret on vLLM's command line, which vLLM logs at "
+                             "start-up: pass --api-key (it reaches the servers as VLLM_API_KEY) or set HF_TOKEN in "
+                             "the environment", field="--arg")
     gpus, warnings = _select_gpus(topo, facts, opts.gpus, opts.allow_shared_gpus)
     workarounds: list[Workaround] = []
 

@@ -121,7 +121,7 @@ def plan_secret_names(plans: Sequence[Mapping[str, Any]], profile: Mapping[str, 
         envs += [srv.get("env") for srv in p.get("servers") or [] if isinstance(srv, dict)]
     for env in envs:
         if isinstance(env, dict):
-            names.update(str(k) for k, v in env.items() if v == REDACTED)
+            names.update(str(k) for k, v in env.items() if isinstance(v, str) and REDACTED in v)
     return sorted(names)
 
 

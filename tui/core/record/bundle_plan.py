@@ -144,7 +144,7 @@ def plan_here(bundle: Bundle, layout: BundleLayout, facts: HostFacts, options: P
                                 "planner decides its own)")
                 continue
             rules.check_env(key, value, allow_env=allow_env, error=refuser(s.name, f"env.{key}"))
-            if value == REDACTED or is_secret_env(key):
+            if REDACTED in value or is_secret_env(key):
                 secrets.add(key)  # from this host's environment: never written into the plan
                 continue
             env[key] = value
