@@ -367,3 +367,22 @@ def test_results_text_from_a_bundle_is_printed_safely(tmp_path: Path, capsys: py
     assert "\x1b" not in out and "\x07" not in out
     assert "more line(s) not shown" in out and "row 499" not in out
     json.dumps(out)
+
+
+def test_export_redacts_secrets_of_any_name_and_credentials_in_urls(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from tui.core.record.bundle import write_bundle
+
+    gh = "ghp_" + "Ab3" * 12
+    data = _bundle_data(extra_env=(("MY_HF_TOKEN_2", gh), ("HF_ENDPOINT", "https://user:pa55word@mirror.example"),
+                                   ("TOKENIZERS_PARALLELISM", "false")))
+    b = tmp_path / "b.yaml"
+    write_bundle(b, data)
+    text = b.read_text(encoding="utf-8")
+    assert gh not in text and "pa55word" not in text and "user:" not in text
+    assert "HF_ENDPOINT: https://<redacted>@mirror.example" in text and "TOKENIZERS_PARALLELISM: 'false'" in text
+    assert data["secrets_needed"] == ["HF_ENDPOINT", "MY_HF_TOKEN_2"]
+    # on import, a host the bundle names (HF_ENDPOINT) is refused; the secret's name is said, never a value
+    assert main(["import", "--sim", str(b), "--yes"]) == 2
+    out, err = capsys.readouterr()
+    assert "HF_ENDPOINT is never taken from a bundle" in _one_error(err) and gh not in out + err
