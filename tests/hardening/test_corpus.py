@@ -87,6 +87,39 @@ STATE = {
 }
 
 
+def _layouts(record: dict[str, object] | None = None, proc: dict[str, object] | None = None,
+             plan: dict[str, object] | None = None) -> bytes:
+    """A state file of one layout, with fields of it (or of its one process, or its plan) replaced."""
+    p: dict[str, object] = {"name": "server", "role": "single", "pid": 4_000_000, "pgid": 4_000_000,
+                            "create_time": 1.8e9, "log": "/nonexistent/server.log", "url": "http://127.0.0.1:9"}
+    pl: dict[str, object] = {"topology": "tp1", "profile_id": "m", "gpus": [0], "servers": [{"name": "server",
+                                                                                              "gpus": [0]}]}
+    r: dict[str, object] = {"id": "x", "created": 1.8e9, "simulated": True, "status": "ready",
+                            "plan": {**pl, **(plan or {})}, "processes": [{**p, **(proc or {})}]}
+    return json.dumps({"version": 1, "layouts": {"x": {**r, **(record or {})}}}).encode()
+
+
+# values of the wrong type or range inside an otherwise valid state file (issue 21): the file and field named
+STATE.update({
+    "pid-text": (_layouts(proc={"pid": "abc"}), ("layouts.json", "pid", "move it aside")),
+    "pid-negative": (_layouts(proc={"pid": -1}), ("layouts.json", "pid")),
+    "pgid-zero-list": (_layouts(proc={"pgid": [0]}), ("layouts.json", "pgid")),
+    "created-text": (_layouts({"created": "yesterday"}), ("layouts.json", "created")),
+    "created-huge": (_layouts({"created": 1e300}), ("layouts.json", "created")),
+    "created-nan": (_layouts().replace(b'"created": 1800000000.0', b'"created": NaN'), ("layouts.json",
+                                                                                          "damaged")),
+    "processes-mapping": (_layouts({"processes": {"a": 1}}), ("layouts.json", "processes")),
+    "process-missing-pid": (_layouts().replace(b'"pid": 4000000, ', b""), ("layouts.json", "pid")),
+    "status-number": (_layouts({"status": 3}), ("layouts.json", "status")),
+    "plan-gpus-text": (_layouts(plan={"gpus": ["zero"]}), ("layouts.json", "gpus")),
+    "plan-servers-text": (_layouts(plan={"servers": "all"}), ("layouts.json", "servers")),
+    "plan-a-list": (_layouts({"plan": [1, 2]}), ("layouts.json", "plan")),
+    "huge-int": (_layouts().replace(b'"pid": 4000000', b'"pid": ' + b"9" * 400), ("layouts.json", "damaged")),
+    "deep": (b'{"version": 1, "layouts": ' + b"[" * 500 + b"]" * 500 + b"}", ("layouts.json", "damaged")),
+    "diagnoses-text": (_layouts({"diagnoses": "none"}), ("layouts.json", "diagnoses")),
+})
+
+
 def cases() -> Iterator[Case]:
     # --- global flags ---------------------------------------------------------------------------------------
     yield c("global flags", "sim-gpus-zero", ["--sim-gpus", "0", *PLAN], "--sim-gpus")

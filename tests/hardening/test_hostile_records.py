@@ -15,6 +15,7 @@ import struct
 import time
 import tracemalloc
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -618,3 +619,284 @@ def test_a_killed_runs_journal_of_the_wrong_types_is_skipped() -> None:
     run = load_run(d)
     assert run.meta.status == "incomplete" and [r.index for r in run.records()] == [0]
     assert run.summary and math.isfinite(run.summary["duration"])
+
+
+# --- campaigns: resuming one from a copied folder ------------------------------------------------------------------
+
+
+def _prompt(fn: Any, timeout: float = 20.0) -> Any:
+    """``fn()`` in a thread, which must return within ``timeout`` (a FIFO read would block it for ever: the test
+    fails instead of hanging; the FIFO's writer end is opened by the caller's cleanup)."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the test
+            box["error"] = exc
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"{fn} did not return within {timeout:.0f} s (a FIFO waited on?)"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _spec(name: str = "c") -> Any:
+    from tui.core.bench.campaign import CampaignSpec
+
+    return CampaignSpec(name=name, model="m", topologies=["tp1"], workloads=["w"])
+
+
+@pytest.mark.parametrize(("data", "names"), [
+    (b"fifo", ("FIFO",)),
+    (json.dumps({"name": 5, "model": "m", "topologies": ["tp1"], "workloads": ["w"]}).encode(), ("name",)),
+    (json.dumps({"name": "c", "model": "m", "topologies": "tp1", "workloads": ["w"]}).encode(), ("topologies",)),
+    (json.dumps({"name": "c", "model": "m", "topologies": ["tp1"], "workloads": ["w"], "rates": ["x"]}).encode(),
+     ("rates[0]",)),
+    (json.dumps({"name": "c", "model": "m", "topologies": ["tp1"], "workloads": ["w"], "repeat": -1}).encode(),
+     ("repeat",)),
+    (b'{"name": "c", "model": "m", "topologies": ["tp1"], "workloads": ["w"], "seed": NaN}', ("NaN",)),
+    (b"[1]", ("mapping",)),
+])
+def test_resuming_a_campaign_with_a_hostile_campaign_file_is_one_line(data: bytes, names: tuple[str, ...],
+                                                                      tmp_path: Path) -> None:
+    from tui.core.bench.campaign import CAMPAIGN_FILE, CampaignStore
+    from tui.core.errors import InputError
+
+    store = CampaignStore(_spec(), root=tmp_path)
+    store.dir.mkdir(parents=True)
+    f = store.dir / CAMPAIGN_FILE
+    if data == b"fifo":
+        os.mkfifo(f)
+    else:
+        f.write_bytes(data)
+    with pytest.raises(InputError) as err:
+        _prompt(store.open)
+    line = err.value.one_line()
+    assert str(f) in line and "damaged campaign file" in line and all(n in line for n in names), line
+
+
+def test_a_damaged_cell_is_run_again_and_a_fifo_never_waited_on(tmp_path: Path) -> None:
+    from tui.core.bench.campaign import CampaignStore, Cell, campaign_runs, orphaned_layout
+    from tui.core.errors import InputError
+    from tui.core.launch.state import LayoutRecord, StateStore
+    from tui.core.profiles import Workload
+
+    store = CampaignStore(_spec(), root=tmp_path)
+    assert store.open() is False
+    wl = Workload(name="w", input_len=8, output_len=8)
+    cell = Cell("tp1", "w", None)
+    d = store.run_dir(cell, wl)
+    d.mkdir(parents=True)
+    os.mkfifo(d / "run.json")
+    assert _prompt(lambda: store.finished(cell, wl)) is None  # not complete: the cell runs again
+    with pytest.raises(InputError, match="FIFO"):
+        _prompt(lambda: campaign_runs(store.dir))
+    # an orphaned layout of this campaign is looked for in its runs' records: a FIFO among them is skipped
+    state = StateStore(tmp_path / "state")
+    with state.locked() as layouts:
+        layouts["L"] = LayoutRecord(id="L", created=T0, simulated=True, status="ready", owner_pid=0,
+                                    plan={"topology": "tp1", "profile_id": "m"}, processes=[])
+    plan = SimpleNamespace(profile_id="m", topology="tp1")  # what orphaned_layout asks of a plan
+    assert _prompt(lambda: orphaned_layout(plan, store.dir, state)) is None  # type: ignore[arg-type]
+    store.clear(cell, wl)
+    assert not d.exists()
+
+
+def test_the_consoles_campaign_list_reads_hostile_folders(tmp_path: Path) -> None:
+    from tui.console.actions import campaigns, read_campaign
+    from tui.core.bench.campaign import CAMPAIGN_FILE
+
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / CAMPAIGN_FILE).write_text(json.dumps({**_spec("good").to_dict(), "created": "yesterday"}))
+    for name, data in (("a", b"fifo"), ("b", json.dumps(_run_json(status=7)).encode()),
+                       ("c", json.dumps(_run_json(topology="tp1", workload="w")).encode())):
+        (good / name).mkdir()
+        if data == b"fifo":
+            os.mkfifo(good / name / "run.json")
+        else:
+            (good / name / "run.json").write_bytes(data)
+    (good / "c" / "summary.json").write_text('{"output_throughput": "lots"}')
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / CAMPAIGN_FILE).write_text(json.dumps({"name": "bad", "topologies": 3}))
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / CAMPAIGN_FILE)
+    state = _prompt(lambda: read_campaign(good))
+    assert state is not None and state.created == 0.0 and state.total >= 1
+    by = {c.run_dir.rsplit("/", 1)[-1]: c for c in state.cells}
+    assert by["a"].status == "damaged" and "FIFO" in by["a"].message
+    assert by["b"].status == "damaged" and "status" in by["b"].message
+    assert by["c"].status == "complete" and by["c"].output_tps is None
+    assert _prompt(lambda: read_campaign(bad)) is None and _prompt(lambda: read_campaign(fifo)) is None
+    assert [c.name for c in _prompt(lambda: campaigns(tmp_path))] == ["good"]
+
+
+# --- the console's results screen ------------------------------------------------------------------------------
+
+
+def test_the_results_screen_lists_damaged_runs_and_reads_run_files_bounded(tmp_path: Path) -> None:
+    from tui.console.screens.results import load_results, plan_shell, workloads_of
+    from tui.core import paths
+    from tui.core.profiles import Catalog
+
+    good = _good_run()
+    (good / "workload.json").write_text(json.dumps({"name": "random-32x16", "input_len": "many",
+                                                    "output_len": 4}))
+    bad = paths.runs_dir() / "copied" / "bad"
+    bad.mkdir(parents=True)
+    os.mkfifo(bad / "run.json")
+    data = _prompt(lambda: load_results(Catalog.load(), None))
+    assert len(data.runs) == 1 and any("FIFO" in e and str(bad) in e for e in data.errors), data.errors
+    wls = _prompt(lambda: workloads_of(data.runs, Catalog.load()))
+    assert all(isinstance(w.input_len, int) for w in wls.values())
+    os.mkfifo(good / "plan.json")
+    text, ok = _prompt(lambda: plan_shell(good / "plan.json"))
+    assert not ok and "FIFO" in text
+    (good / "plan.json").unlink()
+    (good / "plan.json").write_text(json.dumps({"servers": [{"argv": 5}], "topology": []}))
+    text, ok = _prompt(lambda: plan_shell(good / "plan.json"))
+    assert not ok and "plan" in text
+    (good / "workload.json").unlink()
+    os.mkfifo(good / "workload.json")
+    _prompt(lambda: workloads_of(data.runs, Catalog.load()))
+
+
+# --- the state file -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cmd", [["status"], ["status", "--json"], ["down"]])
+def test_a_fifo_in_place_of_the_state_file_is_one_line_at_once(cmd: list[str], isolated_dirs: Path) -> None:
+    state = isolated_dirs / "state" / "layouts.json"
+    os.mkfifo(state)
+    began = time.monotonic()
+    proc = cli(*cmd, timeout=60)
+    assert time.monotonic() - began < 60
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("warning:")]
+    assert len(lines) == 1 and str(state) in lines[0] and "FIFO" in lines[0] and "move it aside" in lines[0], \
+        proc.stderr
+
+
+def test_a_fifo_in_place_of_the_lock_file_is_one_line(isolated_dirs: Path) -> None:
+    from tui.core.errors import InputError
+    from tui.core.launch.state import StateStore
+
+    lock = isolated_dirs / "state" / "layouts.lock"
+    os.mkfifo(lock)
+    store = StateStore()
+    with pytest.raises(InputError, match="lock file"):
+        _prompt(lambda: store.locked().__enter__())
+
+
+def test_the_follower_says_once_what_it_cannot_read(isolated_dirs: Path) -> None:
+    """A damaged state file, or a FIFO where a server's log should be: a Notice each (the console shows it),
+    never a follower thread stuck on the FIFO."""
+    from tui.core.events import EventBus, Notice
+    from tui.core.follow import LayoutFollower
+    from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
+
+    bus = EventBus()
+    seen: list[Any] = []
+    bus.subscribe(seen.append)
+    state = isolated_dirs / "state" / "layouts.json"
+    state.write_text('{"version": 1, "layouts": {"x": {"id": "x", "created": "soon"}}}')
+    follower = LayoutFollower(bus, StateStore())
+    _prompt(follower.poll_once)
+    _prompt(follower.poll_once)
+    notes = [e for e in seen if isinstance(e, Notice)]
+    assert len(notes) == 1 and "created" in notes[0].message and str(state) in notes[0].message
+    log = isolated_dirs / "server.log"
+    os.mkfifo(log)
+    state.unlink()
+    with StateStore().locked() as layouts:
+        layouts["x"] = LayoutRecord(id="x", created=T0, simulated=True, status="starting",
+                                    plan={"topology": "tp1", "profile_id": "m", "servers": [{"name": "s",
+                                                                                            "gpus": [0]}]},
+                                    processes=[ProcessRecord(name="s", role="single", pid=os.getpid(),
+                                                             pgid=os.getpgid(0), create_time=0.0, log=str(log),
+                                                             url="http://127.0.0.1:9")])
+    seen.clear()
+    _prompt(follower.poll_once)
+    notes = [e for e in seen if isinstance(e, Notice)]
+    assert len(notes) == 1 and "FIFO" in notes[0].message and str(log) in notes[0].message
+
+
+# --- a benchmark's events file and the start-up history ---------------------------------------------------------
+
+
+def test_an_events_file_of_hostile_lines_is_skipped_and_counted(tmp_path: Path) -> None:
+    from tui.core.bench.eventsfile import EventsTail
+
+    path = tmp_path / "e.jsonl"
+    good = json.dumps({"kind": "bench_done", "ts": T0, "run_id": "r", "status": "complete"}).encode()
+    lines = [json.dumps({"t": "header", "pid": "me", "create_time": 1.0, "argv": []}).encode(),
+             json.dumps({"t": "header", "pid": 1, "create_time": 1e300, "argv": []}).encode(),
+             good,
+             b'{"kind": "bench_done", "ts": NaN, "run_id": "r", "status": "complete"}',
+             json.dumps({"kind": "bench_done", "ts": "x", "run_id": "r", "status": "complete"}).encode(),
+             json.dumps({"kind": "bench_tick", "ts": T0, "run_id": "r", "phase": "run", "elapsed_s": [],
+                         "total": 1, "sent": 1, "done": 1, "failed": 0, "inflight": 0}).encode(),
+             b"[" * 100_000 + b"]" * 100_000,
+             b'{"kind": "notice", "ts": 1, "level": "info", "message": "' + b"x" * (5 << 20) + b'"}',
+             good]
+    path.write_bytes(b"\n".join(lines) + b"\n" + b"y" * (6 << 20))  # and a last line that never ends
+    tail = EventsTail(path)
+    got = tail.read_all()
+    assert [e.kind for e in got] == ["bench_done", "bench_done"]
+    assert tail.header is None and tail.bad_lines == 8, tail.bad_lines
+
+
+def test_an_events_file_that_is_a_fifo_is_never_waited_on(tmp_path: Path) -> None:
+    from tui.console.actions import running_benches
+    from tui.core.bench.eventsfile import EventsTail
+
+    path = tmp_path / "x.bench.events.jsonl"
+    os.mkfifo(path)
+    tail = EventsTail(path)
+    assert _prompt(tail.read_all) == [] and tail.unreadable is not None and "FIFO" in tail.unreadable
+    assert _prompt(lambda: running_benches(tmp_path)) == []
+
+
+def test_the_startup_history_skips_hostile_lines_and_a_fifo(tmp_path: Path) -> None:
+    from tui.core.launch.history import StartupHistory, StartupRecord
+
+    h = StartupHistory(tmp_path)
+    good = StartupRecord(key="k", server="s", startup_s=30.0, ts=T0, phases=(("load", 5.0),))
+    bad = [{**good.to_dict(), "startup_s": "slow"}, {**good.to_dict(), "startup_s": 1e300},
+           {**good.to_dict(), "ts": 1e300}, {**good.to_dict(), "phases": [["load", -5]]},
+           {**good.to_dict(), "phases": "load"}, {**good.to_dict(), "key": ["k"]}, [1, 2]]
+    raw = b"\n".join(json.dumps(x).encode() for x in [good.to_dict(), *bad])
+    raw += b'\n{"key": "k", "server": "s", "startup_s": NaN}\n' + b"x" * 100_000 + b"\n"
+    h.path.write_bytes(raw)
+    assert h.records() == [good] and h.skipped == len(bad) + 2
+    exp = h.expected("k", "s")
+    assert exp is not None and exp.seconds == 30.0 and "30 s" in exp.describe()
+    h.path.unlink()
+    os.mkfifo(h.path)
+    assert _prompt(h.records) == []
+    _prompt(lambda: h.append(good))  # a FIFO nobody reads: no history kept, no wait
+    assert h.path.exists() and not h.path.is_file()
+
+
+def test_a_huge_startup_history_reads_its_end_only(tmp_path: Path) -> None:
+    from tui.core.launch.history import READ_BYTES, StartupHistory, StartupRecord
+
+    h = StartupHistory(tmp_path)
+    old = json.dumps(StartupRecord(key="k", server="s", startup_s=99.0, ts=T0).to_dict()).encode() + b"\n"
+    new = json.dumps(StartupRecord(key="k", server="s", startup_s=10.0, ts=T0).to_dict()).encode() + b"\n"
+    h.path.write_bytes(old * (2 * READ_BYTES // len(old)) + new * 3)
+    tracemalloc.start()
+    try:
+        recs = h.records()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert recs[-1].startup_s == 10.0 and peak < 12 * READ_BYTES

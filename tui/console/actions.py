@@ -9,7 +9,6 @@ No Textual here: the screens call these from workers.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -20,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths, yamlio
-from tui.core.bench.campaign import CAMPAIGN_FILE
+from tui.core import paths, safeio, typedread, yamlio
+from tui.core.bench.campaign import CAMPAIGN_FILE, read_spec
 from tui.core.bench.events import BenchDone, BenchStarted
 from tui.core.bench.eventsfile import EventsTail
-from tui.core.bench.store import RUN_FILE
+from tui.core.bench.store import RUN_FILE, rate_label, read_meta, read_summary
+from tui.core.errors import InputError
 from tui.core.events import Event
 from tui.core.host.base import HostOptions
 from tui.core.procs import pid_alive
@@ -312,42 +312,53 @@ class CampaignState:
         return max(spec_cells, len(self.cells))
 
 
-def _cell_of(run_dir: Path) -> CellState | None:
+def _cell_of(run_dir: Path) -> CellState:
+    """A cell's state from its run folder (checked as every stored run is: a damaged one is a ``damaged`` cell
+    with its one-line error, never a traceback)."""
     try:
-        meta = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    status = str(meta.get("status", "?"))
-    if status == "running" and not pid_alive(int(meta.get("pid", 0) or 0)):
+        meta = read_meta(run_dir)
+    except InputError as err:
+        return CellState(topology=safeio.shown(run_dir.name, 80), workload="", rate="", repeat=1, status="damaged",
+                         run_dir=str(run_dir), message=err.one_line())
+    status = meta.status
+    if status == "running" and not pid_alive(meta.pid):
         status = "incomplete"
-    summary: dict[str, Any] = {}
     try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pass
-    rate = meta.get("request_rate", meta.get("rate", ""))
+        summary = read_summary(run_dir) or {}
+    except InputError:
+        summary = {}
 
     def num(key: str) -> float | None:
         v = summary.get(key)
-        return float(v) if isinstance(v, int | float) else None
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
-    return CellState(topology=str(meta.get("topology", "")), workload=str(meta.get("workload", "")),
-                     rate=str(rate if rate not in (None, "") else "inf"), repeat=int(meta.get("repeat", 1) or 1),
-                     status=status, run_dir=str(run_dir), message=str(meta.get("message", "")),
+    return CellState(topology=meta.topology, workload=meta.workload, rate=rate_label(meta.request_rate),
+                     repeat=meta.repeat, status=status, run_dir=str(run_dir), message=safeio.shown(meta.message),
                      output_tps=num("output_throughput"), mean_tpot_ms=num("mean_tpot_ms"),
                      mean_ttft_ms=num("mean_ttft_ms"))
 
 
+#: run folders of one campaign read at most (a real one has a few dozen cells)
+MAX_CELLS = 10_000
+
+
 def read_campaign(directory: Path) -> CampaignState | None:
-    """A campaign directory's state from its files (blocking: call from a thread)."""
+    """A campaign directory's state from its files (blocking: call from a thread); None when its campaign.json
+    does not read (a FIFO in its place, a spec of the wrong types)."""
     try:
-        spec = json.loads((directory / CAMPAIGN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        spec = read_spec(directory / CAMPAIGN_FILE)
+        raw = safeio.load_json(directory / CAMPAIGN_FILE, "run record")
+    except InputError:
         return None
-    cells = tuple(c for c in (_cell_of(p.parent) for p in sorted(directory.glob(f"*/{RUN_FILE}"))) if c is not None)
-    return CampaignState(name=directory.name, directory=directory, spec=spec, cells=cells,
-                         created=float(spec.get("created", 0.0) or 0.0),
-                         running=any(c.status == "running" for c in cells))
+    created = raw.get("created") if isinstance(raw, dict) else None
+    if isinstance(created, bool) or not isinstance(created, int | float) or not 0 <= created <= typedread.TIME_MAX:
+        created = 0.0
+    names, _more = safeio.scan_dir(directory, MAX_CELLS)
+    run_dirs = [directory / n for n in names if (directory / n / RUN_FILE).exists()
+                or (directory / n / RUN_FILE).is_symlink()]
+    cells = tuple(_cell_of(d) for d in run_dirs)
+    return CampaignState(name=directory.name, directory=directory, spec=spec.to_dict(), cells=cells,
+                         created=float(created), running=any(c.status == "running" for c in cells))
 
 
 def campaigns(root: Path | None = None, limit: int = 20) -> list[CampaignState]:
@@ -355,7 +366,8 @@ def campaigns(root: Path | None = None, limit: int = 20) -> list[CampaignState]:
     base = root or paths.runs_dir()
     if not base.is_dir():
         return []
-    dirs = [d for d in base.iterdir() if (d / CAMPAIGN_FILE).is_file()]
+    names, _more = safeio.scan_dir(base)
+    dirs = [base / n for n in names if (base / n / CAMPAIGN_FILE).is_file()]
     dirs.sort(key=lambda d: (d / CAMPAIGN_FILE).stat().st_mtime, reverse=True)
     out = [read_campaign(d) for d in dirs[:limit]]
     return [c for c in out if c is not None]

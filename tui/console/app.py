@@ -32,7 +32,7 @@ from tui.console.screens.launch import LaunchScreen
 from tui.console.screens.playbook import PlaybookScreen
 from tui.console.screens.results import ResultsScreen
 from tui.core.errors import AppError
-from tui.core.events import Event, EventBus
+from tui.core.events import Event, EventBus, Notice
 from tui.core.follow import LayoutFollower
 from tui.core.host.base import Host, HostOptions
 from tui.core.launch.history import StartupHistory
@@ -171,11 +171,18 @@ class ConsoleApp(App[int]):
         self.follower = LayoutFollower(self.ctx.bus, self.ctx.store, self.ctx.book,
                                        history=StartupHistory(self.ctx.store.root),
                                        sim_startup_s=host.sim_startup_s())
+        self.ctx.bus.subscribe(self._follower_notice)
         self.follower.start()
         self.run_telemetry()
         self.run_reattach_check()
         if self.ctx.record:
             self.start_recording()
+
+    def _follower_notice(self, ev: Event) -> None:
+        """What the layout follower could not read (a damaged state file, a FIFO in a log's place): a
+        notification, once each (the follower says each once)."""
+        if isinstance(ev, Notice) and ev.source == "follow" and ev.level == "error":
+            self.notify(ev.message, title="cannot follow the layout", severity="error", timeout=12)
 
     @work(exclusive=True, group="telemetry", exit_on_error=False, description="GPU sampler and server poller")
     async def run_telemetry(self) -> None:

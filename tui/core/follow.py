@@ -25,8 +25,9 @@ from pathlib import Path
 
 import psutil
 
+from tui.core import safeio
 from tui.core.errors import InputError
-from tui.core.events import EventBus, event_from_dict
+from tui.core.events import EventBus, Notice, event_from_dict
 from tui.core.launch import subphases
 from tui.core.launch.events import (
     LayoutChanged,
@@ -53,6 +54,8 @@ ACTIVE = ("starting", "ready", "stopping")
 SUBPHASE_PERIOD_S = 2.0
 #: how many of a server's last lines an exit event carries
 LAST_LINES = 25
+#: bytes of one log line at most (a longer one is cut there)
+MAX_LOG_LINE = 1 << 20
 
 
 @dataclass
@@ -102,6 +105,7 @@ class LayoutFollower(threading.Thread):
         self._next_sample = 0.0
         self._deferred: set[str] = set()
         self._shown: tuple[str, str] = ("", "")  # the (status, note) last published
+        self._told: set[str] = set()  # the files from outside already said to be unreadable (once each)
         #: a log line is redacted before it is published, matched or kept for an exit's excerpt
         self.redactor = Redactor()
 
@@ -123,7 +127,8 @@ class LayoutFollower(threading.Thread):
     def poll_once(self) -> None:
         try:
             layouts = self.store.peek()
-        except InputError:
+        except InputError as err:  # damaged, or a FIFO in its place: said once, followed as empty
+            self._tell(err)
             layouts = {}
         with self._lock:
             dismissed = set(self._dismissed)
@@ -185,8 +190,8 @@ class LayoutFollower(threading.Thread):
         plan: LaunchPlan | None
         try:
             plan = LaunchPlan.from_dict(rec.plan)
-        except (KeyError, TypeError, ValueError):
-            plan = None
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError):
+            plan = None  # a plan of the wrong shape: the servers are followed without their ETA
         for p in rec.processes:
             if p.name in self._servers:
                 self._servers[p.name].record = p
@@ -220,10 +225,25 @@ class LayoutFollower(threading.Thread):
                 self.bus.publish_threadsafe(ServerDeferred(server=name, waits_for=before,
                                                            gpus=tuple(sorted(gpus))))
 
+    def _tell(self, err: InputError) -> None:
+        """A file the follower reads (the state file, a server's log it names) cannot be read: a Notice, once."""
+        line = err.one_line()
+        if line not in self._told and len(self._told) < 100:
+            self._told.add(line)
+            self.bus.publish_threadsafe(Notice(level="error", message=line, source="follow"))
+
     def _read(self, srv: _Server) -> None:
         path = Path(srv.record.log)
+        if not srv.record.log:
+            return
         try:
-            with path.open("rb") as fh:
+            fd, _st = safeio.open_regular(path)  # a log the state file names may be a FIFO: never waited on
+        except InputError as err:
+            if err.message != "no such file":  # not written yet: the server is starting
+                self._tell(err)
+            return
+        try:
+            with os.fdopen(fd, "rb") as fh:
                 fh.seek(srv.offset)
                 data = fh.read(self.read_chunk)
         except OSError:
@@ -232,6 +252,9 @@ class LayoutFollower(threading.Thread):
             return
         srv.offset += len(data)
         *complete, srv.partial = (srv.partial + data).split(b"\n")
+        if len(srv.partial) > MAX_LOG_LINE:  # a log that never ends its line: shown cut, never held growing
+            complete.append(srv.partial[:MAX_LOG_LINE])
+            srv.partial = b""
         name = srv.record.name
         for raw in complete:
             srv.lineno += 1

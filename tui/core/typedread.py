@@ -35,6 +35,8 @@ MAX_ITEMS = 1 << 20
 MAX_NUMBER = 1e18
 #: epoch seconds at most (the year 2286): a time beyond is no time a session was recorded at
 TIME_MAX = 1e10
+#: a process id at most (``pid_t`` is a 32-bit integer; a negative or zero one would signal a group)
+PID_MAX = 2**31 - 1
 #: the fields that hold epoch seconds, by name, in every record read here
 TIME_FIELDS = frozenset({"ts", "started", "ended", "created", "create_time", "ready_at", "since"})
 
@@ -81,6 +83,10 @@ def described(value: Any) -> str:
     return repr(value)[:40]
 
 
+def _bound(x: float) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
 def _str(v: Any) -> Any:
     if not isinstance(v, str):
         raise FieldError(f"expected a text, got {described(v)}")
@@ -111,7 +117,7 @@ def _number(lo: float, hi: float, what: str) -> Check:
         if not lo <= v <= hi:  # NaN fails this too
             if isinstance(v, float) and not math.isfinite(v):
                 raise FieldError(f"expected a finite number, got {v!r}")
-            raise FieldError(f"out of range for {what}: {described(v)} (within {lo:g}..{hi:g})")
+            raise FieldError(f"out of range for {what}: {described(v)} (within {_bound(lo)}..{_bound(hi)})")
         return v
 
     return check
@@ -252,7 +258,7 @@ def _build(tp: Any) -> Check:
         cls = tp
 
         def nested(v: Any) -> Any:
-            return read(cls, v)
+            return v if isinstance(v, cls) else read(cls, v)  # one its own reader already made passes
 
         return nested
     return _identity
@@ -308,7 +314,7 @@ def read(cls: type[T], data: Any, *, unknown: str = "ignore", skip: frozenset[st
         if ranges is not None and key in ranges and value is not None:
             lo, hi = ranges[key]
             if not lo <= value <= hi:
-                raise FieldError(f"out of range: {described(value)} (within {lo:g}..{hi:g})", (key,))
+                raise FieldError(f"out of range: {described(value)} (within {_bound(lo)}..{_bound(hi)})", (key,))
     missing = plan.required - kwargs.keys()
     if missing:
         raise FieldError("required field is missing", (min(missing),))

@@ -8,7 +8,6 @@ same the CLI prints; they are built in a thread (the runs are files) and only dr
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +24,11 @@ from textual.widgets import DataTable, Footer, Static
 from tui.console.model import ConsoleModel
 from tui.console.widgets.charts import XYChart
 from tui.console.widgets.header import HeaderBar
-from tui.core import paths
+from tui.core import paths, safeio
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import stats, table
-from tui.core.bench.store import Run, find_runs, load_run
-from tui.core.errors import AppError
+from tui.core.bench.store import Run, find_runs, load_run, read_run_workload
+from tui.core.errors import AppError, InputError
 from tui.core.profiles import Catalog, Workload
 
 if TYPE_CHECKING:
@@ -56,21 +55,29 @@ def workloads_of(runs: list[Run], catalog: Catalog) -> dict[str, Workload]:
         name = r.meta.workload
         if name in out:
             continue
-        try:
-            d = json.loads((r.path / "workload.json").read_text(encoding="utf-8"))
-            known = set(Workload.__dataclass_fields__)
-            d = {k: v for k, v in d.items() if k in known}
-            if d.get("request_rate") in (None, "inf"):
-                d["request_rate"] = float("inf")
-            out[name] = Workload(**d)
+        own = read_run_workload(r.path)  # checked: a copied folder's file of the wrong types is not taken
+        if own is not None:
+            out[name] = own
             continue
-        except (OSError, ValueError, TypeError):
-            pass
         try:
             out[name] = catalog.workload(name)
         except AppError:
             continue
     return out
+
+
+def plan_shell(plan_file: Path) -> tuple[str, bool]:
+    """A run's ``plan.json`` as the shell commands it ran (and True), or why it cannot be read (and False): the
+    folder may be a teammate's copy, so the file is read bounded and strict, a plan of the wrong shape is one
+    line."""
+    from tui.core.plan.spec import LaunchPlan
+
+    try:
+        data = safeio.load_json(plan_file, "run record")
+        text: str = safeio.guarded(lambda: LaunchPlan.from_dict(data).shell(), plan_file, "plan")
+    except InputError as err:
+        return f"unreadable: {err.one_line()}", False
+    return "\n".join(safeio.shown(line, 2000) for line in text.split("\n")), True
 
 
 def load_results(catalog: Catalog, gpus: int | None, root: Path | None = None) -> ResultsData:
@@ -101,7 +108,10 @@ def load_results(catalog: Catalog, gpus: int | None, root: Path | None = None) -
 
 def request_distribution(run: Run) -> str:
     """Per-request TTFT, TPOT and E2E latency quantiles of a run, from its records."""
-    recs = [r for r in run.records() if getattr(r, "success", True)]
+    try:
+        recs = [r for r in run.records() if getattr(r, "success", True)]
+    except InputError as err:  # damaged records of a copied folder
+        return f"request records unreadable: {err.one_line()}"
     if not recs:
         return "no finished requests stored"
     lines = [f"{len(recs)} finished requests"]
@@ -248,15 +258,10 @@ class ResultsScreen(Screen[None]):
                 body.append("  fingerprint: " + ", ".join(f"{k}={v}" for k, v in sorted(fp.items())
                                                           if not isinstance(v, dict | list)) + "\n", style="dim")
             plan_file = run.path / "plan.json"
-            if plan_file.is_file():
-                try:
-                    from tui.core.plan.spec import LaunchPlan
-
-                    body.append("  plan:\n", style="bold")
-                    plan_shell = LaunchPlan.from_dict(json.loads(plan_file.read_text())).shell()
-                    body.append("    " + plan_shell.replace("\n", "\n    ") + "\n", style="cyan")
-                except (ValueError, KeyError, TypeError):
-                    body.append("  plan.json unreadable\n", style="red")
+            if plan_file.exists() or plan_file.is_symlink():
+                body.append("  plan:\n", style="bold")
+                shell, ok = plan_shell(plan_file)
+                body.append("    " + shell.replace("\n", "\n    ") + "\n", style="cyan" if ok else "red")
             body.append("\n")
         title = f"{cell.topology} × {cell.workload} @ {table.rate_label(cell.rate)}"
         self.app.call_from_thread(self.app.push_screen, TextModal(title, body))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import math
 import random
 import shutil
@@ -26,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tui.core import paths
+from tui.core import paths, safeio, typedread
 from tui.core.bench.dataset import run_seed
 from tui.core.bench.events import BenchTick, CampaignStep
 from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
@@ -58,8 +57,9 @@ def orphaned_layout(plan: LaunchPlan, campaign_dir: Path, state: StateStore | No
     if rec is None or rec.profile_id != plan.profile_id or rec.topology != plan.topology or pid_alive(rec.owner_pid):
         return None
     for run_file in campaign_dir.glob(f"*/{RUN_FILE}"):
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(run_file.read_text(encoding="utf-8")).get("layout_id") == rec.id:
+        with contextlib.suppress(InputError):  # a FIFO or a damaged record in a run's folder: not this one
+            data = safeio.load_json(run_file, "run record")
+            if isinstance(data, dict) and data.get("layout_id") == rec.id:
                 return rec
     return None
 
@@ -108,12 +108,52 @@ class CampaignSpec:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CampaignSpec:
+        """A spec as :meth:`to_dict` wrote it, every field of its type (a campaign folder may be a copy):
+        :class:`~tui.core.typedread.FieldError` naming the first that is not."""
+        if not isinstance(d, dict):
+            raise typedread.FieldError(f"expected a mapping, got {typedread.described(d)}")
         data = dict(d)
-        rates = data.get("rates")
-        if isinstance(rates, list):
-            data["rates"] = [math.inf if r == "inf" else float(r) for r in rates]
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
+        raw = data.pop("rates", None)
+        rates: list[float] | str | None
+        if isinstance(raw, list):
+            if len(raw) > 10_000:
+                raise typedread.FieldError(f"a list of {len(raw):,} rates", ("rates",))
+            rates = [_spec_rate(r, i) for i, r in enumerate(raw)]
+        elif raw is None or (isinstance(raw, str) and len(raw) <= 40):
+            rates = raw
+        else:
+            raise typedread.FieldError(f"expected a list of rates or 'auto', got {typedread.described(raw)}",
+                                       ("rates",))
+        spec = typedread.read(cls, data, ranges={"repeat": (1, 1_000_000), "warmup": (-1, 1_000_000),
+                                                 "num_prompts": (1, 1_000_000)})
+        spec.rates = rates
+        return spec
+
+
+def _spec_rate(rate: Any, i: int) -> float:
+    """One of a stored spec's rates: ``"inf"``, a number > 0 or its text."""
+    if rate == "inf":
+        return math.inf
+    value: Any = rate
+    if isinstance(rate, str) and len(rate) <= 40:
+        with contextlib.suppress(ValueError):
+            value = float(rate)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1e9:
+        raise typedread.FieldError(f"expected 'inf' or a rate > 0, got {typedread.described(rate)}", ("rates", i))
+    return float(value)
+
+
+def read_spec(path: Path) -> CampaignSpec:
+    """A campaign folder's ``campaign.json``: a regular file within a run record's size, strict JSON, a spec of
+    the right types; one line naming the file (and field) otherwise."""
+    try:
+        data = safeio.load_json(path, "run record")
+    except InputError as exc:
+        raise InputError(f"damaged campaign file: {exc.message}", file=path, line=exc.line) from None
+    try:
+        return CampaignSpec.from_dict(data)
+    except typedread.FieldError as exc:
+        raise InputError(f"damaged campaign file: {exc.reason}", file=path, field=exc.field or None) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,11 +231,8 @@ class CampaignStore:
     def open(self) -> bool:
         """Create or resume; True when resuming. A different spec under the same name is refused."""
         f = self.dir / CAMPAIGN_FILE
-        if f.exists():
-            try:
-                old = CampaignSpec.from_dict(json.loads(f.read_text(encoding="utf-8")))
-            except (ValueError, TypeError) as exc:
-                raise InputError(f"damaged campaign file: {exc}", file=f) from None
+        if f.exists() or f.is_symlink():
+            old = read_spec(f)
             if old.cells_key() != self.spec.cells_key():
                 raise InputError(f"campaign {self.spec.name!r} exists with other cells", field="--campaign",
                                  hint="choose another --campaign name, or repeat the same command to resume")

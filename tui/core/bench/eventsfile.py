@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tui.core import paths
+from tui.core import paths, safeio, typedread
+from tui.core.errors import InputError
 from tui.core.events import Event, EventBus, event_from_dict
 from tui.core.launch.supervisor import create_time, process_alive
 from tui.core.redact import Redactor
@@ -75,6 +76,10 @@ class EventsHeader:
         return self.pid > 0 and process_alive(self.pid, self.create_time)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number an event may hold")
+
+
 class EventsTail:
     """Reads the complete lines added to an events file since the last call (a partial last line waits for its
     end). Blocking file reads: call ``read`` from a thread."""
@@ -82,13 +87,23 @@ class EventsTail:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.header: EventsHeader | None = None
-        self.bad_lines = 0
+        self.bad_lines = 0  # lines that are no event (a torn write, another version's, the wrong types): skipped
+        self.unreadable: str | None = None  # why the file cannot be read (a FIFO or a folder in its place)
         self._offset = 0
         self._partial = b""
+        self._skipping = False
 
     def read(self, limit: int = 1 << 20) -> list[Event]:
+        """The events of the complete lines added since the last call (a FIFO, a device or a folder in the file's
+        place is never waited on: :attr:`unreadable` says why nothing comes)."""
         try:
-            with open(self.path, "rb") as fh:
+            fd, _st = safeio.open_regular(self.path)
+        except InputError as err:
+            if err.message != "no such file":
+                self.unreadable = err.one_line()
+            return []
+        try:
+            with os.fdopen(fd, "rb") as fh:
                 fh.seek(self._offset)
                 data = fh.read(limit)
         except OSError:
@@ -96,33 +111,46 @@ class EventsTail:
         if not data:
             return []
         self._offset += len(data)
+        if self._skipping:  # the rest of a line too long to be an event: dropped up to its end
+            end = data.find(b"\n")
+            if end < 0:
+                return []
+            data, self._skipping = data[end + 1:], False
         *complete, rest = (self._partial + data).split(b"\n")
-        self._partial = rest if len(rest) <= _MAX_LINE else b""
+        if len(rest) > _MAX_LINE:  # no event is that long: dropped (counted once), and the rest of it after
+            self.bad_lines += 1
+            rest, self._skipping = b"", True
+        self._partial = rest
         out: list[Event] = []
         for raw in complete:
             if not raw.strip():
                 continue
+            if len(raw) > _MAX_LINE:
+                self.bad_lines += 1
+                continue
             try:
-                d = json.loads(raw)
+                d = json.loads(raw, parse_constant=_no_constant)
                 if not isinstance(d, dict):
                     raise ValueError("not an object")
                 if d.get("t") == HEADER:
-                    self.header = EventsHeader(pid=int(d.get("pid") or 0),
-                                               create_time=float(d.get("create_time") or 0.0),
-                                               argv=tuple(str(a) for a in d.get("argv") or ()))
+                    self.header = typedread.read(EventsHeader, {"pid": d.get("pid") or 0,
+                                                                "create_time": d.get("create_time") or 0.0,
+                                                                "argv": d.get("argv") or ()},
+                                                 ranges={"pid": (0, typedread.PID_MAX)})
                     continue
                 out.append(event_from_dict(d))
-            except (ValueError, TypeError, KeyError):
-                self.bad_lines += 1  # another version's event, or a torn write: skipped, counted
+            except (ValueError, TypeError, KeyError, RecursionError):
+                self.bad_lines += 1  # another version's event, a torn write, the wrong types: skipped, counted
         return out
 
     def read_all(self) -> list[Event]:
         """Everything up to the end of the file now (several reads of ``read``'s limit)."""
         out: list[Event] = []
         while True:
+            at = self._offset
             got = self.read()
             out += got
-            if not got and not self._more():
+            if self._offset == at or (not got and not self._more()):
                 return out
 
     def _more(self) -> bool:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths, safeio, typedread
+from tui.core import paths, ranges, safeio, typedread
 from tui.core.bench.metrics import (
     DETAILED_KEYS,
     RequestRecord,
@@ -46,6 +46,7 @@ from tui.core.bench.metrics import (
 )
 from tui.core.errors import InputError
 from tui.core.procs import pid_alive
+from tui.core.profiles import Workload
 from tui.core.redact import Redactor
 
 RUN_FILE = "run.json"
@@ -130,7 +131,7 @@ class RunMeta:
 
 
 #: what a run's record may say beyond the types of its fields
-_META_RANGES = {"pid": (0, 1 << 22), "repeat": (1, 1_000_000)}
+_META_RANGES = {"pid": (0, typedread.PID_MAX), "repeat": (1, 1_000_000)}
 #: a figure of a summary (a count, a throughput, milliseconds) at most, in magnitude
 FIGURE_MAX = 1e15
 
@@ -527,6 +528,29 @@ def find_runs(refs: Iterable[str] = (), root: Path | None = None) -> list[Path]:
             seen.add(rp)
             unique.append(p)
     return unique
+
+
+def read_run_workload(directory: Path) -> Workload | None:
+    """The workload a run directory's ``workload.json`` says it ran (an edited one too), every field of its type
+    and within :data:`tui.core.ranges.WORKLOAD`; None when it has none or one that does not read."""
+    try:
+        data = safeio.load_json(directory / "workload.json", "run record")
+    except InputError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    data = {k: v for k, v in data.items() if k in Workload.__dataclass_fields__}
+    rate = data.pop("request_rate", None)
+    bounds = {k: (r.lo, r.hi) for k, r in ranges.WORKLOAD.items() if k != "request_rate"}
+    try:
+        wl = typedread.read(Workload, data, ranges=bounds)
+        limits = ranges.WORKLOAD["request_rate"]
+        value = _read_rate(rate)
+    except typedread.FieldError:
+        return None
+    if value is not None and not limits.lo <= value <= limits.hi:
+        return None
+    return wl.with_overrides(request_rate=math.inf if value is None else value)
 
 
 def load_runs(directories: Iterable[Path]) -> tuple[list[Run], list[InputError]]:

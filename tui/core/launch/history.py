@@ -9,16 +9,19 @@ line, so concurrent starts (two operators) never interleave; a damaged line is s
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths
+from tui.core import paths, safeio, typedread
+from tui.core.errors import InputError
 from tui.core.plan.spec import LaunchPlan
 from tui.core.redact import redact_argv, redact_env
 
@@ -29,6 +32,16 @@ KEEP_LAST = 5
 WARM_SKIPS = ("flashinfer_jit",)
 #: the file is rewritten with only recent lines when it grows past this many bytes
 MAX_BYTES = 1 << 20
+#: bytes of the file read at most (its end: the newest starts)
+READ_BYTES = 4 * MAX_BYTES
+#: seconds a start (or a phase of it) may have taken: a week
+MAX_STARTUP_S = 7 * 86400.0
+_RANGES = {"startup_s": (0.0, MAX_STARTUP_S)}
+_FIELDS = ("key", "server", "startup_s", "ts", "simulated", "phases", "cache_state", "subphases")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a start may hold")
 
 
 def plan_key(plan: LaunchPlan) -> str:
@@ -80,34 +93,59 @@ class Expected:
 class StartupHistory:
     def __init__(self, directory: Path | None = None) -> None:
         self.path = (directory or paths.state_dir()) / HISTORY_FILE
+        self.skipped = 0  # lines the last read of the file left out (damaged, foreign, of the wrong types)
 
     def append(self, record: StartupRecord) -> None:
         """One line, one ``write`` (O_APPEND): safe with concurrent writers. Blocking: call from a thread."""
         paths.make_dirs(self.path.parent)
         line = (json.dumps(record.to_dict(), separators=(",", ":")) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:  # non-blocking: a FIFO in the file's place (no reader) is never waited on
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a FIFO nobody reads: no history kept
+                return
+            raise
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return  # not a file of ours: no history kept (the ETA falls back to none)
+            os.set_blocking(fd, True)
             os.write(fd, line)
         finally:
             os.close(fd)
         self._trim()
 
     def records(self) -> list[StartupRecord]:
+        """The starts recorded, oldest first: at most the last :data:`READ_BYTES` of the file (it is trimmed to
+        :data:`MAX_BYTES`; a bigger one was not written by us), a line of the wrong types or ranges skipped and
+        counted in :attr:`skipped`. A FIFO or a folder in the file's place is no history (never waited on)."""
+        self.skipped = 0
         try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
+            fd, st = safeio.open_regular(self.path)
+        except InputError:
+            return []
+        try:
+            with os.fdopen(fd, "rb") as fh:
+                if st.st_size > READ_BYTES:
+                    fh.seek(st.st_size - READ_BYTES)
+                    fh.readline()  # the line cut by the seek
+                data = fh.read(READ_BYTES)
         except OSError:
             return []
         out: list[StartupRecord] = []
-        for line in text.splitlines():
+        for line in data.splitlines():
+            if not line.strip():
+                continue
             try:
-                d = json.loads(line)
-                out.append(StartupRecord(key=str(d["key"]), server=str(d["server"]), startup_s=float(d["startup_s"]),
-                                         ts=float(d.get("ts", 0.0)), simulated=bool(d.get("simulated", False)),
-                                         phases=tuple((str(k), float(v)) for k, v in d.get("phases", ())),
-                                         cache_state=str(d.get("cache_state", "")),
-                                         subphases=tuple((str(k), float(v)) for k, v in d.get("subphases", ()))))
-            except (ValueError, KeyError, TypeError):
-                continue  # a damaged or foreign line: skipped, never fatal
+                d = json.loads(line, parse_constant=_no_constant)
+                if not isinstance(d, dict):
+                    raise ValueError("not an object")
+                rec = typedread.read(StartupRecord, {k: d[k] for k in _FIELDS if k in d}, ranges=_RANGES)
+                if not all(0 <= v <= MAX_STARTUP_S for _k, v in (*rec.phases, *rec.subphases)):
+                    raise ValueError("a phase's seconds out of range")
+            except (ValueError, TypeError, RecursionError):
+                self.skipped += 1  # a damaged or foreign line: skipped, never fatal
+                continue
+            out.append(rec)
         return out
 
     def expected(self, key: str, server: str, cache_state: str | None = None) -> Expected | None:

@@ -12,13 +12,14 @@ import fcntl
 import json
 import os
 import secrets
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from tui.core import paths
+from tui.core import paths, safeio, typedread
 from tui.core.errors import InputError
 from tui.core.redact import redact_data
 
@@ -43,8 +44,45 @@ class ProcessRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProcessRecord:
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in known})
+        """A process as the state file holds it, every field of its type and range (a pid a signal could go to,
+        GPUs that exist): :class:`~tui.core.typedread.FieldError` naming the first that is not."""
+        rec = typedread.read(cls, d, ranges=_PROCESS_RANGES)
+        _check_gpus(rec.gpus, ("gpus",))
+        return rec
+
+
+#: what a process record may say beyond its fields' types: pids and groups Linux can have, an exit status
+_PROCESS_RANGES = {"pid": (0, typedread.PID_MAX), "pgid": (0, typedread.PID_MAX), "exited": (-255, 255)}
+#: GPU indices at most
+MAX_GPU_INDEX = 4095
+
+
+def _check_gpus(gpus: Any, path: tuple[str | int, ...]) -> None:
+    if not isinstance(gpus, list | tuple):
+        raise typedread.FieldError(f"expected a list of GPU indices, got {typedread.described(gpus)}", path)
+    for i, g in enumerate(gpus):
+        if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= MAX_GPU_INDEX:
+            raise typedread.FieldError(f"expected a GPU index 0..{MAX_GPU_INDEX}, got {typedread.described(g)}",
+                                       (*path, i))
+
+
+def _check_plan(plan: dict[str, Any]) -> None:
+    """What the state's readers take from a layout's plan: its GPUs, topology and profile, its servers' names and
+    GPUs (the rest of the plan is the launcher's and is read by :meth:`LaunchPlan.from_dict` where needed)."""
+    _check_gpus(plan.get("gpus", []), ("plan", "gpus"))
+    for key in ("topology", "profile_id"):
+        if key in plan and not isinstance(plan[key], str):
+            raise typedread.FieldError(f"expected a text, got {typedread.described(plan[key])}", ("plan", key))
+    servers = plan.get("servers", [])
+    if not isinstance(servers, list):
+        raise typedread.FieldError(f"expected a list, got {typedread.described(servers)}", ("plan", "servers"))
+    for i, srv in enumerate(servers):
+        if not isinstance(srv, dict):
+            raise typedread.FieldError(f"expected a mapping, got {typedread.described(srv)}", ("plan", "servers", i))
+        if "name" in srv and not isinstance(srv["name"], str):
+            raise typedread.FieldError(f"expected a text, got {typedread.described(srv['name'])}",
+                                       ("plan", "servers", i, "name"))
+        _check_gpus(srv.get("gpus", []), ("plan", "servers", i, "gpus"))
 
 
 @dataclass
@@ -84,9 +122,22 @@ class LayoutRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LayoutRecord:
-        procs = [ProcessRecord.from_dict(p) for p in d.get("processes", [])]
-        known = set(cls.__dataclass_fields__) - {"processes"}
-        return cls(processes=procs, **{k: v for k, v in d.items() if k in known})
+        """A layout as the state file holds it, every field (and every process) of its type and range:
+        :class:`~tui.core.typedread.FieldError` naming the first that is not (``processes[0].pid``)."""
+        if not isinstance(d, dict):
+            raise typedread.FieldError(f"expected a mapping, got {typedread.described(d)}")
+        procs = d.get("processes", [])
+        if not isinstance(procs, list):
+            raise typedread.FieldError(f"expected a list, got {typedread.described(procs)}", ("processes",))
+        made = []
+        for i, p in enumerate(procs):
+            try:
+                made.append(ProcessRecord.from_dict(p))
+            except typedread.FieldError as exc:
+                raise exc.inside(i).inside("processes") from None
+        rec = typedread.read(cls, {**d, "processes": made}, ranges={"owner_pid": (0, typedread.PID_MAX)})
+        _check_plan(rec.plan)
+        return rec
 
 
 #: the recorded statuses under which every process of the layout is meant to be running
@@ -142,7 +193,7 @@ class StateStore:
     def locked(self) -> Iterator[dict[str, LayoutRecord]]:
         """Hold the lock; yields the layouts by id; whatever the block leaves in the dict is written back."""
         paths.make_dirs(self.root)
-        with open(self.lock_file, "a+", encoding="utf-8") as lock:
+        with self._open_lock() as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
                 layouts = self._read()
@@ -151,30 +202,53 @@ class StateStore:
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
+    def _open_lock(self) -> IO[str]:
+        """The lock file, a regular file (anything else in its place is one line naming it, never a wait)."""
+        try:
+            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o600)
+        except OSError as exc:
+            raise InputError(f"the state's lock file cannot be opened ({exc.strerror or exc}); move it aside",
+                             file=self.lock_file) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise InputError("the state's lock file is not a regular file; move it aside", file=self.lock_file)
+        return os.fdopen(fd, "a+", encoding="utf-8")
+
     def _read(self) -> dict[str, LayoutRecord]:
+        """The state file as records: a regular file (a FIFO or a folder in its place is refused at once) within
+        its size limit, strict JSON, every record of its types and ranges; one line naming the file, the field
+        and how to recover (move the file aside) otherwise."""
         try:
-            raw = self.file.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:  # not UTF-8 (ValueError), a folder in its place, unreadable
-            raise InputError(f"state file cannot be read ({exc}); move it aside to start afresh",
+            raw = safeio.read_text(self.file, "state")
+        except InputError as exc:
+            if exc.message == "no such file":
+                return {}
+            raise InputError(f"state file cannot be read ({exc.message}); move it aside to start afresh",
                              file=self.file) from None
         try:
-            data = json.loads(raw)
+            data = safeio.parse_json(raw, self.file)
             version = data.get("version") if isinstance(data, dict) else None
-        except ValueError as exc:
-            raise InputError(f"state file is damaged ({exc}); move it aside to start afresh",
-                             file=self.file) from None
+        except InputError as exc:
+            raise InputError(f"state file is damaged ({exc.message}); move it aside to start afresh",
+                             file=self.file, line=exc.line) from None
         if version != STATE_VERSION:
             raise InputError(f"state file is version {version!r}; this disagg-tui reads version {STATE_VERSION}",
                              file=self.file, field="version",
                              hint="stop its layouts with the disagg-tui that wrote it, or move the file aside")
-        try:
-            items = data["layouts"]
-            return {str(k): LayoutRecord.from_dict(v) for k, v in items.items()}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InputError(f"state file is damaged ({type(exc).__name__}: {exc}); move it aside to start afresh",
-                             file=self.file) from None
+        items = data.get("layouts")
+        if not isinstance(items, dict):
+            raise InputError(f"state file is damaged (expected a mapping of layouts, got "
+                             f"{typedread.described(items)}); move it aside to start afresh", file=self.file,
+                             field="layouts")
+        out: dict[str, LayoutRecord] = {}
+        for key, value in items.items():
+            try:
+                out[key] = LayoutRecord.from_dict(value)
+            except typedread.FieldError as exc:
+                where = f"layouts.{safeio.shown(key, 60)}" + (f".{exc.field}" if exc.path else "")
+                raise InputError(f"state file is damaged ({exc.reason}); move it aside to start afresh",
+                                 file=self.file, field=where) from None
+        return out
 
     def _write(self, layouts: dict[str, LayoutRecord]) -> None:
         """Whole, and redacted whoever filled the records: a plan's secrets, a failure's log excerpt in a diagnosis
@@ -188,7 +262,7 @@ class StateStore:
         """A snapshot under a shared lock (a writer's change is seen whole); never writes the file."""
         if not self.file.exists():
             return {}
-        with open(self.lock_file, "a+", encoding="utf-8") as lock:
+        with self._open_lock() as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_SH)
             try:
                 return self._read()
