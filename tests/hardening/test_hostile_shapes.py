@@ -57,6 +57,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.hardening.cli import CliResult, run_cli
+from tests.helpers import free_port
 from tests.model_fixtures import hf_cache, model_folder, write_safetensors
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -360,8 +361,9 @@ class Loader:
     lists: tuple[int, ...] = ()  # of the tolerant: those that must name an unusable file in what they list
 
     def argv(self, i: int, place: Place, target: Path) -> list[str]:
-        return [a.replace("{F}", str(target)).replace("{T}", str(place.t)).replace("{LOG}", str(place.t / "s.log"))
-                for a in self.argvs[i]]
+        out = [a.replace("{F}", str(target)).replace("{T}", str(place.t)).replace("{LOG}", str(place.t / "s.log"))
+               for a in self.argvs[i]]
+        return [str(free_port()) if a == "{PORT}" else a for a in out]  # (a preflight checks the port is free)
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -478,6 +480,33 @@ def _log_file(place: Place) -> Path:
     return place.t / "s.log"
 
 
+#: the correction factors ``predict --calibrate`` stored for the simulated H200 host (``--sim --sim-gpu h200``)
+CALIBRATION = {"host": "sim-vm-2x-NVIDIA-H200", "gpu": "NVIDIA H200", "created": 1796162342.778152,
+               "factors": {"decode": 0.8739093576895269, "prefill": 1.0, "kv_transfer": 1.0}, "bounds": [0.5, 2.0],
+               "rms_log_residual_before": 0.03709412984354593, "rms_log_residual_after": 0.026425334781265825,
+               "runs": ["imported/tp1-random-7500x200"],
+               "residuals": [{"run": "imported/tp1-random-7500x200",
+                              "output_throughput": {"predicted": 779.3, "measured": 777.7, "ratio": 0.998},
+                              "mean_tpot_ms": {"predicted": 80.7, "measured": 81.8, "ratio": 1.013}}]}
+
+
+def _calibration(place: Place) -> Path:
+    return _write(place.data / "calibration" / "sim-vm-2x-NVIDIA-H200.json",
+                  json.dumps(CALIBRATION, indent=1).encode())
+
+
+def _startup_history(place: Place) -> Path:
+    """The start-up history as the supervisor appends it (one JSON line per start)."""
+    from tui.core.launch.history import StartupRecord
+
+    records = [StartupRecord(key="tp1/qwen3.6-27b-nvfp4/0123456789ab", server="server", startup_s=212.5,
+                             ts=1796110000.0 + i, phases=(("args", 0.9), ("weights", 40.2), ("ready", 212.5)),
+                             cache_state="cold" if i == 0 else "warm",
+                             subphases=(("flashinfer_jit", 120.0),) if i == 0 else ()) for i in range(3)]
+    return _write(place.state / "startups.jsonl", b"".join(json.dumps(r.to_dict()).encode() + b"\n"
+                                                           for r in records))
+
+
 def _server_log(place: Place) -> Path:
     _results_file(place)
     _with_log(place)
@@ -521,6 +550,15 @@ LOADERS: dict[str, Loader] = {ld.id: ld for ld in [
            tolerant=(0, 1), lists=(0, 1)),
     Loader("prompts", "jsonl", _prompts_file, (("bench", "--endpoint", DEAD, "--prompts", "{F}"),),
            accepted="'--endpoint': cannot ask"),
+    Loader("calibration", "json", _calibration,
+           (("predict", "--sim", "--sim-gpu", "h200", "--model", "qwen3.6-27b-nvfp4", "--isl", "512", "--osl", "64",
+             "--num-prompts", "8"),
+            ("predict", "--sim", "--sim-gpu", "h200", "--model", "qwen3.6-27b-nvfp4", "--isl", "512", "--osl", "64",
+             "--num-prompts", "8", "--json"))),
+    # the start-up history is a cache of ETAs: a file that is not one is no history (documented), never an error
+    Loader("startup-history", "jsonl", _startup_history,
+           (("plan", "--sim", "--model", "qwen3.6-27b-nvfp4", "--topology", "tp1", "--port", "{PORT}"),),
+           tolerant=(0,)),
     # --- the recording format -------------------------------------------------------------------------------------
     Loader("recording", "dtrec", _recording_file,
            (("replay", "{F}", "--headless"), ("replay", "{F}", "--json"), ("replay", "{F}", "--headless", "--markers"),
@@ -545,9 +583,64 @@ def _by_fmt(*fmts: str) -> list[Loader]:
 # --- running a case and judging it ---------------------------------------------------------------------------------
 
 
+class InProcessHang(BaseException):
+    """A command run in this process went past its time limit (BaseException: the CLI's handlers let it pass)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """SIGALRM after ``seconds`` raises InProcessHang here; pytest-timeout's own timer (also SIGALRM) is put back
+    afterwards with what was left of it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise InProcessHang()
+
+    old_handler = signal.signal(signal.SIGALRM, on_alarm)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_handler)
+        if old_delay:
+            signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - began), 0.001), old_interval)
+
+
+@contextlib.contextmanager
+def memory_limit(margin: int) -> Iterator[None]:
+    """RLIMIT_AS (the soft limit, raised back afterwards) at this process's virtual size plus ``margin``: a command
+    that would take the machine's memory fails with MemoryError (a finding) instead of the test worker."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    vm = next(int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text().splitlines()
+              if line.startswith("VmSize:"))
+    cap = vm + margin if hard == resource.RLIM_INFINITY else min(vm + margin, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+#: a command on one hostile file, in this process: it returns within this, in this much more memory, or that is
+#: the finding (the worker subprocess runs what is expected to be worse: special files and bombs)
+IN_PROCESS_S = 30
+IN_PROCESS_MEMORY = 1536 << 20
+
+
 def run_in(place: Place, argv: list[str]) -> CliResult:
     with environ(place.env()):
-        return run_cli(argv)
+        try:
+            with time_limit(IN_PROCESS_S), memory_limit(IN_PROCESS_MEMORY):
+                return run_cli(argv)
+        except InProcessHang:
+            return CliResult(-1, "", f"Traceback (most recent call last):\nInProcessHang: no answer in "
+                                     f"{IN_PROCESS_S} s\n")
 
 
 def error_lines(err: str) -> list[str]:
@@ -653,8 +746,7 @@ def test_every_loader_accepts_its_good_file(loader_id: str, i: int, tmp_path: Pa
     if loader.accepted and res.code == 2:
         assert len(errors) == 1 and loader.accepted in errors[0], res.err
     else:
-        assert res.code == 0, f"exit {res.code}: {res.err}"
-        assert not errors, res.err
+        assert res.code == 0, f"exit {res.code}: {res.err}"  # (stderr may hold notes: a preflight report)
     assert "\x1b" not in res.out + res.err
 
 
@@ -942,7 +1034,7 @@ JSON_LOADERS = _by_fmt("json", "safetensors", "jsonl")
 
 
 @pytest.mark.parametrize("loader_id", [ld.id for ld in YAML_LOADERS])
-@settings(max_examples=15, phases=NO_SHRINK)
+@settings(max_examples=12, phases=NO_SHRINK)
 @given(data=st.data())
 def test_yaml_file_with_a_hostile_value(loader_id: str, data: st.DataObject, tmp_path: Path) -> None:
     loader = LOADERS[loader_id]
@@ -953,7 +1045,7 @@ def test_yaml_file_with_a_hostile_value(loader_id: str, data: st.DataObject, tmp
 
 
 @pytest.mark.parametrize("loader_id", [ld.id for ld in JSON_LOADERS])
-@settings(max_examples=12, phases=NO_SHRINK)
+@settings(max_examples=10, phases=NO_SHRINK)
 @given(data=st.data())
 def test_json_file_with_a_hostile_value(loader_id: str, data: st.DataObject, tmp_path: Path) -> None:
     loader = LOADERS[loader_id]
@@ -975,7 +1067,7 @@ SWEEP = [_same("sweep-map", '{"a": 1}'), _same("sweep-list", '[1, "x"]'),
          _same("sweep-empty", '""'), _same("sweep-true", "true"), _same("sweep-2**32", "4294967296"),
          _same("sweep-osc", '"\\u001b]0;title\\u0007id\\n"'), H("sweep-inf", "-Infinity", "-.inf"),
          _same("sweep-4301-digits", "8" * 4301)]
-SWEEP_CAP = 40  # fields per file at most (evenly spread over the file); the bundle and a results file have more
+SWEEP_CAP = 32  # fields per file at most (evenly spread over the file); the bundle and a results file have more
 
 
 def sweep_paths(doc: Any) -> list[list[Any]]:
@@ -1017,7 +1109,13 @@ def _doc_of(loader: Loader) -> Any:
     return json.loads(good)
 
 
-@pytest.mark.parametrize("loader_id", [ld.id for ld in YAML_LOADERS + JSON_LOADERS])
+#: files of the same format read by the same parser as another one of the table: the sweep takes one of each twin
+#: (the hypothesis tests above take both)
+SWEEP_TWINS = {"operator-profile": "model-profile", "playbook-file": "operator-playbook",
+               "model-dirs-config": "hf-cache-config"}
+
+
+@pytest.mark.parametrize("loader_id", [ld.id for ld in YAML_LOADERS + JSON_LOADERS if ld.id not in SWEEP_TWINS])
 def test_every_field_of_every_file(loader_id: str, tmp_path: Path) -> None:
     loader = LOADERS[loader_id]
     doc = _doc_of(loader)
@@ -1231,7 +1329,7 @@ def hostile_log(change: tuple[str, str, str, str]) -> bytes:
     return text.encode(enc, "replace")
 
 
-@settings(max_examples=20, phases=NO_SHRINK)
+@settings(max_examples=15, phases=NO_SHRINK)
 @given(change=log_change, i=st.integers(0, 2))
 def test_log_with_hostile_lines(change: tuple[str, str, str, str], i: int, tmp_path: Path) -> None:
     """A log line holding escapes, control characters or a long tail: diagnose (text and JSON) prints it escaped
@@ -1305,6 +1403,19 @@ def _special_case(loader: Loader, i: int, kind: str) -> WorkerCase:
 
 SPECIAL_CASES = {c.id: c for c in (_special_case(ld, i, kind) for ld in LOADERS.values()
                                    for i in range(len(ld.argvs)) for kind in SPECIAL_KINDS)}
+
+
+def _good_case(loader: Loader, i: int) -> WorkerCase:
+    def build(place: Place) -> tuple[list[str], Path]:
+        target = loader.setup(place)
+        return loader.argv(i, place, target), target
+
+    return WorkerCase(f"good-{loader.id}-{i}", build, codes=(0, 2))
+
+
+GOOD_WORKER_CASES = {c.id: c for c in (_good_case(LOADERS[lid], i) for lid, i in GOOD_CASES)}
+#: one worker run for both: the good files first (what the margin is measured on), then the special files
+WORKER_TABLE = {**GOOD_WORKER_CASES, **SPECIAL_CASES}
 
 
 def _in_file(name: str, data: bytes | Callable[[Place], bytes], argv: tuple[str, ...], where: str = "t"
@@ -1384,10 +1495,6 @@ def _billion_laughs(top: str) -> bytes:
     return (top + "\n" + "\n".join(lines) + "\nbomb: *l9\n").encode()
 
 
-def _profile_with(extra: str) -> bytes:
-    return (SHIPPED / "models" / "qwen3.6-27b-nvfp4.yaml").read_bytes() + extra.encode()
-
-
 def _hf_with(**changes: Any) -> Callable[[Place], tuple[list[str], Path]]:
     def build(place: Place) -> tuple[list[str], Path]:
         target = _hf_config(place)
@@ -1463,6 +1570,16 @@ BOMB_CASES = {c.id: c for c in [
       ("bundle", "model-profile", "operator-playbook", "workload-file", "results-import", "recording", "state-file",
        "model-config", "model-index", "run-json", "prompts", "diagnose-log", "playbook-add-from")),
     # a header, then 10 GB of (sparse) tensor data: odd but a shape a real checkpoint has
+    WorkerCase("sparse-10GB-run-summary", _in_loader("run-summary", b"", sparse=TEN_GB, i=4)),
+    WorkerCase("sparse-10GB-run-plan-export", _in_loader("run-plan", b"", sparse=TEN_GB, i=4)),
+    WorkerCase("sparse-10GB-playbook-file", _in_loader("playbook-file", b"", sparse=TEN_GB)),
+    WorkerCase("sparse-10GB-calibration", _in_loader("calibration", b"", sparse=TEN_GB)),
+    WorkerCase("sparse-10GB-operator-profile", _in_loader("operator-profile", b"", sparse=TEN_GB)),
+    WorkerCase("sparse-10GB-operator-workloads", _in_loader("operator-workloads", b"", sparse=TEN_GB)),
+    WorkerCase("sparse-10GB-requests-parquet", _in_loader("run-requests", b"", sparse=TEN_GB, i=1)),
+    WorkerCase("sparse-10GB-startup-history", _in_loader("startup-history", b"", sparse=TEN_GB), codes=(0,)),
+    WorkerCase("sparse-10GB-hf-ref", _in_loader("hf-cache-ref", b"", sparse=TEN_GB), codes=(0, 2)),
+    WorkerCase("recording-header-8MB-line", _in_loader("recording", b'{"format": "' + b"x" * (8 << 20) + b'"}\n')),
     WorkerCase("sparse-10GB-safetensors", _in_loader("safetensors-header", b"", sparse=TEN_GB), codes=(0, 2)),
     WorkerCase("sparse-10GB-hf-config", _in_loader("hf-cache-config", b"", sparse=TEN_GB), codes=(0,), lists=True),
     WorkerCase("safetensors-header-99MiB-of-nothing", _in_loader(
@@ -1651,7 +1768,7 @@ def test_special_file_in_a_files_place(case_id: str, tmp_path_factory: pytest.Te
     """A FIFO nobody writes to, a directory, /dev/zero, a broken link or a link loop where a file should be: the
     command returns at once with one line naming the file (or, for a listing, says what is wrong with that entry)."""
     case = SPECIAL_CASES[case_id]
-    r = judge_worker(case, shared_run("special", tmp_path_factory, SPECIAL_CASES))
+    r = judge_worker(case, shared_run("special", tmp_path_factory, WORKER_TABLE))
     assert r["wall_s"] < 5, f"{case_id}: took {r['wall_s']} s"
 
 
@@ -1663,20 +1780,14 @@ def test_bomb_under_memory_and_time_limits(case_id: str, tmp_path_factory: pytes
 
 
 def test_the_margin_covers_every_good_file(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """The limit's margin is measured, not guessed: every loader's command on its good file, in the worker without
-    a limit, grows the virtual size by less than half of MARGIN_MIB and the RSS by less than MAX_CASE_RSS_MIB / 4."""
-    table = {}
-    for lid, i in GOOD_CASES:
-        loader = LOADERS[lid]
-
-        def build(place: Place, loader: Loader = loader, i: int = i) -> tuple[list[str], Path]:
-            target = loader.setup(place)
-            return loader.argv(i, place, target), target
-
-        table[f"{lid}-{i}"] = WorkerCase(f"{lid}-{i}", build, codes=(0, 2))
-    data = shared_run("good", tmp_path_factory, table, margin_mib=None)
+    """The limit's margin is measured, not guessed: every loader's command on its good file (run first in each
+    worker, before any hostile case touches the peaks) grows the virtual size by less than half of MARGIN_MIB and
+    the RSS by less than MAX_CASE_RSS_MIB / 4."""
+    data = shared_run("special", tmp_path_factory, WORKER_TABLE)
     vm, rss = data["ready"]["vm_mib"], data["ready"]["rss_mib"]
-    for cid, r in data["results"].items():
+    good = {cid: r for cid, r in data["results"].items() if cid in GOOD_WORKER_CASES}
+    assert len(good) == len(GOOD_WORKER_CASES)
+    for cid, r in good.items():
         assert r["outcome"] == "returned" and r["code"] in (0, 2), f"{cid}: {r}"
         assert r["vm_peak_mib"] - vm < MARGIN_MIB / 2, f"{cid}: virtual size grew {r['vm_peak_mib'] - vm} MiB"
         assert r["peak_rss_mib"] - rss < MAX_CASE_RSS_MIB / 4, f"{cid}: RSS grew to {r['peak_rss_mib']} MiB"
