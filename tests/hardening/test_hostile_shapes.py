@@ -1055,6 +1055,51 @@ def test_json_file_with_a_hostile_value(loader_id: str, data: st.DataObject, tmp
     _run_hostile(loader, tmp_path, content, i, f"{h.label} at {at}")
 
 
+# --- 2. damage to the whole file -------------------------------------------------------------------------------------
+
+_DAMAGE = ["bom", "utf-16", "crlf", "cr-only", "truncate", "nul", "invalid-utf8", "lone-surrogate", "second-document",
+           "doubled", "garbage-after", "tabs", "empty", "whitespace", "only-a-comment", "binary-prefix", "escape-bytes",
+           "line-of-1MB"]
+
+
+def damaged(data: bytes, how: str, where: float, blob: bytes) -> bytes:
+    """``data`` (a good file) damaged as a copy, a download or an editor might: an encoding, line ends, a cut, a
+    byte that is no text, a second document, garbage."""
+    at = min(int(where * len(data)), max(len(data) - 1, 0))
+    return {
+        "bom": lambda: b"\xef\xbb\xbf" + data,
+        "utf-16": lambda: data.decode("utf-8", "replace").encode("utf-16"),
+        "crlf": lambda: data.replace(b"\n", b"\r\n"),
+        "cr-only": lambda: data.replace(b"\n", b"\r"),
+        "truncate": lambda: data[:at],
+        "nul": lambda: data[:at] + b"\x00" + data[at:],
+        "invalid-utf8": lambda: data[:at] + b"\xff\xfe\xc3" + data[at:],
+        "lone-surrogate": lambda: data[:at] + b"\xed\xa0\x80" + data[at:],
+        "second-document": lambda: data + b"\n---\n" + data,
+        "doubled": lambda: data + data,
+        "garbage-after": lambda: data + blob,
+        "tabs": lambda: data.replace(b"  ", b"\t"),
+        "empty": lambda: b"",
+        "whitespace": lambda: b" \n\t\n" * 100,
+        "only-a-comment": lambda: b"# nothing here\n",
+        "binary-prefix": lambda: blob + data,
+        "escape-bytes": lambda: data[:at] + b"\x1b[2J\x1b]0;x\x07\x9b" + data[at:],
+        "line-of-1MB": lambda: data[:at] + b"z" * (1 << 20) + data[at:],
+    }[how]()
+
+
+FILE_LOADERS = [ld.id for ld in LOADERS.values() if ld.fmt is not None]
+
+
+@settings(max_examples=30, phases=NO_SHRINK)
+@given(loader_id=st.sampled_from(FILE_LOADERS), how=st.sampled_from(_DAMAGE), where=st.floats(0, 1),
+       blob=st.binary(min_size=1, max_size=300), i=st.integers(0, 10))
+def test_a_damaged_file(loader_id: str, how: str, where: float, blob: bytes, i: int, tmp_path: Path) -> None:
+    loader = LOADERS[loader_id]
+    i %= len(loader.argvs)
+    _run_hostile(loader, tmp_path, damaged(_good_bytes(loader), how, where, blob), i, f"damage {how} at {where:.2f}")
+
+
 # --- 2. every field of every file, once each (deterministic) --------------------------------------------------------
 
 #: one value of each hostile class, cheap to write and read; the sweep gives each field of a good file one of them
