@@ -117,6 +117,17 @@ STATE.update({
     "huge-int": (_layouts().replace(b'"pid": 4000000', b'"pid": ' + b"9" * 400), ("layouts.json", "damaged")),
     "deep": (b'{"version": 1, "layouts": ' + b"[" * 500 + b"]" * 500 + b"}", ("layouts.json", "damaged")),
     "diagnoses-text": (_layouts({"diagnoses": "none"}), ("layouts.json", "diagnoses")),
+    "id-escape": (_layouts({"id": "\x1b[31mred\x1b[0m"}), ("layouts.json", "control character")),
+    "note-escape": (_layouts({"note": "\x1b]0;title\x07"}), ("layouts.json", "note")),
+    "log-huge": (_layouts(proc={"log": "x" * 100_000}), ("layouts.json", "log")),
+    "server-dp-text": (_layouts(plan={"servers": [{"name": "server", "gpus": [0], "dp": "two"}]}),
+                       ("layouts.json", "plan.servers[0].dp")),
+    "server-port-huge": (_layouts(plan={"servers": [{"name": "server", "gpus": [0], "port": 70000}]}),
+                         ("layouts.json", "port")),
+    "server-env-list": (_layouts(plan={"servers": [{"name": "server", "gpus": [0], "env": ["A=1"]}]}),
+                        ("layouts.json", "env")),
+    "version-huge-text": (json.dumps({"version": "v" * 100_000, "layouts": {}}).encode(), ("layouts.json",
+                                                                                             "version")),
 })
 
 

@@ -500,6 +500,12 @@ BAD_RUNS: dict[str, bytes] = {
     "not-json": b"{broken",
     "binary": bytes(range(256)),
     "goodput-text": json.dumps(_run_json(goodput_slo={"ttft": "fast"})).encode(),
+    "workload-escape": json.dumps(_run_json(workload="\x1b]0;title\x07w")).encode(),
+    "flag-escape": json.dumps(_run_json(flags=["\x1b[31mred"])).encode(),
+    "kv-figure-mapping": json.dumps(_run_json(kv_transfer={"external": {"a": 1}, "local_compute": 1.0})).encode(),
+    "client-figure-text": json.dumps(_run_json(client={"loop_lag_p99_ms": "slow"})).encode(),
+    "breakdown-part-list": json.dumps(_run_json(ttft_breakdown={"kv_transfer": [1]})).encode(),
+    "hostname-escape": json.dumps(_run_json(fingerprint={"hostname": "\x1b[2Jh"})).encode(),
 }
 
 
@@ -590,7 +596,8 @@ def test_a_fifo_in_a_run_folder_is_never_waited_on(where: str) -> None:
 
 
 def test_damaged_request_records_leave_the_summary(tmp_path: Path) -> None:
-    """A run whose summary lacks a p99 (the table then reads the records) and whose records are not parquet."""
+    """A run whose summary lacks a p99 (the table then reads the records) and whose records are not parquet: the
+    summary's figures stand alone; a goodput asked for under an SLO cannot, and says which file."""
     good = _good_run()
     summary = json.loads((good / "summary.json").read_text())
     summary.pop("p99_tpot_ms")
@@ -599,8 +606,9 @@ def test_damaged_request_records_leave_the_summary(tmp_path: Path) -> None:
     res = run_cli(["results", "--format", "json"])
     assert no_traceback(res) and res.code == 0, res.err
     assert len(_strict_json(res.out)["runs"]) == 1
-    res = run_cli(["results", "--goodput", "ttft:100"])
-    assert no_traceback(res) and res.code == 0, res.err
+    res = run_cli(["results", "--goodput", "ttft:100"])  # goodput under an SLO needs the records: the error
+    assert no_traceback(res) and res.code == 2, res.err
+    assert "requests.parquet" in _one_error_line(res)
 
 
 def test_a_killed_runs_journal_of_the_wrong_types_is_skipped() -> None:
@@ -772,6 +780,26 @@ def test_the_results_screen_lists_damaged_runs_and_reads_run_files_bounded(tmp_p
 # --- the state file -----------------------------------------------------------------------------------------------
 
 
+def test_a_broken_link_in_place_of_a_run_file_or_the_state_file_is_named(isolated_dirs: Path) -> None:
+    from tui.core import paths
+
+    _good_run()
+    bad = paths.runs_dir() / "copied" / "bad"
+    bad.mkdir(parents=True)
+    (bad / "run.json").symlink_to(bad / "gone.json")
+    res = run_cli(["results", "--format", "json"])
+    assert no_traceback(res) and res.code == 0, res.err
+    assert _strict_json(res.out)["damaged"][0]["path"] == str(bad / "run.json")
+    state = isolated_dirs / "state" / "layouts.json"
+    state.symlink_to(state)  # a link loop
+    res = run_cli(["status"])
+    assert no_traceback(res) and res.code == 2 and str(state) in _one_error_line(res), res.err
+    state.unlink()
+    state.symlink_to(isolated_dirs / "nowhere")
+    res = run_cli(["status"])
+    assert no_traceback(res) and res.code == 2 and "broken link" in _one_error_line(res), res.err
+
+
 @pytest.mark.parametrize("cmd", [["status"], ["status", "--json"], ["down"]])
 def test_a_fifo_in_place_of_the_state_file_is_one_line_at_once(cmd: list[str], isolated_dirs: Path) -> None:
     state = isolated_dirs / "state" / "layouts.json"
@@ -900,3 +928,21 @@ def test_a_huge_startup_history_reads_its_end_only(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert recs[-1].startup_s == 10.0 and peak < 12 * READ_BYTES
+
+
+def test_a_run_folders_json_is_read_bounded(tmp_path: Path) -> None:
+    """What another reader of a run folder (a bundle's export) takes its plan.json and workload.json with."""
+    from tui.core.bench.store import read_run_json
+    from tui.core.errors import InputError
+
+    assert read_run_json(tmp_path / "none.json") == {}
+    (tmp_path / "list.json").write_text("[1]")
+    assert read_run_json(tmp_path / "list.json") == {}
+    for name, make in (("fifo.json", lambda p: os.mkfifo(p)), ("deep.json", lambda p: p.write_text("[" * 10_000)),
+                       ("nan.json", lambda p: p.write_text('{"a": NaN}')),
+                       ("link.json", lambda p: p.symlink_to(tmp_path / "missing"))):
+        path = tmp_path / name
+        make(path)
+        with pytest.raises(InputError) as err:
+            _prompt(lambda path=path: read_run_json(path))
+        assert str(path) in err.value.one_line()

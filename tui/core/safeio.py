@@ -42,6 +42,7 @@ LIMITS: dict[str, int] = {
     "run record": 64 * MiB,  # a stored run's run.json, summary.json, plan.json, workload.json
     "state": 16 * MiB,  # the layouts state file
     "log": 8 * 1024 * MiB,  # a server log given to diagnose (read in pieces)
+    "recording": 4 * 1024 * MiB,  # a .dtrec (memory-mapped, decompressed in bounded pieces): ~4 MB an hour
     "text": 16 * MiB,  # anything else read whole
 }
 #: nesting of mappings and lists in any structured file (no real one nests past ~10)

@@ -319,3 +319,41 @@ def read(cls: type[T], data: Any, *, unknown: str = "ignore", skip: frozenset[st
     if missing:
         raise FieldError("required field is missing", (min(missing),))
     return cls(**kwargs)
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """A dataclass's field annotations by name (what :func:`check_keys` takes for a dict its ``asdict`` wrote)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
+
+
+def check_keys(data: Any, types: Mapping[str, Any]) -> None:
+    """Each key of the mapping ``data`` that ``types`` names holds a value of that annotation (a figure stays a
+    number, a flag true or false); keys it does not name are left as they are (a newer version's). For the
+    free-form parts of a record (a dataclass's ``to_dict`` with its derived keys): a :class:`FieldError` naming
+    the key otherwise."""
+    if not isinstance(data, dict):
+        raise FieldError(f"expected a mapping, got {described(data)}")
+    for key, value in data.items():
+        tp = types.get(key)
+        if tp is None:
+            continue
+        try:
+            checker(tp, key)(value)
+        except FieldError as exc:
+            raise exc.inside(key) from None
+
+
+def check_text(value: Any, path: tuple[str | int, ...], *, limit: int = 4096, lines: bool = False) -> None:
+    """A text a reader prints as it is (an id, a name, a URL): printable, without control characters or terminal
+    escapes (``lines``: a newline or a tab allowed), of at most ``limit`` characters; a :class:`FieldError` naming
+    ``path`` otherwise. None passes (an optional field)."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise FieldError(f"expected a text, got {described(value)}", path)
+    if len(value) > limit:
+        raise FieldError(f"a text of {len(value):,} characters (at most {limit:,})", path)
+    if not (value.isprintable() or (lines and value.replace("\n", "").replace("\t", "").isprintable())):
+        bad = next(ch for ch in value if not ch.isprintable() and not (lines and ch in "\n\t"))
+        raise FieldError(f"a control character ({bad!r}) in a text that is printed", path)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tui.core import paths, ranges, safeio, typedread
+from tui.core.bench.kvxfer import KvTransferRun, TtftBreakdown
 from tui.core.bench.metrics import (
     DETAILED_KEYS,
     RequestRecord,
@@ -44,6 +45,7 @@ from tui.core.bench.metrics import (
     strip_detailed,
     summarize,
 )
+from tui.core.bench.serverside import KvTransferCheck, PacingCheck, PrefixCacheCheck
 from tui.core.errors import InputError
 from tui.core.procs import pid_alive
 from tui.core.profiles import Workload
@@ -127,9 +129,18 @@ class RunMeta:
             raise typedread.FieldError(f"expected a mapping, got {typedread.described(d)}")
         data = dict(d)
         data["request_rate"] = _read_rate(d.get("request_rate"))
-        return typedread.read(cls, data, ranges=_META_RANGES)
+        meta = typedread.read(cls, data, ranges=_META_RANGES)
+        _check_parts(meta)
+        for key in _META_TEXTS:
+            typedread.check_text(getattr(meta, key), (key,))
+        for i, flag in enumerate(meta.flags):
+            typedread.check_text(flag, ("flags", i), limit=200)
+        typedread.check_text(meta.message, ("message",), limit=typedread.MAX_TEXT, lines=True)
+        return meta
 
 
+#: the texts of a run's record that the table, the warnings and the console print as they are
+_META_TEXTS = ("campaign", "name", "topology", "workload", "status", "runner", "endpoint", "model", "layout_id")
 #: what a run's record may say beyond the types of its fields
 _META_RANGES = {"pid": (0, typedread.PID_MAX), "repeat": (1, 1_000_000)}
 #: a figure of a summary (a count, a throughput, milliseconds) at most, in magnitude
@@ -150,6 +161,42 @@ def _read_rate(rate: Any) -> float | None:
         raise typedread.FieldError(f"expected 'inf' or a rate > 0, got {typedread.described(rate)}",
                                    ("request_rate",))
     return float(value)
+
+
+_F = float | None
+#: what the readers of a run's record take from its free-form parts (the dataclasses' ``to_dict`` and the keys they
+#: derive): each key named here must hold its type, so a figure of a copied record stays a number
+_META_PARTS: dict[str, dict[str, Any]] = {
+    "kv_transfer": {**typedread.field_types(KvTransferCheck), "transferred": bool, "recomputed": bool,
+                    "local_share": _F},
+    "prefix_cache": {**typedread.field_types(PrefixCacheCheck), "share": _F, "unexpected": bool},
+    "sim_pacing": {**typedread.field_types(PacingCheck), "overloaded": bool, "held_clock": _F},
+    "kv_xfer": {**typedread.field_types(KvTransferRun), "mean_xfer_ms": _F, "mean_mib": _F, "mib_per_s": _F,
+                "gb_per_s": _F, "slow_path": bool, "link": dict[str, str | float | None] | None},
+    "ttft_breakdown": {**typedread.field_types(TtftBreakdown), "transfer_share": _F},
+    "energy": {"joules": _F, "per_gpu_joules": dict[str, float], "joules_per_output_token": _F},
+    "client": {"tool": str, "setup_s": _F, "warmup_s": _F, "warmups": int, "initial_test": str,
+               "warmup_completed": bool | None, "counters_include_warmup": bool, "cpu": _F, "loop_lag_p50_ms": _F,
+               "loop_lag_p90_ms": _F, "loop_lag_p99_ms": _F, "loop_lag_max_ms": _F, "requested_rate": _F,
+               "achieved_rate": _F, "send_lag_mean_ms": _F, "send_lag_max_ms": _F, "connections_opened": int,
+               "client_limited": bool, "reasons": list[str]},
+    "fingerprint": {"hostname": str, "simulated": bool, "server": dict[str, Any], "gpus": list[dict[str, Any]]},
+}
+
+
+def _check_parts(meta: RunMeta) -> None:
+    for name, types in _META_PARTS.items():
+        value = getattr(meta, name)
+        if value:
+            try:
+                typedread.check_keys(value, types)
+            except typedread.FieldError as exc:
+                raise exc.inside(name) from None
+    fp = meta.fingerprint
+    typedread.check_text(fp.get("hostname"), ("fingerprint", "hostname"), limit=255)  # the setup column's
+    server = fp.get("server")
+    if isinstance(server, dict):
+        typedread.check_text(server.get("server_version"), ("fingerprint", "server", "server_version"), limit=100)
 
 
 def read_meta_dict(data: Any, source: str | Path) -> RunMeta:
@@ -187,9 +234,11 @@ def check_summary(data: Any, source: str | Path) -> dict[str, Any]:
                 _read_rate(value)
             except typedread.FieldError as exc:
                 raise InputError(exc.reason, file=source, field=key) from None
-        elif key in _TEXTS and (not isinstance(value, str) or len(value) > 1000):
-            raise InputError(f"expected a text (at most 1,000 characters), got {typedread.described(value)}",
-                             file=source, field=key)
+        elif key in _TEXTS:
+            try:
+                typedread.check_text(value, (key,), limit=1000)
+            except typedread.FieldError as exc:
+                raise InputError(exc.reason, file=source, field=key) from None
     return data
 
 
@@ -502,21 +551,41 @@ def _header_from_meta(meta: RunMeta, num_prompts: int, directory: Path) -> dict[
             "request_rate": rate_label(meta.request_rate), "burstiness": burstiness, "max_concurrency": concurrency}
 
 
+def _has_run_file(folder: Path) -> bool:
+    return os.path.lexists(folder / RUN_FILE)
+
+
+def _subdirs(folder: Path) -> list[Path]:
+    try:
+        names, _more = safeio.scan_dir(folder)
+    except OSError:
+        return []
+    return [folder / n for n in names if (folder / n).is_dir()]
+
+
+def _run_dirs(folder: Path) -> list[Path]:
+    """The run directories of a campaign folder (each with a run.json of any kind), by name."""
+    return [d for d in _subdirs(folder) if _has_run_file(d)]
+
+
 def find_runs(refs: Iterable[str] = (), root: Path | None = None) -> list[Path]:
-    """Run directories named by ``refs`` (a run path, a campaign name or path, ``campaign/run``), or every run."""
+    """Run directories named by ``refs`` (a run path, a campaign name or path, ``campaign/run``), or every run. A
+    folder whose run.json is a broken link, a FIFO or anything but a file is a run all the same (``load_run``
+    says what is wrong with it); at most :data:`safeio.MAX_DIR_ENTRIES` entries are read of each folder."""
     base = root or paths.runs_dir()
     out: list[Path] = []
     refs = list(refs)
     if not refs:
-        return sorted(p.parent for p in base.glob(f"*/*/{RUN_FILE}")) if base.is_dir() else []
+        return [d for c in _subdirs(base) for d in _run_dirs(c)]
     for ref in refs:
         candidates = [Path(ref).expanduser(), base / ref]
         for c in candidates:
-            if (c / RUN_FILE).exists() or (c / RUN_FILE).is_symlink():  # a FIFO too: load_run says what it is
+            if _has_run_file(c):  # a FIFO too: load_run says what it is
                 out.append(c)
                 break
-            if c.is_dir() and any(c.glob(f"*/{RUN_FILE}")):
-                out.extend(sorted(p.parent for p in c.glob(f"*/{RUN_FILE}")))
+            found = _run_dirs(c)
+            if found:
+                out.extend(found)
                 break
         else:
             raise InputError(f"no run or campaign {ref!r} (looked in {base})", field="RUN")
@@ -528,6 +597,16 @@ def find_runs(refs: Iterable[str] = (), root: Path | None = None) -> list[Path]:
             seen.add(rp)
             unique.append(p)
     return unique
+
+
+def read_run_json(path: Path) -> dict[str, Any]:
+    """A JSON object of a run folder (``plan.json``, ``workload.json``): {} when absent (or not an object); a one-line
+    InputError naming the file when it is no regular file (a FIFO, a device, a broken link), larger than a run
+    record may be, or not strict JSON (NaN, nesting past safeio.MAX_DEPTH)."""
+    if not os.path.lexists(path):
+        return {}
+    data = safeio.load_json(path, "run record")
+    return data if isinstance(data, dict) else {}
 
 
 def read_run_workload(directory: Path) -> Workload | None:
@@ -652,10 +731,10 @@ def check_vllm_result(data: dict[str, Any], file: str | Path) -> None:
         if not _is_number(data[key]) or data[key] < 0:
             raise InputError(f"expected a number ≥ 0, got {data[key]!r}"[:200], file=file, field=key)
     for key in ("topology", "workload", "model_id", "date"):
-        value = data.get(key)
-        if value is not None and (not isinstance(value, str) or len(value) > 200):
-            raise InputError(f"expected a text of at most 200 characters, got {typedread.described(value)}",
-                             file=file, field=key)
+        try:
+            typedread.check_text(data.get(key), (key,), limit=200)
+        except typedread.FieldError as exc:
+            raise InputError(exc.reason, file=file, field=key) from None
     check_summary(strip_detailed(data), file)  # every figure a number within range
     rate = data.get("request_rate", "inf")
     if rate not in ("inf", None) and not (_is_number(rate) and rate > 0):

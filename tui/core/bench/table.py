@@ -82,8 +82,10 @@ def run_values(run: Run, slo_ms: Mapping[str, float] | None = None) -> dict[str,
     if need_records:
         try:
             records = run.records()
-        except InputError:  # damaged request records (a copied folder): the summary's figures stand alone
-            records = []
+        except InputError:
+            if slo_ms:  # goodput under an SLO needs the records: their damage is the answer
+                raise
+            records = []  # only a missing p99: the summary's figures stand alone
         duration = float(s.get("duration") or 0.0)
         if records and duration > 0:
             if percentile_key("tpot", 99) not in out:

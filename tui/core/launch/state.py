@@ -48,6 +48,8 @@ class ProcessRecord:
         GPUs that exist): :class:`~tui.core.typedread.FieldError` naming the first that is not."""
         rec = typedread.read(cls, d, ranges=_PROCESS_RANGES)
         _check_gpus(rec.gpus, ("gpus",))
+        for key in ("name", "role", "log", "url"):
+            _check_text(getattr(rec, key), (key,))
         return rec
 
 
@@ -55,6 +57,14 @@ class ProcessRecord:
 _PROCESS_RANGES = {"pid": (0, typedread.PID_MAX), "pgid": (0, typedread.PID_MAX), "exited": (-255, 255)}
 #: GPU indices at most
 MAX_GPU_INDEX = 4095
+
+
+#: characters of one text of the state file that is printed (an id, a URL, a log's path, a note, a diagnosis)
+MAX_STATE_TEXT = 4096
+
+
+def _check_text(value: Any, path: tuple[str | int, ...], *, lines: bool = False) -> None:
+    typedread.check_text(value, path, limit=MAX_STATE_TEXT, lines=lines)
 
 
 def _check_gpus(gpus: Any, path: tuple[str | int, ...]) -> None:
@@ -66,23 +76,57 @@ def _check_gpus(gpus: Any, path: tuple[str | int, ...]) -> None:
                                        (*path, i))
 
 
+#: what the state's readers take from a layout's plan (``LaunchPlan.to_dict``): the lifecycle, the follower and the
+#: telemetry's process map rebuild servers from it, so each key it has must be of its type
+_PLAN_TYPES: dict[str, Any] = {"profile_id": str, "model": str, "served_name": str, "topology": str,
+                               "gpus": list[int], "simulated": bool, "vllm_executable": str, "endpoint": str,
+                               "host_label": str, "servers": list[dict[str, Any]], "proxy": dict[str, Any] | None,
+                               "workarounds": list[dict[str, str]], "warnings": list[str], "fixes_applied": list[str],
+                               "shared_gpus": bool}
+_SERVER_TYPES: dict[str, Any] = {"name": str, "role": str, "argv": list[str], "env": dict[str, str],
+                                 "gpus": list[int], "host": str, "port": int, "tp": int | None, "dp": int | None,
+                                 "side_channel_port": int | None, "kv_role": str | None, "url": str, "shell": str}
+_PROXY_TYPES: dict[str, Any] = {"host": str, "port": int, "prefill": list[str], "decode": list[str], "url": str,
+                                "shell": str}
+_PLAN_RANGES = {"port": (0, 65535), "side_channel_port": (0, 65535), "tp": (1, 4096), "dp": (1, 4096)}
+
+
+def _check_ranges(part: dict[str, Any], path: tuple[str | int, ...]) -> None:
+    for key, (lo, hi) in _PLAN_RANGES.items():
+        value = part.get(key)
+        if value is not None and not lo <= value <= hi:
+            raise typedread.FieldError(f"out of range: {typedread.described(value)} (within {lo}..{hi})",
+                                       (*path, key))
+
+
 def _check_plan(plan: dict[str, Any]) -> None:
-    """What the state's readers take from a layout's plan: its GPUs, topology and profile, its servers' names and
-    GPUs (the rest of the plan is the launcher's and is read by :meth:`LaunchPlan.from_dict` where needed)."""
-    _check_gpus(plan.get("gpus", []), ("plan", "gpus"))
-    for key in ("topology", "profile_id"):
-        if key in plan and not isinstance(plan[key], str):
-            raise typedread.FieldError(f"expected a text, got {typedread.described(plan[key])}", ("plan", key))
-    servers = plan.get("servers", [])
-    if not isinstance(servers, list):
-        raise typedread.FieldError(f"expected a list, got {typedread.described(servers)}", ("plan", "servers"))
-    for i, srv in enumerate(servers):
-        if not isinstance(srv, dict):
-            raise typedread.FieldError(f"expected a mapping, got {typedread.described(srv)}", ("plan", "servers", i))
-        if "name" in srv and not isinstance(srv["name"], str):
-            raise typedread.FieldError(f"expected a text, got {typedread.described(srv['name'])}",
-                                       ("plan", "servers", i, "name"))
-        _check_gpus(srv.get("gpus", []), ("plan", "servers", i, "gpus"))
+    """A layout's plan as its readers take it: every key of :data:`_PLAN_TYPES` (and of each server's and the
+    proxy's) of its type, GPU indices, ports and parallel sizes within range, the texts ``status`` prints
+    printable."""
+    try:
+        typedread.check_keys(plan, _PLAN_TYPES)
+        _check_gpus(plan.get("gpus", []), ("gpus",))
+        for key in ("topology", "profile_id"):
+            _check_text(plan.get(key), (key,))
+        for i, fix in enumerate(plan.get("fixes_applied", [])):
+            _check_text(fix, ("fixes_applied", i))
+        for i, srv in enumerate(plan.get("servers", [])):
+            try:
+                typedread.check_keys(srv, _SERVER_TYPES)
+                _check_gpus(srv.get("gpus", []), ("gpus",))
+                _check_ranges(srv, ())
+                _check_text(srv.get("name"), ("name",))
+            except typedread.FieldError as exc:
+                raise exc.inside(i).inside("servers") from None
+        proxy = plan.get("proxy")
+        if proxy is not None:
+            try:
+                typedread.check_keys(proxy, _PROXY_TYPES)
+                _check_ranges(proxy, ())
+            except typedread.FieldError as exc:
+                raise exc.inside("proxy") from None
+    except typedread.FieldError as exc:
+        raise exc.inside("plan") from None
 
 
 @dataclass
@@ -137,7 +181,21 @@ class LayoutRecord:
                 raise exc.inside(i).inside("processes") from None
         rec = typedread.read(cls, {**d, "processes": made}, ranges={"owner_pid": (0, typedread.PID_MAX)})
         _check_plan(rec.plan)
+        for key in ("id", "status", "owner_user", "endpoint"):
+            _check_text(getattr(rec, key), (key,))
+        _check_text(rec.note, ("note",), lines=True)
+        for i, diag in enumerate(rec.diagnoses):
+            for key in _PRINTED_DIAGNOSIS:
+                _check_text(diag.get(key), ("diagnoses", i, key), lines=key in ("title", "fix"))
+            line_no = diag.get("line_no")
+            if line_no is not None and (isinstance(line_no, bool) or not isinstance(line_no, int) or line_no < 0):
+                raise typedread.FieldError(f"expected a line number, got {typedread.described(line_no)}",
+                                           ("diagnoses", i, "line_no"))
         return rec
+
+
+#: what ``status`` prints of a layout's saved diagnoses
+_PRINTED_DIAGNOSIS = ("server", "entry_id", "title", "severity", "fix")
 
 
 #: the recorded statuses under which every process of the layout is meant to be running
@@ -232,7 +290,8 @@ class StateStore:
             raise InputError(f"state file is damaged ({exc.message}); move it aside to start afresh",
                              file=self.file, line=exc.line) from None
         if version != STATE_VERSION:
-            raise InputError(f"state file is version {version!r}; this disagg-tui reads version {STATE_VERSION}",
+            raise InputError(f"state file is version {safeio.shown(repr(version), 40)}; this disagg-tui reads version "
+                             f"{STATE_VERSION}",
                              file=self.file, field="version",
                              hint="stop its layouts with the disagg-tui that wrote it, or move the file aside")
         items = data.get("layouts")
@@ -260,7 +319,7 @@ class StateStore:
 
     def read(self) -> dict[str, LayoutRecord]:
         """A snapshot under a shared lock (a writer's change is seen whole); never writes the file."""
-        if not self.file.exists():
+        if not os.path.lexists(self.file):  # a broken link in its place is no missing file: _read says so
             return {}
         with self._open_lock() as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_SH)

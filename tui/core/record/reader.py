@@ -168,10 +168,14 @@ class Recording:
         whose first line is a header of the right types; RecordingError (one line, exit 2) otherwise."""
         p = Path(path)
         try:
-            fd, _st = safeio.open_regular(p)
+            fd, st = safeio.open_regular(p)
         except InputError as exc:
             message = "no such recording" if exc.message == "no such file" else exc.message
             raise RecordingError(message, file=p) from None
+        limit = safeio.LIMITS["recording"]
+        if st.st_size > limit:
+            os.close(fd)
+            raise RecordingError(f"too large for a recording: {st.st_size:,} bytes (at most {limit:,})", file=p)
         f = os.fdopen(fd, "rb")
         try:
             return cls._read(p, f)
@@ -203,7 +207,11 @@ class Recording:
         except typedread.FieldError as exc:
             raise RecordingError(exc.reason, file=p, line=1, field=exc.field) from None
         size = os.fstat(f.fileno()).st_size
-        data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size > 0 else b""
+        try:
+            data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size > 0 else b""
+        except (OSError, ValueError) as exc:  # no address space left for it (a memory limit), or it changed
+            raise RecordingError(f"cannot map {size:,} bytes: {exc.strerror if isinstance(exc, OSError) else exc}",
+                                 file=p) from None
         indexed = cls._indexed(p, f, header, data, size, len(first))
         if indexed is not None:
             return indexed
