@@ -128,6 +128,9 @@ STATE.update({
                         ("layouts.json", "env")),
     "version-huge-text": (json.dumps({"version": "v" * 100_000, "layouts": {}}).encode(), ("layouts.json",
                                                                                              "version")),
+    "plan-servers-null": (_layouts(plan={"servers": None}), ("layouts.json", "plan.servers")),
+    "server-env-null": (_layouts(plan={"servers": [{"name": "server", "gpus": [0], "env": None}]}),
+                        ("layouts.json", "plan.servers[0].env")),
 })
 
 

@@ -329,7 +329,8 @@ def field_types(cls: type) -> dict[str, Any]:
 
 def check_keys(data: Any, types: Mapping[str, Any]) -> None:
     """Each key of the mapping ``data`` that ``types`` names holds a value of that annotation (a figure stays a
-    number, a flag true or false); keys it does not name are left as they are (a newer version's). For the
+    number, a flag true or false; null only where the annotation allows it); keys it does not name are left as
+    they are (a newer version's). For the
     free-form parts of a record (a dataclass's ``to_dict`` with its derived keys): a :class:`FieldError` naming
     the key otherwise."""
     if not isinstance(data, dict):

@@ -57,23 +57,32 @@ def calibration_path(facts: HostFacts) -> Path:
 def calibration_gpu(facts: HostFacts) -> str:
     """The GPU model this host's calibration was fitted on ("" when there is none)."""
     data = _read(calibration_path(facts))
-    return str(data.get("gpu") or "") if isinstance(data, dict) else ""
+    return _gpu_name(data.get("gpu")) if isinstance(data, dict) else ""
+
+
+def _gpu_name(value: Any) -> str:
+    """A calibration's GPU model as it may be compared and printed ("" when it is no short printable text)."""
+    return value if isinstance(value, str) and len(value) <= 200 and value.isprintable() else ""
 
 
 def load_calibration(facts: HostFacts, gpu: str | None = None) -> tuple[Correction | None, str]:
     """This host's correction factors and where they came from (None, "none" when not calibrated); with ``gpu``,
     only a calibration fitted on runs of that GPU model (a host's factors say nothing about another one)."""
     path = calibration_path(facts)
+    if not os.path.lexists(path):
+        return None, "none"
+    try:  # a regular file within a run record's size, strict JSON (a FIFO or a device in its place: refused)
+        data = safeio.load_json(path, "run record")
+    except InputError as exc:
+        raise InputError(f"not a calibration file: {exc.message}", file=path, line=exc.line) from None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         f = data["factors"]
         lo, hi = CORRECTION_BOUNDS
-        corr = Correction(**{k: min(hi, max(lo, float(f[k]))) for k in ("decode", "prefill", "kv_transfer")})
-    except FileNotFoundError:
-        return None, "none"
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"not a calibration file: {exc}", file=path) from None
-    fitted = str(data.get("gpu") or "")
+        corr = Correction(**{k: min(hi, max(lo, safeio.finite(f[k], path, f"factors.{k}")))
+                             for k in ("decode", "prefill", "kv_transfer")})
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"not a calibration file: {safeio.shown(str(exc), 80)}", file=path) from None
+    fitted = _gpu_name(data.get("gpu"))
     if gpu is not None and fitted and fitted != gpu:
         return None, f"none (this host's calibration was fitted on {fitted})"
     return corr, str(path)

@@ -132,7 +132,7 @@ class RunMeta:
         meta = typedread.read(cls, data, ranges=_META_RANGES)
         _check_parts(meta)
         for key in _META_TEXTS:
-            typedread.check_text(getattr(meta, key), (key,))
+            typedread.check_text(getattr(meta, key), (key,), limit=2048 if key == "endpoint" else 256)
         for i, flag in enumerate(meta.flags):
             typedread.check_text(flag, ("flags", i), limit=200)
         typedread.check_text(meta.message, ("message",), limit=typedread.MAX_TEXT, lines=True)
@@ -180,7 +180,8 @@ _META_PARTS: dict[str, dict[str, Any]] = {
                "loop_lag_p90_ms": _F, "loop_lag_p99_ms": _F, "loop_lag_max_ms": _F, "requested_rate": _F,
                "achieved_rate": _F, "send_lag_mean_ms": _F, "send_lag_max_ms": _F, "connections_opened": int,
                "client_limited": bool, "reasons": list[str]},
-    "fingerprint": {"hostname": str, "simulated": bool, "server": dict[str, Any], "gpus": list[dict[str, Any]]},
+    "fingerprint": {"hostname": str | None, "simulated": bool | None, "server": dict[str, Any] | None,
+                    "gpus": list[dict[str, Any]] | None},
 }
 
 

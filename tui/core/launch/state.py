@@ -84,11 +84,19 @@ _PLAN_TYPES: dict[str, Any] = {"profile_id": str, "model": str, "served_name": s
                                "workarounds": list[dict[str, str]], "warnings": list[str], "fixes_applied": list[str],
                                "shared_gpus": bool}
 _SERVER_TYPES: dict[str, Any] = {"name": str, "role": str, "argv": list[str], "env": dict[str, str],
-                                 "gpus": list[int], "host": str, "port": int, "tp": int | None, "dp": int | None,
+                                 "gpus": list[int], "host": str, "port": int, "tp": int, "dp": int,
                                  "side_channel_port": int | None, "kv_role": str | None, "url": str, "shell": str}
 _PROXY_TYPES: dict[str, Any] = {"host": str, "port": int, "prefill": list[str], "decode": list[str], "url": str,
                                 "shell": str}
 _PLAN_RANGES = {"port": (0, 65535), "side_channel_port": (0, 65535), "tp": (1, 4096), "dp": (1, 4096)}
+
+
+def _no_nulls(part: Any, keys: tuple[str, ...]) -> None:
+    """The lists and mappings the readers iterate: present means not null."""
+    if isinstance(part, dict):
+        for key in keys:
+            if key in part and part[key] is None:
+                raise typedread.FieldError("expected a list or a mapping, got null", (key,))
 
 
 def _check_ranges(part: dict[str, Any], path: tuple[str | int, ...]) -> None:
@@ -104,6 +112,7 @@ def _check_plan(plan: dict[str, Any]) -> None:
     proxy's) of its type, GPU indices, ports and parallel sizes within range, the texts ``status`` prints
     printable."""
     try:
+        _no_nulls(plan, ("servers", "gpus", "fixes_applied", "warnings", "workarounds"))
         typedread.check_keys(plan, _PLAN_TYPES)
         _check_gpus(plan.get("gpus", []), ("gpus",))
         for key in ("topology", "profile_id"):
@@ -112,6 +121,7 @@ def _check_plan(plan: dict[str, Any]) -> None:
             _check_text(fix, ("fixes_applied", i))
         for i, srv in enumerate(plan.get("servers", [])):
             try:
+                _no_nulls(srv, ("argv", "env", "gpus"))
                 typedread.check_keys(srv, _SERVER_TYPES)
                 _check_gpus(srv.get("gpus", []), ("gpus",))
                 _check_ranges(srv, ())
