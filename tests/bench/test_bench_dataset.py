@@ -66,7 +66,7 @@ def test_prompt_json_and_text(tmp_path: Path) -> None:
     assert ps[1].input_len == 3 and ps[0].input_len == 0
 
 
-@pytest.mark.parametrize(("text", "what"), [("not json\n", "line 1"), ('{"x": 1}\n', "prompt"),
+@pytest.mark.parametrize(("text", "what"), [("not json\n", ":1: not JSON"), ('{"x": 1}\n', "prompt"),
                                             ('{"prompt": ""}\n', "non-empty"),
                                             ('{"prompt": "a", "output_len": 0}\n', "output_len"), ("", "no prompts")])
 def test_bad_prompt_files_name_the_line(tmp_path: Path, text: str, what: str) -> None:

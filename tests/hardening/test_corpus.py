@@ -52,6 +52,11 @@ WORKLOADS = {
     "binary": (BIN, ("w.yaml", "cannot read")),
     "huge-number": (b"name: w\ninput_len: 99999999999999999999\noutput_len: 4\n", ("input_len",)),
     "unicode-name": ("name: wörk🙂\ninput_len: 0\noutput_len: 4\n".encode(), ("w.yaml:2", "input_len")),
+    # figures no benchmark can run: refused where they are written (issue 21), not by the runner or never
+    "input-len-10e12": (b"name: w\ninput_len: 1000000000000\noutput_len: 4\n", ("w.yaml:2", "input_len")),
+    "seed-past-numpy": (b"name: w\ninput_len: 4\noutput_len: 4\nseed: 99999999999\n", ("w.yaml:4", "seed")),
+    "rate-400-digits": (b"name: w\ninput_len: 4\noutput_len: 4\nrequest_rate: '" + b"9" * 400 + b"'\n",
+                        ("w.yaml:4", "request_rate")),
 }
 PROMPTS = {
     "not-json": (b'{"prompt": "a"}\nnot json\n', ("p.jsonl:2", "not JSON")),
@@ -60,6 +65,10 @@ PROMPTS = {
     "binary": (b'{"prompt": "a"}\n\xff\xfe\n', ("p.jsonl:2", "not UTF-8")),
     "negative-output": (b'{"prompt": "hi", "output_len": -3}\n', ("p.jsonl:1", "output_len")),
     "bad-token-id": (b'{"prompt": [1, -2]}\n', ("p.jsonl:1", "token ids")),
+    # strict JSON per line, bounded figures (issue 21)
+    "nan": (b'{"prompt": "a"}\n{"prompt": "b", "temperature": NaN}\n', ("p.jsonl:2", "NaN")),
+    "deep": (b'{"prompt": "a", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}\n", ("p.jsonl:1", "nested deeper")),
+    "output-len-huge": (b'{"prompt": "a", "output_len": 1000000000000}\n', ("p.jsonl:1", "output_len")),
 }
 MODELS = {
     "empty": (b"", ("m.yaml", "expected a mapping")),
@@ -299,6 +308,12 @@ def cases() -> Iterator[Case]:
             ("--from", "LOG:LINE"), files={"log": b"a\n"})
     yield c("playbook commands", "add-missing-log", ["playbook", "add", "--from", "{T}/none:1", "--title", "T"],
             ("none", "no such file"))
+    yield c("playbook commands", "add-from-device", ["playbook", "add", "--from", "/dev/null:1", "--title", "T"],
+            ("/dev/null", "device"))
+    yield c("operator playbook", "pattern-too-long", ["playbook", "list"],
+            ("playbook.yaml:5", "entries[1].match.lines[1]", "at most 1,000"),
+            files={"config:playbook.yaml": b"version: 1\nentries:\n- id: x\n  title: X\n  match: {lines: ['"
+                   + b"y" * 1500 + b"']}\n  explain: x\n"})
     # --- results ---------------------------------------------------------------------------------------------------
     yield c("results", "run-unknown", ["results", "nope-run"], ("RUN", "nope-run"))
     yield c("results", "format-unknown", ["results", "--format", "xml"], "--format")
@@ -310,6 +325,7 @@ def cases() -> Iterator[Case]:
     # --- diagnose --------------------------------------------------------------------------------------------------
     yield c("diagnose", "missing", ["diagnose", "{T}/none.log"], ("none.log", "no such file"))
     yield c("diagnose", "folder", ["diagnose", "{T}"], ("{T}", "directory"))
+    yield c("diagnose", "device", ["diagnose", "/dev/null"], ("/dev/null", "device"))
     yield c("diagnose", "topology-unknown", ["diagnose", "{T}/l", "--topology", "zz"], "--topology",
             files={"l": b"x\n"})
     yield c("diagnose", "model-unknown", ["diagnose", "{T}/l", "--model", "nope"], "--model", files={"l": b"x\n"})

@@ -393,3 +393,290 @@ def test_random_cell_workload_lengths_are_bounded() -> None:
     _one_error(res, "--workload", "input_len")
     res = run_cli(["bench", "--endpoint", "http://127.0.0.1:9", "--workload", f"random-8x{10**11}"])
     _one_error(res, "--workload", "output_len")
+
+
+# --- 3. the playbook ------------------------------------------------------------------------------------------
+
+H200 = ROOT / "tests" / "fixtures" / "vllm-0.24.0-h200"
+FAILURES = H200 / "failures"
+
+
+def _best(fn: object, repeat: int = 5) -> float:
+    """The best wall time of ``repeat`` calls (the least disturbed by the other processes of a shared machine)."""
+    import time
+
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()  # type: ignore[operator]
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def _huge_line_log(path: Path, chars: int = 4 << 20) -> Path:
+    import random
+
+    rng = random.Random(7)
+    words = " ".join("".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 9))) for _ in range(chars // 6))
+    path.write_text("INFO 11-29 07:49:29 [api_server.py:1] starting\n"
+                    f"(EngineCore_DP0 pid=9) ERROR 11-29 07:49:31 [core.py:1] Peculiar collapse: {words[:chars]}\n")
+    return path
+
+
+def test_playbook_add_from_a_4mb_line_is_cut_and_later_commands_cost_the_same(tmp_path: Path,
+                                                                                isolated_dirs: Path) -> None:
+    """A 4 MB log line once became a 4 MB pattern: the add took 20 s and wrote a playbook no later command could
+    load. Now the pattern is made from the start of the line's message, and diagnose and playbook list cost what
+    they cost without the entry."""
+    small = FAILURES / "fail_unknown_flag.log"
+
+    def diagnose() -> None:
+        assert run_cli(["diagnose", str(small)]).code == 0
+
+    def listing() -> None:
+        assert run_cli(["playbook", "list"]).code == 0
+
+    clean = {"diagnose": _best(diagnose), "list": _best(listing)}
+    log = _huge_line_log(tmp_path / "big.log")
+    res = run_cli(["playbook", "add", "--from", f"{log}:2", "--title", "Peculiar collapse"])
+    assert res.code == 0 and no_traceback(res), res.err
+    assert "the pattern is made from the start" in res.err
+    book = isolated_dirs / "config" / "playbook.yaml"
+    assert book.stat().st_size < 4000
+    from tui.core.playbook.book import load_playbook
+
+    entry = load_playbook().entry("peculiar-collapse")
+    assert entry.lines is not None and len(entry.lines.patterns[0].text) <= 1000
+    found = run_cli(["diagnose", str(log), "--json"])
+    assert found.code == 0
+    assert [d["entry_id"] for d in json.loads(found.out)["files"][0]["diagnoses"]][:1] == ["peculiar-collapse"]
+    after = {"diagnose": _best(diagnose), "list": _best(listing)}
+    for name, t in after.items():
+        assert t < 3 * clean[name], (name, clean, after)
+
+
+def test_hand_written_huge_pattern_is_one_line_at_once(tmp_path: Path, isolated_dirs: Path) -> None:
+    """An entry written by hand with a 900 kB pattern made every load take seconds; it is refused in one line,
+    in about the time a clean playbook loads."""
+    def listing() -> CliResult:
+        return run_cli(["playbook", "list"])
+
+    clean = _best(listing, 3)
+    book = isolated_dirs / "config" / "playbook.yaml"
+    book.write_text("version: 1\nentries:\n- id: huge\n  title: Huge\n  match:\n    lines: ['" + "a b " * 225_000
+                    + "']\n  explain: x\n")
+    _one_error(listing(), f"{book}:6", "characters")
+    assert _best(listing, 3) < 3 * clean
+    book.write_text("version: 1\nentries:\n- id: long\n  title: Long\n  match:\n    lines:\n      - '" + "x" * 2000
+                    + "'\n  explain: x\n")
+    _one_error(listing(), f"{book}:7", "entries[1].match.lines[1]", "at most 1,000")
+
+
+def test_playbook_pattern_counts_are_bounded(isolated_dirs: Path) -> None:
+    book = isolated_dirs / "config" / "playbook.yaml"
+    patterns = "".join(f"      - 'failure number {i} happened'\n" for i in range(40))
+    book.write_text(f"version: 1\nentries:\n- id: many\n  title: Many\n  match:\n    lines:\n{patterns}  explain: x\n")
+    _one_error(run_cli(["playbook", "list"]), str(book), "entries[1].match.lines", "at most 32")
+    entries = "".join(f"- id: e{i}\n  title: T\n  match:\n    lines: ['failure {i} happened']\n  explain: x\n"
+                      for i in range(600))
+    book.write_text(f"version: 1\nentries:\n{entries}")
+    _one_error(run_cli(["playbook", "list"]), str(book), "entries", "at most 500")
+
+
+def test_playbook_add_to_a_file_with_an_empty_entries_list(isolated_dirs: Path) -> None:
+    """``entries: []`` was refused with 'its entries: list is not the last block of the file'."""
+    book = isolated_dirs / "config" / "playbook.yaml"
+    book.write_text("# mine\nversion: 1\nentries: []   # none yet\n")
+    res = run_cli(["playbook", "add", "--text", "RuntimeError: the frobnicator jammed at stage 3", "--title",
+                   "Frobnicator jammed"])
+    assert res.code == 0, res.err
+    text = book.read_text()
+    assert text.startswith("# mine\nversion: 1\nentries:   # none yet\n") and "frobnicator-jammed" in text
+    from tui.core.playbook.loader import parse_playbook_file
+
+    assert [e.id for e in parse_playbook_file(book)] == ["frobnicator-jammed"]
+
+
+def test_playbook_list_and_show_cap_and_escape_strings(isolated_dirs: Path) -> None:
+    book = isolated_dirs / "config" / "playbook.yaml"
+    book.write_text('version: 1\nentries:\n- id: loud\n  title: "Loud \\e]0;pwned\\a title"\n  match:\n'
+                    "    lines: ['the loud thing happened']\n  explain: '" + "why " * 3000 + "'\n")
+    listing = run_cli(["playbook", "list"])
+    assert listing.code == 0, listing.err
+    assert "\x1b" not in listing.out and "\\x1b]0;pwned" in listing.out
+    show = run_cli(["playbook", "show", "loud"])
+    assert show.code == 0, show.err
+    assert "\x1b" not in show.out and len(show.out) < 4000 and "characters)" in show.out
+
+
+def test_fifo_logs_and_playbooks_are_refused_at_once(tmp_path: Path, isolated_dirs: Path) -> None:
+    """A FIFO given to ``playbook add --from`` or ``diagnose`` (or standing where the operator's playbook is)
+    waited forever for a writer."""
+    fifo = tmp_path / "server.log"
+    os.mkfifo(fifo)
+    for args in (["playbook", "add", "--from", f"{fifo}:1", "--title", "T"], ["diagnose", str(fifo)]):
+        res = cli(*args, timeout=60)
+        assert res.returncode == 2, res.stderr
+        assert "FIFO" in res.stderr and str(fifo) in res.stderr and "Traceback" not in res.stderr
+    os.mkfifo(isolated_dirs / "config" / "playbook.yaml")
+    res = cli("playbook", "add", "--text", "RuntimeError: the frobnicator jammed at stage 3", "--title", "F",
+              timeout=60)
+    assert res.returncode == 2 and "FIFO" in res.stderr and "playbook.yaml" in res.stderr, res.stderr
+    res = cli("playbook", "list", timeout=60)
+    assert res.returncode == 2 and "FIFO" in res.stderr, res.stderr
+
+
+def test_devices_and_folders_are_no_logs(tmp_path: Path) -> None:
+    _one_error(run_cli(["diagnose", "/dev/null"]), "/dev/null", "device")
+    _one_error(run_cli(["playbook", "add", "--from", "/dev/null:1", "--title", "T"]), "/dev/null", "device")
+    _one_error(run_cli(["playbook", "add", "--from", f"{tmp_path}:1", "--title", "T"]), str(tmp_path), "directory")
+    _one_error(run_cli(["playbook", "add", "--from", f"{FAILURES / 'fail_unknown_flag.log'}:{'9' * 5000}",
+                        "--title", "T"]), "--from")
+
+
+def test_diagnose_a_log_past_the_log_limit_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tui.core import safeio
+
+    log = tmp_path / "huge.log"
+    log.write_bytes(b"INFO nothing to see here\n" * 100)
+    monkeypatch.setitem(safeio.LIMITS, "log", 1000)
+    _one_error(run_cli(["diagnose", str(log)]), str(log), "too large")
+
+
+@pytest.mark.parametrize("piece", [64, 4096, 1 << 20])
+def test_diagnose_in_pieces_gives_what_the_whole_file_gives(piece: int, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A giant log is read in pieces that end at line ends: the diagnoses, line numbers and last lines are what
+    reading it whole gives."""
+    from tui.core.playbook import offline
+    from tui.core.playbook.book import load_playbook
+
+    book = load_playbook()
+    monkeypatch.setattr(offline, "PIECE_BYTES", piece)
+
+    def same(log: Path) -> None:
+        def plain(r: offline.LogDiagnosis) -> dict[str, object]:
+            d = r.to_dict()
+            d["diagnoses"] = [{k: v for k, v in x.items() if k != "ts"} for x in d["diagnoses"]]
+            return d
+
+        whole = offline.diagnose_bytes(log.read_bytes(), book, source=str(log))
+        assert plain(offline.diagnose_file(log, book)) == plain(whole), log
+
+    logs = [*sorted(FAILURES.glob("*.log")), H200 / "startup" / "main.log"]
+    assert len(logs) > 5
+    for log in logs:
+        same(log)
+    odd = tmp_path / "odd.log"  # blank lines at the end, no final newline
+    odd.write_bytes((FAILURES / "fail_unknown_flag.log").read_bytes() + b"\n\n   \nlast words")
+    same(odd)
+    blank_end = tmp_path / "blank.log"  # a piece of blank lines only after the last words
+    blank_end.write_bytes((FAILURES / "fail_unknown_flag.log").read_bytes() + b"\n" * 10_000)
+    same(blank_end)
+
+
+def test_diagnose_memory_stays_bounded_on_a_large_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``diagnose`` read the whole log into memory (and ``playbook add --from`` too, for one line of it)."""
+    import tracemalloc
+
+    from tui.core.playbook import offline
+    from tui.core.playbook.book import load_playbook
+
+    book = load_playbook()
+    monkeypatch.setattr(offline, "PIECE_BYTES", 1 << 20)
+    log = tmp_path / "long.log"
+    with log.open("wb") as fh:
+        fh.write((FAILURES / "fail_unknown_flag.log").read_bytes())
+        fh.write(b"INFO 11-29 07:49:29 [metrics.py:1] Avg prompt throughput: 0.0 tokens/s\n" * 400_000)
+    size = log.stat().st_size
+    assert size > 25 << 20
+    tracemalloc.start()
+    try:
+        result = offline.diagnose_file(log, book)
+        line = offline.read_log_line(log, 400_000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.lines == 400_000 + (FAILURES / "fail_unknown_flag.log").read_bytes().count(b"\n")
+    assert result.known_failure and "Avg prompt throughput" in line
+    assert peak < size / 3, (peak, size)
+
+
+# --- 4. the prompts dataset -----------------------------------------------------------------------------------
+
+
+def test_prompts_file_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "p.jsonl"
+    os.mkfifo(fifo)
+    res = cli("bench", "--endpoint", "http://127.0.0.1:9", "--prompts", str(fifo), "--served-model", "m",
+              timeout=60)
+    assert res.returncode == 2 and "FIFO" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_prompts_file_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompts file is read whole: its size, its lines and the token ids they hold are bounded."""
+    from tui.core.bench import dataset
+    from tui.core.errors import InputError
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": [1, 2, 3]}\n' * 10)
+    monkeypatch.setattr(dataset, "MAX_PROMPTS", 5)
+    with pytest.raises(InputError, match=r"p.jsonl:6: more than 5 prompts"):
+        dataset.load_prompts_file(path, 8)
+    monkeypatch.setattr(dataset, "MAX_PROMPTS", 1000)
+    monkeypatch.setattr(dataset, "MAX_PROMPT_TOKENS", 20)
+    with pytest.raises(InputError, match=r"p.jsonl:7: the prompts hold more than 20 token ids"):
+        dataset.load_prompts_file(path, 8)
+    monkeypatch.setattr(dataset, "MAX_PROMPTS_FILE_BYTES", 100)
+    with pytest.raises(InputError, match=r"too large"):
+        dataset.load_prompts_file(path, 8)
+
+
+@pytest.mark.parametrize("pattern", [r"(a+)+$", r"(\w+\s?)*!", r"(.*a){20,}", r"(x+x+)+y", r"(?:\d+|\w+)+$"])
+def test_a_pattern_that_backtracks_exponentially_is_refused(pattern: str, isolated_dirs: Path) -> None:
+    """``(a+)+$`` on a 65-character line took minutes in ``diagnose`` (Python's re cannot be interrupted)."""
+    book = isolated_dirs / "config" / "playbook.yaml"
+    book.write_text("version: 1\nentries:\n- id: slow\n  title: Slow\n  match:\n    lines:\n"
+                    f"      - {json.dumps(pattern)}\n  explain: x\n")
+    _one_error(run_cli(["playbook", "list"]), f"{book}:7", "entries[1].match.lines[1]", "repeats a repeat")
+
+
+def test_delimited_repeats_of_repeats_are_kept() -> None:
+    from tui.core.playbook.redos import explosive
+
+    for pattern in (r"(\s+\S+)*", r"(?:/-{1,2}[\w.+-]+)*", r"([a-z]+[0-9]+)+", r"(\w+\s)+", r"(?>a+)+", r"(ab)+"):
+        assert not explosive(pattern), pattern
+
+
+def test_operator_workloads_that_are_no_regular_file_are_one_line(isolated_dirs: Path) -> None:
+    """A folder, a broken link or a FIFO where the operator's workloads.yaml is was skipped without a word."""
+    target = isolated_dirs / "config" / "profiles" / "workloads.yaml"
+    target.parent.mkdir(parents=True)
+    target.mkdir()
+    _one_error(_plan(PROFILE), str(target), "directory")
+    target.rmdir()
+    os.symlink("nowhere.yaml", target)
+    _one_error(_plan(PROFILE), str(target), "broken link")
+    target.unlink()
+    os.mkfifo(target)
+    res = cli("plan", "--sim", "--model", str(PROFILE), "--topology", "tp1", "--no-preflight", timeout=60)
+    assert res.returncode == 2 and "FIFO" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_huge_integer_where_a_number_is_expected_is_one_line(tmp_path: Path) -> None:
+    """``request_rate: 9...9`` (711 digits) is an int YAML reads whole; turning it into a float overflowed."""
+    path = tmp_path / "w.yaml"
+    path.write_text("name: w\ninput_len: 8\noutput_len: 8\nrequest_rate: " + "9" * 711 + "\n")
+    _one_error(run_cli(["bench", "--endpoint", "http://127.0.0.1:9", "--workload", str(path)]), f"{path}:4",
+               "request_rate", "digits")
+
+
+def test_an_error_about_a_huge_value_is_one_short_line(tmp_path: Path) -> None:
+    """An alias bomb in a list of strings made a 50,000-character error line (the value's repr)."""
+    path = tmp_path / "m.yaml"
+    text = PROFILE.read_text().replace('checked_with_vllm: ["0.24.0"]', "checked_with_vllm: [*c]")
+    bomb = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" \
+           "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+    path.write_text("x-anchors:\n" + "".join("  " + ln + "\n" for ln in bomb.splitlines()) + text)
+    line = _one_error(_plan(path), str(path))
+    assert len(line) < 600, line

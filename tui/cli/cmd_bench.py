@@ -19,6 +19,7 @@ from tui.cli.argtypes import nonneg_float, nonneg_int, positive_float, positive_
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
 from tui.cli.recording import SessionRecording, add_record_options
+from tui.core import safeio
 from tui.core.bench import report, table
 from tui.core.bench.campaign import BenchFn
 from tui.core.bench.dataset import run_seed
@@ -155,8 +156,8 @@ def options_from_args(args: argparse.Namespace, workload: Workload, vocab: int |
         if not isinstance(extra, dict):
             raise InputError("must be a JSON object", field="--extra-body")
     prompts = getattr(args, "prompts", None)
-    if prompts and not Path(prompts).expanduser().is_file():
-        raise InputError("no such file", file=prompts, field="--prompts")
+    if prompts:
+        safeio.check_regular(Path(prompts).expanduser(), field="--prompts")  # missing, a FIFO, a device, a folder
     return BenchOptions(
         workload=workload, prompts_file=prompts, model=args.served_model,
         vocab_size=args.vocab_size or vocab or DEFAULT_VOCAB,

@@ -16,11 +16,15 @@ from tui.core.playbook.events import Diagnosis
 from tui.core.playbook.learn import learn_line
 from tui.core.playbook.loader import parse_playbook_file, shipped_playbook_path
 from tui.core.playbook.model import SEVERITIES
-from tui.core.playbook.offline import LogDiagnosis, diagnose_bytes, read_log_bytes, read_log_line
+from tui.core.playbook.offline import LogDiagnosis, check_log, diagnose_file, read_log_line
+from tui.core.safeio import shown
 from tui.core.topology import parse_topology
 from tui.core.yamlio import dump
 
 WRAP = 110
+#: characters of a log line printed with its diagnosis (control characters escaped: a log's bytes never reach the
+#: terminal as they are)
+SHOWN_LINE = 1000
 
 
 def register(sub: Any) -> None:
@@ -58,8 +62,9 @@ def _context(args: argparse.Namespace, ctx: CliContext) -> MatchContext | None:
 def run_diagnose(args: argparse.Namespace, ctx: CliContext) -> int:
     book = load_playbook(extra=args.playbook)
     context = _context(args, ctx)
-    logs = [(path, read_log_bytes(path)) for path in args.files]  # every file readable, or exit 2 naming it
-    results = [diagnose_bytes(data, book, source=str(path), context=context) for path, data in logs]
+    for path in args.files:  # every file a readable log, or exit 2 naming it (a FIFO or a folder at once)
+        check_log(path)
+    results = [diagnose_file(path, book, context=context) for path in args.files]  # read in pieces
     if args.json:
         ctx.print_json({"files": [r.to_dict() for r in results]})
         return EXIT_OK
@@ -84,15 +89,15 @@ def _print_result(ctx: CliContext, r: LogDiagnosis) -> None:
 
 def _print_diagnosis(ctx: CliContext, d: Diagnosis) -> None:
     label = {"error": "ERROR", "warning": "WARN", "info": "note"}.get(d.severity, d.severity)
-    ctx.print(f"{label} {d.entry_id}: {d.title}")
+    ctx.print(f"{label} {d.entry_id}: {shown(d.title)}")
     if d.rule == "end":
         ctx.print(_wrap("when", d.detail))
         if d.line_no:
-            ctx.print(f"  last  line {d.line_no}: {d.line}")
+            ctx.print(f"  last  line {d.line_no}: {shown(d.line, SHOWN_LINE)}")
     else:
-        ctx.print(f"  line  {d.line_no}: {d.line}")
-    ctx.print(_wrap("why", d.explanation))
-    ctx.print(_wrap("fix", d.fix))
+        ctx.print(f"  line  {d.line_no}: {shown(d.line, SHOWN_LINE)}")
+    ctx.print(_wrap("why", shown(d.explanation, SHOWN_STRING)))
+    ctx.print(_wrap("fix", shown(d.fix, SHOWN_STRING)))
     if d.fixable:
         ctx.print(f"        apply: disagg-tui up --model M --topology T --apply-fix {d.entry_id}"
                   + (" (or --apply-fix auto)" if d.auto else ""))
@@ -171,7 +176,8 @@ def run_list(args: argparse.Namespace, ctx: CliContext) -> int:
     width = max(len(r["id"]) for r in rows) if rows else 2
     ctx.print(f"{'ID':<{width}}  {'SEVERITY':<8} {'FIX':<6} {'ORIGIN':<8} TITLE")
     for r in rows:
-        ctx.print(f"{r['id']:<{width}}  {r['severity']:<8} {r['fix']:<6} {r['origin'].split(',')[0]:<8} {r['title']}")
+        ctx.print(f"{r['id']:<{width}}  {r['severity']:<8} {r['fix']:<6} {r['origin'].split(',')[0]:<8} "
+                  f"{shown(r['title'])}")
     ctx.print(f"{len(rows)} entries from {', '.join(book.sources)}")
     return EXIT_OK
 
@@ -184,15 +190,31 @@ def run_show(args: argparse.Namespace, ctx: CliContext) -> int:
         ctx.print_json({**data, "source": entry.source, "line": entry.line})
         return EXIT_OK
     ctx.print(f"# {entry.source}:{entry.line}")
-    ctx.print(dump(data).rstrip())
+    ctx.print(dump(_capped(data)).rstrip())
     return EXIT_OK
+
+
+def _capped(data: Any) -> Any:
+    """An entry's data with every string as :func:`shown` prints it (at most SHOWN_STRING characters, control
+    characters escaped), for the text of ``playbook show``."""
+    if isinstance(data, str):
+        return shown(data, SHOWN_STRING)
+    if isinstance(data, dict):
+        return {k: _capped(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_capped(v) for v in data]
+    return data
+
+
+#: characters of one string ``playbook show`` prints (a pattern has at most 1,000; an explanation may be longer)
+SHOWN_STRING = 2000
 
 
 def run_add(args: argparse.Namespace, ctx: CliContext) -> int:
     if args.from_ref:
         path_text, sep, num = args.from_ref.rpartition(":")
-        if not sep or not path_text or not num.isdigit():
-            raise InputError(f"expected LOG:LINE, got {args.from_ref!r}", field="--from")
+        if not sep or not path_text or not num.isdigit() or len(num) > 12:
+            raise InputError(f"expected LOG:LINE, got {shown(repr(args.from_ref), 120)}", field="--from")
         line = read_log_line(Path(path_text), int(num))
         origin = f"{path_text}:{num}"
     else:

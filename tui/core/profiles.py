@@ -414,7 +414,7 @@ class Catalog:
                 prof = parse_model_profile(load_file(path), path)
                 self.models[prof.id] = prof
         wl = base / "workloads.yaml"
-        if wl.is_file():
+        if os.path.lexists(wl):  # a FIFO, a folder or a broken link there is refused in one line
             self.workloads.update(parse_workloads_file(load_file(wl), wl))
 
     def model(self, ref: str) -> ModelProfile:

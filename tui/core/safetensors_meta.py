@@ -146,8 +146,9 @@ def _tensor_bytes(path: Path, name: str, meta: Any) -> int:
 
 def _shard_name(index: Path, value: Any) -> str:
     """A shard named by an index: a relative path inside the folder (never absolute, never '..')."""
-    if not isinstance(value, str) or not value or value.startswith("/") or "\0" in value \
-            or ".." in Path(value).parts or any(not ch.isprintable() for ch in value):
+    if not isinstance(value, str) or not value or value.startswith("/") or "\0" in value or len(value) > 1024 \
+            or ".." in Path(value).parts or any(not ch.isprintable() for ch in value) \
+            or any(len(part.encode("utf-8", "surrogatepass")) > 255 for part in Path(value).parts):
         raise InputError(f"{safeio.shown(repr(value), 80)} is not a file name in the model folder", file=index,
                          field="weight_map")
     return value
@@ -185,13 +186,14 @@ def _missing_shards(folder: Path, index: Path, shards: list[str]) -> None:
             missing.append(s)
             continue
         except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror or exc}", file=folder / s) from None
+            raise InputError(f"shard {safeio.shown(s, 80)}: cannot read: {exc.strerror or exc}", file=index,
+                             field="weight_map") from None
         if not stat.S_ISREG(mode):
             safeio.check_regular(folder / s)  # names what it is (a FIFO, a device, a directory)
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise InputError(f"shard {safeio.shown(missing[0], 80)}{more} listed in {index.name} is missing (an "
-                         "unfinished download?)", file=folder)
+                         "unfinished download?)", file=index, field="weight_map")
 
 
 def _names(folder: Path) -> list[str]:

@@ -308,6 +308,9 @@ class Fields:
     def _check(self, key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            if value.bit_length() > _MAX_INT_BITS:  # (float() of it would raise OverflowError)
+                raise self.error(key, f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits is out "
+                                      "of range")
             return float(value)
         if isinstance(value, bool) and bool not in kinds:
             raise self.error(key, f"expected {' or '.join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)}, "
@@ -379,7 +382,8 @@ class Fields:
         for i, item in enumerate(value):
             if isinstance(item, bool) or not isinstance(item, str | int | float):
                 line = value.line_of(i) if isinstance(value, LList) else self.line_of(key)
-                raise InputError(f"item {i + 1} must be a string; got {item!r}", file=self.source, line=line,
+                raise InputError(f"item {i + 1} must be a string; got {safeio.shown(repr(item), 80)}",
+                                 file=self.source, line=line,
                                  field=self.name(key))
             out.append(str(item))
         return out
@@ -392,7 +396,8 @@ class Fields:
         for k, v in value.items():
             if isinstance(v, bool) or not isinstance(v, str | int | float):
                 line = value.line_of(k) if isinstance(value, LDict) else self.line_of(key)
-                raise InputError(f"value must be a string or number; got {v!r}", file=self.source, line=line,
+                raise InputError(f"value must be a string or number; got {safeio.shown(repr(v), 80)}",
+                                 file=self.source, line=line,
                                  field=f"{self.name(key)}.{k}")
             out[str(k)] = str(v)
         return out

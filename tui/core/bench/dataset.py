@@ -25,12 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tui.core import ranges, safeio
 from tui.core.errors import InputError
 
-#: bounds on a random workload: a length no model context reaches, and prompts that fit in memory
-MAX_LEN = 10_000_000
-MAX_PROMPTS = 1_000_000
-MAX_PROMPT_TOKENS = 100_000_000
+#: bounds on a workload (:data:`tui.core.ranges.WORKLOAD`): a length no model context reaches, and prompts that
+#: fit in memory
+MAX_LEN = int(ranges.WORKLOAD["input_len"].hi)
+MAX_PROMPTS = int(ranges.WORKLOAD["num_prompts"].hi)
+MAX_PROMPT_TOKENS = ranges.MAX_PROMPT_TOKENS
+#: bytes of a prompts file (a million prompts of a few hundred characters each)
+MAX_PROMPTS_FILE_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,10 +141,9 @@ def random_prompts(spec: RandomSpec) -> list[Prompt]:
 def load_prompts_file(path: str | Path, default_output_len: int, num_prompts: int | None = None) -> list[Prompt]:
     """Prompts from a JSONL file (cycled when ``num_prompts`` exceeds the file's lines)."""
     p = Path(path).expanduser()
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read prompts: {exc.strerror}", file=p) from None
+    if num_prompts is not None and not 1 <= num_prompts <= MAX_PROMPTS:
+        raise InputError(f"must be 1 to {MAX_PROMPTS:,}, got {num_prompts:,}", field="num_prompts")
+    data = safeio.read_bytes(p, "prompts file", limit=MAX_PROMPTS_FILE_BYTES)  # a FIFO or a device: refused
     try:
         # split on newlines only: str.splitlines would also split inside a prompt at U+2028 and the like
         lines = data.decode("utf-8").split("\n")
@@ -148,23 +151,33 @@ def load_prompts_file(path: str | Path, default_output_len: int, num_prompts: in
         raise InputError(f"not UTF-8 text (byte {exc.start})", file=p, line=data.count(b"\n", 0, exc.start) + 1
                          ) from None
     prompts: list[Prompt] = []
+    tokens = 0
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        if len(prompts) >= MAX_PROMPTS:
+            raise InputError(f"more than {MAX_PROMPTS:,} prompts in one file", file=p, line=lineno)
         try:
-            item: Any = json.loads(line)
-        except ValueError as exc:
-            raise InputError(f"not JSON: {exc}", file=p, line=lineno) from None
+            item: Any = safeio.parse_json(line, p)  # strict: no NaN/Infinity, no huge numbers, bounded nesting
+        except InputError as err:
+            detail = err.message.removeprefix("not valid JSON: ").removeprefix("not accepted JSON: ")
+            raise InputError(f"not JSON: {detail}", file=p, line=lineno) from None
         if not isinstance(item, dict) or "prompt" not in item:
             raise InputError('each line must be an object with a "prompt"', file=p, line=lineno)
         prompt = item["prompt"]
         out_len = item.get("output_len", item.get("max_tokens", default_output_len))
-        if not isinstance(out_len, int) or isinstance(out_len, bool) or out_len < 1:
-            raise InputError(f"output_len must be a whole number ≥ 1, got {out_len!r}", file=p, line=lineno)
+        if not isinstance(out_len, int) or isinstance(out_len, bool) or not 1 <= out_len <= MAX_LEN:
+            raise InputError(f"output_len must be a whole number from 1 to {MAX_LEN:,}, got "
+                             f"{safeio.shown(repr(out_len), 60)}", file=p, line=lineno)
         if isinstance(prompt, str) and prompt:
             prompts.append(Prompt(output_len=out_len, text=prompt))
         elif (isinstance(prompt, list) and prompt
               and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31 for t in prompt)):
+            if len(prompt) > MAX_LEN:
+                raise InputError(f"a prompt of {len(prompt):,} token ids; at most {MAX_LEN:,}", file=p, line=lineno)
+            tokens += len(prompt)
+            if tokens > MAX_PROMPT_TOKENS:
+                raise InputError(f"the prompts hold more than {MAX_PROMPT_TOKENS:,} token ids", file=p, line=lineno)
             prompts.append(Prompt(output_len=out_len, ids=array.array("i", prompt)))
         else:
             raise InputError("prompt must be a non-empty string or a list of token ids", file=p, line=lineno)

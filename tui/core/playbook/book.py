@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -132,7 +133,7 @@ def load_playbook(*, operator: bool = True, extra: Sequence[Path] = ()) -> Playb
     """The shipped playbook, then the operator's ``playbook.yaml`` (if present), then ``extra`` files."""
     files = [shipped_playbook_path()]
     user = operator_playbook_path()
-    if operator and user.is_file():
+    if operator and os.path.lexists(user):  # a FIFO, a folder or a broken link there is refused in one line
         files.append(user)
     files += list(extra)
     return Playbook(merge(parse_playbook_file(p) for p in files), [str(p) for p in files])

@@ -15,6 +15,7 @@ import re
 from tui.core.errors import InputError
 from tui.core.launch.phases import parse_line
 from tui.core.playbook.literals import required_literals
+from tui.core.playbook.loader import MAX_PATTERN_CHARS
 
 _COLLECTOR_PREFIXES = (
     re.compile(r"^\[[^\]]*\d[^\]]*\]\s*"),  # [2026-11-29T07:31:22.927Z +  19.409s]
@@ -37,6 +38,9 @@ _PATH_CHARS = r"[^\s'\",;:()\[\]{}<>=|]"
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z_.+-]{0,31}\Z")
 NUMBER = r"\d+(?:[.,]\d+)*"
 MIN_LITERAL = 6
+#: characters of a log line's message a pattern is made from (a 4 MB line made a 4 MB pattern, and every later
+#: load of the playbook took seconds); the start of a message says what happened
+MAX_MESSAGE_CHARS = 400
 _META = re.compile(r"([.^$*+?{}\[\]\\|()])")
 
 
@@ -76,7 +80,21 @@ def _path(token: str) -> str:
 
 def generalize(line: str) -> str:
     """A regular expression (for ``re.search``) that matches ``line`` and the same message with other values."""
-    msg = message_of(line)
+    return _generalize_message(message_of(line))
+
+
+def cut_message(msg: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """The start of a message of more than ``limit`` characters (where it says what happened), cut after a word
+    where one ends in its second half. A pattern made from it still matches the whole line: patterns are
+    searched, never anchored at the end."""
+    if len(msg) <= limit:
+        return msg
+    head = msg[:limit]
+    space = max(head.rfind(" "), head.rfind("\t"))
+    return (head[:space] if space > limit // 2 else head).rstrip()
+
+
+def _generalize_message(msg: str) -> str:
     out: list[str] = []
     pos = 0
     for m in _TOKEN.finditer(msg):
@@ -106,7 +124,11 @@ def pattern_for(line: str) -> str:
     """``generalize`` with checks: it compiles, matches the line, and keeps enough fixed text to be specific."""
     if not line.strip():
         raise InputError("the line is empty", field="--text")
-    pattern = generalize(line)
+    msg = cut_message(message_of(line))
+    pattern = _generalize_message(msg)
+    while len(pattern) > MAX_PATTERN_CHARS and len(msg) > MIN_LITERAL:  # many paths or numbers: a shorter start
+        msg = cut_message(msg, len(msg) * 2 // 3)
+        pattern = _generalize_message(msg)
     try:
         regex = re.compile(pattern)
     except re.error as exc:  # pragma: no cover - generalize only emits escaped text and fixed classes

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tui.core.errors import InputError
 from tui.core.playbook.book import load_playbook
+from tui.core.playbook.generalize import MAX_MESSAGE_CHARS, cut_message, message_of
 from tui.core.playbook.loader import shipped_playbook_path
 from tui.core.playbook.model import Entry
 from tui.core.playbook.store import append_entry, entry_from_line
@@ -44,6 +45,10 @@ def learn_line(line: str, *, title: str, entry_id: str | None = None, explain: s
         data = {**{k: v for k, v in data.items() if k in ("id", "title", "severity")}, "priority": priority,
                 **{k: v for k, v in data.items() if k not in ("id", "title", "severity")}}
     warnings = []
+    msg = message_of(line)
+    if len(msg) > MAX_MESSAGE_CHARS:
+        warnings.append(f"the line is long ({len(line):,} characters read): the pattern is made from the start "
+                        f"of its message ({len(cut_message(msg)):,} characters)")
     same = book.get(data["id"])
     if same is not None and same.source == str(shipped_playbook_path()):
         warnings.append(f"your entry {data['id']!r} replaces the shipped entry with that id")

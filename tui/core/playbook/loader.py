@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths
+from tui.core import paths, safeio
 from tui.core.errors import InputError
 from tui.core.launch.phases import PHASE_INDEX
 from tui.core.playbook.literals import required_literals
@@ -32,11 +32,23 @@ from tui.core.playbook.model import (
     When,
     version_spec_ok,
 )
-from tui.core.yamlio import Fields, LList, load_file, load_text
+from tui.core.playbook.redos import explosive
+from tui.core.safeio import shown
+from tui.core.yamlio import Fields, LList, load_text
 
 FORMAT_VERSION = 1
 PLAYBOOK_FILE = "playbook.yaml"
-_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")
+#: bounds that keep the matcher's cost per log line (and a load) what the shipped playbook costs: its longest
+#: pattern has 264 characters, its largest list 5 patterns, and it has 40 entries
+MAX_PATTERN_CHARS = 1000
+MAX_PATTERNS = 32  # in one list (lines, after, seen, not_seen)
+MAX_ENTRIES = 500  # in one file
+MAX_FILE_PATTERNS = 1000  # in one file, every list of every entry
+MAX_FILE_PATTERN_CHARS = 100_000  # in one file: what compiling and indexing them costs (the shipped one: ~5,000)
+#: a line of a playbook file: longer than any value it may hold, so a longer one is refused before YAML reads it
+MAX_LINE_CHARS = 32_768
+MAX_ID = 96
+_ID = re.compile(rf"^[a-z0-9][a-z0-9._-]{{0,{MAX_ID - 1}}}\Z")
 _ENV_NAME = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})\Z")
 _END_PHASES = tuple(k for k in PHASE_INDEX if k != "ready")
 
@@ -50,16 +62,23 @@ def operator_playbook_path() -> Path:
 
 
 def compile_probe(text: str, f: Fields, key: str, index: int | None = None, line: int | None = None) -> Probe:
+    where = f"{f.name(key)}[{index + 1}]" if index is not None else f.name(key)
+    if len(text) > MAX_PATTERN_CHARS:
+        raise InputError(f"a pattern is at most {MAX_PATTERN_CHARS:,} characters; this one has {len(text):,} "
+                         f"({shown(text, 60)}): keep the part that states the error", file=f.source,
+                         line=line or f.line_of(key), field=where)
     try:
         regex = re.compile(text)
     except re.error as exc:
-        where = f"{f.name(key)}[{index + 1}]" if index is not None else f.name(key)
-        raise InputError(f"bad regular expression {text!r}: {exc}", file=f.source,
+        raise InputError(f"bad regular expression {shown(repr(text), 120)}: {exc}", file=f.source,
                          line=line or f.line_of(key), field=where) from None
     if regex.search("") is not None:
-        where = f"{f.name(key)}[{index + 1}]" if index is not None else f.name(key)
-        raise InputError(f"{text!r} matches an empty line, so it would match every line; make it say what to look "
-                         "for", file=f.source, line=line or f.line_of(key), field=where)
+        raise InputError(f"{shown(repr(text), 120)} matches an empty line, so it would match every line; make it "
+                         "say what to look for", file=f.source, line=line or f.line_of(key), field=where)
+    if explosive(text):
+        raise InputError(f"{shown(repr(text), 120)} repeats a repeat whose rounds can meet anywhere (like (a+)+): "
+                         "it can take minutes on one log line; repeat it once, or start each round with what no "
+                         "round ends with", file=f.source, line=line or f.line_of(key), field=where)
     return Probe(text=text, regex=regex, literals=required_literals(text))
 
 
@@ -68,6 +87,8 @@ def _regex_list(f: Fields, key: str, *, required: bool = False) -> tuple[Probe, 
     items = f.str_list(key)
     if required and not items:
         raise f.error(key, "needs at least one regular expression")
+    if len(items) > MAX_PATTERNS:
+        raise f.error(key, f"at most {MAX_PATTERNS} regular expressions in one list; got {len(items):,}")
     out = []
     for i, text in enumerate(items):
         line = raw.line_of(i) if isinstance(raw, LList) else None
@@ -167,8 +188,10 @@ def _parse_fix(f: Fields) -> FixSpec:
 def parse_entry(data: Any, source: str | Path, prefix: str) -> Entry:
     f = Fields(data, source, prefix)
     eid = f.require("id", str)
+    if len(eid) > MAX_ID:
+        raise f.error("id", f"at most {MAX_ID} characters; got {len(eid):,}")
     if not _ID.match(eid):
-        raise f.error("id", f"must be lowercase letters, digits, '.', '-' or '_'; got {eid!r}")
+        raise f.error("id", f"must be lowercase letters, digits, '.', '-' or '_'; got {shown(repr(eid), 60)}")
     if f.get("disabled", bool, False):
         f.done()
         return Entry(id=eid, title=eid, disabled=True, source=str(source), line=f.line or 0)
@@ -235,14 +258,24 @@ def parse_playbook(data: Any, source: str | Path) -> list[Entry]:
         raise top.error("version", f"this disagg-tui reads playbook format {FORMAT_VERSION}; got {version}")
     raw = top.get("entries", list, [])
     top.done()
+    if len(raw) > MAX_ENTRIES:
+        raise top.error("entries", f"at most {MAX_ENTRIES} entries in one file; got {len(raw):,}")
     seen: dict[str, int] = {}
     out: list[Entry] = []
+    patterns = pattern_chars = 0
     for i, item in enumerate(raw):
         line = raw.line_of(i) if isinstance(raw, LList) else None
         if not isinstance(item, dict):
             raise InputError(f"each entry is a mapping; got {item!r}", file=source, line=line,
                              field=f"entries[{i + 1}]")
         entry = parse_entry(item, source, f"entries[{i + 1}].")
+        count, chars = _pattern_size(entry)
+        patterns += count
+        pattern_chars += chars
+        if patterns > MAX_FILE_PATTERNS or pattern_chars > MAX_FILE_PATTERN_CHARS:
+            raise InputError(f"more than {MAX_FILE_PATTERNS:,} regular expressions or {MAX_FILE_PATTERN_CHARS:,} "
+                             "characters of them in one file (each costs every log line a search)", file=source,
+                             line=entry.line or line, field=f"entries[{i + 1}]")
         if entry.id in seen:
             raise InputError(f"id {entry.id!r} is used twice in this file (first at line {seen[entry.id]})",
                              file=source, line=entry.line or line, field=f"entries[{i + 1}].id")
@@ -251,12 +284,45 @@ def parse_playbook(data: Any, source: str | Path) -> list[Entry]:
     return out
 
 
+def _pattern_size(entry: Entry) -> tuple[int, int]:
+    """(regular expressions, their characters) of one entry."""
+    probes = [*(entry.lines.patterns + entry.lines.after if entry.lines else ()),
+              *(entry.end.seen + entry.end.not_seen if entry.end else ())]
+    return len(probes), sum(len(p.text) for p in probes)
+
+
+def check_line_lengths(text: str, source: str | Path) -> None:
+    """InputError naming the first line longer than :data:`MAX_LINE_CHARS` (YAML would take seconds to read a
+    4 MB line before any field could be refused)."""
+    if len(text) <= MAX_LINE_CHARS:
+        return
+    start = 0
+    number = 1
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end == -1 else end
+        if end - start > MAX_LINE_CHARS:
+            raise InputError(f"the line has {end - start:,} characters; a playbook line has at most "
+                             f"{MAX_LINE_CHARS:,} (a pattern at most {MAX_PATTERN_CHARS:,})", file=source,
+                             line=number)
+        start = end + 1
+        number += 1
+
+
 def parse_playbook_text(text: str, source: str | Path) -> list[Entry]:
+    check_line_lengths(text, source)
     return parse_playbook(load_text(text, source), source)
 
 
 def parse_playbook_file(path: Path) -> list[Entry]:
-    return parse_playbook(load_file(path), path)
+    """A playbook file: a regular file within the playbook size limit, no line longer than MAX_LINE_CHARS."""
+    data = safeio.read_bytes(path, "playbook")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"cannot read: not UTF-8 text (byte {exc.start})", file=path,
+                         line=data.count(b"\n", 0, exc.start) + 1) from None
+    return parse_playbook_text(text, path)
 
 
 def merge(layers: Iterable[list[Entry]]) -> list[Entry]:

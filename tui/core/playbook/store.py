@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from tui.core import paths
+from tui.core import paths, safeio
 from tui.core.errors import InputError
 from tui.core.playbook.generalize import pattern_for
 from tui.core.playbook.loader import (
@@ -26,6 +26,10 @@ from tui.core.playbook.model import Entry
 from tui.core.yamlio import dump
 
 _SLUG = re.compile(r"[^a-z0-9]+")
+#: ``entries: []`` on a line of its own (an empty flow list), with what stands around it
+_EMPTY_ENTRIES = re.compile(r"^entries:[ \t]*\[[ \t]*\]([ \t]*(?:#.*)?)$", re.MULTILINE)
+#: the top-level ``entries:`` key of a block list (a comment may follow it)
+_ENTRIES_KEY = re.compile(r"^entries:[ \t]*(?:#.*)?$", re.MULTILINE)
 MAX_ID = 48
 
 
@@ -111,12 +115,11 @@ def append_entry(data: dict[str, Any], path: Path | None = None) -> tuple[Entry,
     """
     target = path or operator_playbook_path()
     old = ""
-    if target.is_file():
-        try:
-            old = target.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read: {exc}", file=target) from None
+    if os.path.lexists(target):  # a FIFO, a folder or a broken link there is refused in one line
+        old = safeio.read_text(target, "playbook")
     existing = parse_playbook_text(old, target) if old.strip() else []
+    if not existing and _EMPTY_ENTRIES.search(old):  # ``entries: []``: the list the new item goes into
+        old = _EMPTY_ENTRIES.sub(r"entries:\1", old, count=1)
     if any(e.id == data["id"] for e in existing):
         raise InputError(f"entry {data['id']!r} is already in this file; pick another --id or edit it there",
                          file=target)
@@ -126,8 +129,12 @@ def append_entry(data: dict[str, Any], path: Path | None = None) -> tuple[Entry,
         new = header() + f"version: {FORMAT_VERSION}\nentries:\n" + item
     else:
         base = old if old.endswith("\n") else old + "\n"
-        has_entries = re.search(r"^entries:\s*$", old, re.MULTILINE) is not None
+        has_entries = _ENTRIES_KEY.search(old) is not None
         new = base + ("" if has_entries else "entries:\n") + item
+    limit = safeio.LIMITS["playbook"]
+    if len(new.encode("utf-8")) > limit:
+        raise InputError(f"adding the entry would make the file {len(new.encode('utf-8')):,} bytes, more than a "
+                         f"playbook may hold ({limit:,})", file=target)
     try:
         entries = parse_playbook_text(new, target)
     except InputError:
