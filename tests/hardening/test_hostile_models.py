@@ -680,3 +680,28 @@ def test_an_error_about_a_huge_value_is_one_short_line(tmp_path: Path) -> None:
     path.write_text("x-anchors:\n" + "".join("  " + ln + "\n" for ln in bomb.splitlines()) + text)
     line = _one_error(_plan(path), str(path))
     assert len(line) < 600, line
+
+
+def test_doctor_model_files_scan_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """doctor's look at a model's files walked the whole tree: folders nested 1,500 deep ran os.walk out of
+    recursion (a traceback), a million folders out of time."""
+    from tui.core.playbook import weights
+
+    folder = model_folder(tmp_path, "llama-3.1-8b-instruct")
+    write_safetensors(folder / "model.safetensors", {"w": ("BF16", [8, 8])})
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        for _ in range(1500):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+    found = weights.locate_model(str(folder), {})
+    assert found.found and found.has_config and found.has_weights and found.capped
+    monkeypatch.setattr(weights, "MAX_FILES", 50)
+    wide = model_folder(tmp_path / "wide", "llama-3.1-8b-instruct")
+    for i in range(200):
+        (wide / f"sub{i}").mkdir()
+    assert weights.locate_model(str(wide), {}).capped

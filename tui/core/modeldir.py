@@ -176,8 +176,8 @@ def derive(folder: Path, *, repo_id: str | None = None, revision: str = "", prof
     elif weights.total_bytes <= 0:
         r.missing.append(("weights_gib", "the safetensors files hold no tensors"))
     if not any((folder / name).exists() for name in TOKENIZER_FILES):
-        r.warnings.append(f"{folder}: no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): vLLM needs a "
-                          "tokenizer; add --arg '--tokenizer DIR'")
+        r.warnings.append(f"{shown(str(folder), 300)}: no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): "
+                          "vLLM needs a tokenizer; add --arg '--tokenizer DIR'")
     name = repo_id.split("/", 1)[1] if repo_id else folder.name
     pid = profile_id or slug(name)
     params = None

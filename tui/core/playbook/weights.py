@@ -8,13 +8,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tui.core import safeio
 from tui.core.hfcache import hub_cache_dir
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 _HF_ID = re.compile(r"^[\w.-]+/[\w.-]+\Z")
-#: stop counting after this many files (a size is then a lower bound); a model folder holds far fewer
+#: stop counting after this many files and folders (a size is then a lower bound); a model folder holds far fewer
 MAX_FILES = 20_000
+#: folders looked into below the model folder (a real one nests two or three)
+MAX_DIR_DEPTH = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,31 +66,67 @@ def hf_token_source(env: Mapping[str, str]) -> str | None:
 
 
 def _scan(folder: Path) -> tuple[int, int, bool, bool, bool, bool]:
-    size = files = 0
+    """(bytes, files, has config.json, has weights, has a tokenizer, capped) of the files under ``folder``: at most
+    MAX_FILES entries and MAX_DIR_DEPTH folders deep are looked at (a hostile tree of a million folders, or of
+    folders nested thousands deep, made os.walk run out of time or recursion)."""
+    size = files = entries = 0
     config = weights = tokenizer = capped = False
     seen: set[tuple[int, int]] = set()
-    for root, _dirs, names in os.walk(folder):
-        for name in names:
-            if files >= MAX_FILES:
-                capped = True
-                break
-            path = Path(root) / name
-            try:
-                st = path.stat()  # follows the HF cache's symlinks into blobs/
-            except OSError:
-                continue
-            key = (st.st_dev, st.st_ino)
-            if key in seen:
-                continue
-            seen.add(key)
-            files += 1
-            size += st.st_size
-            config = config or name == "config.json"
-            weights = weights or name.endswith(WEIGHT_SUFFIXES)
-            tokenizer = tokenizer or name in TOKENIZER_FILES
-        if capped:
-            break
+    stack: list[tuple[Path, int]] = [(folder, 0)]
+    while stack and not capped:
+        where, depth = stack.pop()
+        try:
+            it = os.scandir(where)
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                entries += 1
+                if entries > MAX_FILES:
+                    capped = True
+                    break
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if depth + 1 < MAX_DIR_DEPTH:
+                            stack.append((Path(entry.path), depth + 1))
+                        else:
+                            capped = True
+                        continue
+                    st = os.stat(entry.path)  # follows the HF cache's symlinks into blobs/
+                except OSError:
+                    continue
+                key = (st.st_dev, st.st_ino)
+                if key in seen:
+                    continue
+                seen.add(key)
+                files += 1
+                size += st.st_size
+                name = entry.name
+                config = config or name == "config.json"
+                weights = weights or name.endswith(WEIGHT_SUFFIXES)
+                tokenizer = tokenizer or name in TOKENIZER_FILES
     return size, files, config, weights, tokenizer, capped
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return safeio.scan_dir(folder)[0]
+    except OSError:
+        return []
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def locate_model(model: str, env: Mapping[str, str]) -> ModelFiles:
@@ -101,8 +140,7 @@ def locate_model(model: str, env: Mapping[str, str]) -> ModelFiles:
     org, name = model.split("/", 1)
     repo = hf_hub_cache(env) / f"models--{org}--{name}"
     snapshots = repo / "snapshots"
-    revs = sorted((p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime) \
-        if snapshots.is_dir() else []
+    revs = sorted((p for p in (snapshots / n for n in _names(snapshots)) if _is_dir(p)), key=_mtime)
     if not revs:
         return ModelFiles(model, "hf", repo, found=False)
     folder = revs[-1]
