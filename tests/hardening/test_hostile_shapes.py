@@ -1770,6 +1770,7 @@ def shared_run(name: str, tmp_path_factory: pytest.TempPathFactory, table: dict[
         if out.exists():
             return dict(json.loads(out.read_text()))
         scenes = session / f"hostile-{name}"
+        built = time.monotonic()
         cases, targets = [], {}
         for case in table.values():
             place = Place(scenes / case.id)
@@ -1781,7 +1782,8 @@ def shared_run(name: str, tmp_path_factory: pytest.TempPathFactory, table: dict[
         results, ready = run_workers(cases, margin_mib=margin_mib)
         for cid, r in results.items():
             r["target"] = targets[cid]
-        data = {"ready": ready, "results": results, "wall_s": round(time.monotonic() - began, 1)}
+        data = {"ready": ready, "results": results, "wall_s": round(time.monotonic() - began, 1),
+                "build_s": round(began - built, 1)}
         out.write_text(json.dumps(data))
         return data
 
