@@ -682,6 +682,36 @@ def test_an_error_about_a_huge_value_is_one_short_line(tmp_path: Path) -> None:
     assert len(line) < 600, line
 
 
+def _nest(folder: Path, depth: int) -> None:
+    """``folder/d/d/.../d``, ``depth`` deep (made through descriptors: the path is longer than PATH_MAX)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+
+
+def _unnest(folder: Path, depth: int) -> None:
+    """Remove what :func:`_nest` made: down to the bottom, then up through ``..``, two descriptors at a time."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        for _ in range(depth):
+            parent = os.open("..", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir("d", dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 def test_doctor_model_files_scan_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """doctor's look at a model's files walked the whole tree: folders nested 1,500 deep ran os.walk out of
     recursion (a traceback), a million folders out of time."""
@@ -689,16 +719,11 @@ def test_doctor_model_files_scan_is_bounded(tmp_path: Path, monkeypatch: pytest.
 
     folder = model_folder(tmp_path, "llama-3.1-8b-instruct")
     write_safetensors(folder / "model.safetensors", {"w": ("BF16", [8, 8])})
-    fd = os.open(folder, os.O_RDONLY)
+    _nest(folder, 1500)
     try:
-        for _ in range(1500):
-            os.mkdir("d", dir_fd=fd)
-            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
+        found = weights.locate_model(str(folder), {})
     finally:
-        os.close(fd)
-    found = weights.locate_model(str(folder), {})
+        _unnest(folder, 1500)  # (pytest's own clean-up of old temporary folders would recurse that deep)
     assert found.found and found.has_config and found.has_weights and found.capped
     monkeypatch.setattr(weights, "MAX_FILES", 50)
     wide = model_folder(tmp_path / "wide", "llama-3.1-8b-instruct")
