@@ -172,3 +172,26 @@ def test_reattach_and_down_after_launcher_sigkill(tmp_path: Path) -> None:
     assert len(layout_processes(layout_id)) == 3
     asyncio.run(tear_down(rec, EventBus()))
     assert layout_processes(layout_id) == []
+
+
+@pytest.mark.parametrize("pgid", [0, 1, "own", "other"])
+def test_stop_signals_only_the_group_its_process_is_in(pgid: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state file from outside could name pgid 0 or 1 (init's group), this process's group, or a group the
+    process is not in: none of them is signalled; the process itself still is, and stops."""
+    import psutil
+
+    from tui.core.launch import supervisor
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        started = psutil.Process(child.pid).create_time()
+        wrong = {"own": os.getpgrp(), "other": os.getpgrp() + 1 if os.getpgrp() + 1 != child.pid else 2}.get(
+            pgid, pgid)
+        signalled: list[int] = []
+        monkeypatch.setattr(supervisor.os, "killpg", lambda g, s: signalled.append(g))
+        supervisor.stop_processes([supervisor.StopTarget("x", child.pid, wrong, started)], int_wait=5,
+                                  popens={child.pid: child})
+        assert signalled == [] and child.poll() is not None
+    finally:
+        child.kill()
+        child.wait()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -14,17 +13,18 @@ from tui.cli.context import CliContext, add_global_options
 from tui.core import paths
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
-from tui.core.bench.campaign import CAMPAIGN_FILE, CampaignSpec, campaign_runs
-from tui.core.bench.store import Run, find_runs, load_run
+from tui.core.bench.campaign import CAMPAIGN_FILE, campaign_runs, read_spec
+from tui.core.bench.store import Run, find_runs, load_run, read_run_json, read_run_workload
 from tui.core.errors import EXIT_OK, InputError, PlanRefused
 from tui.core.launch.state import StateStore
 from tui.core.plan.planner import PlanOptions
-from tui.core.profiles import ModelProfile, Workload, parse_workload
+from tui.core.plan.spec import LaunchPlan
+from tui.core.profiles import ModelProfile, Workload
 from tui.core.record.bundle import Bundle, build_bundle, check_trust, load_bundle, write_bundle
 from tui.core.record.bundle_install import check_replace, install, install_changes, missing_secrets
 from tui.core.record.bundle_plan import BundlePlan, plan_here
 from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint
-from tui.core.safeio import shown
+from tui.core.safeio import guarded, shown
 from tui.hosts import host_for_layout
 
 
@@ -72,25 +72,13 @@ def add_bundle_trust_options(p: Any) -> None:
 # --- export ----------------------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read: {exc}", file=path) from None
-    return data if isinstance(data, dict) else {}
-
-
-def _workload_of(run: Run) -> Workload | None:
-    data = _read_json(run.path / "workload.json")
+def _read_plan(path: Path) -> dict[str, Any]:
+    """A run's plan.json, bounded and strict, as the plan it describes (a damaged one is a one-line error)."""
+    data = read_run_json(path)
     if not data:
-        return None
-    name = str(data.get("name") or run.meta.workload)
-    keys = ("input_len", "output_len", "num_prompts", "request_rate", "burstiness", "max_concurrency",
-            "range_ratio", "prefix_len", "ignore_eos", "seed", "description")
-    return parse_workload(name, {k: data[k] for k in keys if data.get(k) is not None},
-                          run.path / "workload.json")
+        return {}
+    plan: dict[str, Any] = guarded(lambda: LaunchPlan.from_dict(data).to_dict(), path, "plan")
+    return plan
 
 
 def _results(runs: list[Run], workloads: dict[str, Workload], gpus: int | None,
@@ -151,7 +139,7 @@ def run_export(args: argparse.Namespace, ctx: CliContext) -> int:
             source, source_id = "campaign", d.name
         plans: dict[str, dict[str, Any]] = {}
         for r in runs:
-            plan = _read_json(r.path / "plan.json")
+            plan = _read_plan(r.path / "plan.json")
             if plan and r.meta.topology not in plans:
                 plans[r.meta.topology or str(plan.get("topology"))] = plan
             simulated = simulated or r.simulated
@@ -163,11 +151,11 @@ def run_export(args: argparse.Namespace, ctx: CliContext) -> int:
         profile = _profile(ctx, ids.pop())
         layouts = list(plans.items())
     for r in runs:
-        w = _workload_of(r)
+        w = read_run_workload(r.path)
         if w is not None:
             workloads.setdefault(w.name, w)
-    spec = CampaignSpec.from_dict(_read_json(runs[0].path.parent / CAMPAIGN_FILE)) if runs and \
-        (runs[0].path.parent / CAMPAIGN_FILE).is_file() else None
+    spec = read_spec(runs[0].path.parent / CAMPAIGN_FILE) if runs and \
+        os.path.lexists(runs[0].path.parent / CAMPAIGN_FILE) else None
     gpus = len(layouts[0][1].get("gpus") or []) or None
     results = _results(runs, workloads, gpus, spec.goodput if spec else None, spec.repeat if spec else 1)
     host = host_for_layout(ctx.host_options(), simulated, ctx.host)

@@ -107,14 +107,17 @@ def stop_processes(targets: Iterable[StopTarget], *, layout_id: str | None = Non
     done: list[str] = []
     targets = list(targets)
     procs: dict[int, psutil.Process] = {}
-    for t in targets:
-        if process_alive(t.pid, t.started):
-            for p in [psutil.Process(t.pid), *_safe_children(t.pid), *group_members(t.pgid)]:
-                procs[p.pid] = p
+    live = [t for t in targets if process_alive(t.pid, t.started)]
+    # a group is signalled only when it is really the group its process leads: a state file from outside could name
+    # pgid 0 or 1, or this process's own group
+    groups = {t.pgid for t in live if _own_group(t.pid, t.pgid)}
+    for t in live:
+        for p in [psutil.Process(t.pid), *_safe_children(t.pid), *(group_members(t.pgid) if t.pgid in groups
+                                                                    else [])]:
+            procs[p.pid] = p
     if layout_id:
         for p in layout_members(layout_id):
             procs[p.pid] = p
-    groups = {t.pgid for t in targets if process_alive(t.pid, t.started)}
 
     def alive() -> list[psutil.Process]:
         left = []
@@ -152,6 +155,16 @@ def stop_processes(targets: Iterable[StopTarget], *, layout_id: str | None = Non
     if left:
         done.append(f"still running after SIGKILL: {', '.join(str(p.pid) for p in left)}")
     return done
+
+
+def _own_group(pid: int, pgid: int) -> bool:
+    """``pgid`` is the process group ``pid`` is in, is not init's or the kernel's, and is not this process's."""
+    if pgid <= 1 or pgid == os.getpgrp():
+        return False
+    try:
+        return os.getpgid(pid) == pgid
+    except OSError:
+        return False
 
 
 def _safe_children(pid: int) -> list[psutil.Process]:
