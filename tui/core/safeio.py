@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tui.core.errors import InputError
+from tui.core.errors import InputError, printable
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -96,6 +96,26 @@ def open_regular(path: str | Path, *, field: str | None = None) -> tuple[int, os
         os.close(fd)
         raise
     return fd, st
+
+
+def open_append(path: str | Path, mode: int = 0o600, *, field: str | None = None) -> int:
+    """A descriptor to append to ``path`` (created ``mode`` if absent), refusing at once anything that is not a
+    regular file: a FIFO would block the open until a reader came, a device would take what is written."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:  # ENXIO: a FIFO nobody reads; EISDIR: a directory
+        what = "a FIFO (named pipe)" if p.is_fifo() else "a directory" if p.is_dir() else exc.strerror or str(exc)
+        raise InputError(f"cannot write: {what}", file=p, field=field) from None
+    try:
+        special = _special(os.fstat(fd).st_mode)
+        if special is not None:
+            raise InputError(f"cannot write: not a regular file ({special})", file=p, field=field)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def check_regular(path: str | Path, *, field: str | None = None) -> os.stat_result:
@@ -304,7 +324,7 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     text = value if isinstance(value, str) else str(value)
     if len(text) > limit * 4:
         text = text[: limit * 4]
-    out = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    out = printable(text)
     full = len(value) if isinstance(value, str) else len(out)
     if len(out) > limit:
         return out[:limit] + f"…(+{max(full - limit, 1):,} characters)"

@@ -35,7 +35,7 @@ class EventsWriter:
         self.path = path
         self.redactor = redactor or Redactor()
         paths.make_dirs(path.parent)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = safeio.open_append(path, 0o600, field="--events-to")
         self._fh: BinaryIO | None = os.fdopen(fd, "ab", buffering=0)
         pid = os.getpid()
         self._line({"t": HEADER, "pid": pid, "create_time": create_time(pid),
