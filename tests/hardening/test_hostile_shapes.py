@@ -521,15 +521,17 @@ RESULTS = (("results", "--format", "json"), ("results", "--format", "csv"), ("re
 LOADERS: dict[str, Loader] = {ld.id: ld for ld in [
     # --- YAML ---------------------------------------------------------------------------------------------------
     Loader("model-profile", "yaml", _model_profile, (PLAN, ("profile", "show", "{F}"))),
+    # (the commands name other models and entries than the file's own: a hostile value may rightly rename those)
     Loader("operator-profile", "yaml", _operator_profile,
-           (("profile", "list"), ("plan", "--sim", "--model", "mine-model", "--topology", "tp1", "--no-preflight"))),
+           (("profile", "list"),
+            ("plan", "--sim", "--model", "qwen3.6-27b-nvfp4", "--topology", "tp1", "--no-preflight"))),
     Loader("operator-workloads", "yaml", _operator_workloads,
            (("plan", "--sim", "--model", "qwen3.6-27b-nvfp4", "--topology", "tp1", "--no-preflight"),
             ("bench", "--endpoint", DEAD, "--workload", "decode-heavy")), accepted="'--endpoint': cannot ask"),
     Loader("workload-file", "yaml", _workload_file, (("bench", "--endpoint", DEAD, "--workload", "{F}"),),
            accepted="'--endpoint': cannot ask"),
     Loader("operator-playbook", "yaml", _operator_playbook,
-           (("playbook", "list"), ("playbook", "show", "boom-here"), ("diagnose", "{LOG}"))),
+           (("playbook", "list"), ("playbook", "show", "api-server-died"), ("diagnose", "{LOG}"))),
     Loader("playbook-file", "yaml", _playbook_file, (("diagnose", "{LOG}", "--playbook", "{F}"),)),
     Loader("bundle", "yaml", _bundle_file, (("import", "--sim", "{F}", "--yes"),)),
     # --- JSON ---------------------------------------------------------------------------------------------------
