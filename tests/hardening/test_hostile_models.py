@@ -730,3 +730,44 @@ def test_doctor_model_files_scan_is_bounded(tmp_path: Path, monkeypatch: pytest.
     for i in range(200):
         (wide / f"sub{i}").mkdir()
     assert weights.locate_model(str(wide), {}).capped
+
+
+@pytest.mark.parametrize("unit", ["KV Transfer metrics: ", "non-default args: {",
+                                  "FlashInfer top-p/top-k sampling unavailable: "])
+def test_a_long_line_repeating_a_literal_costs_what_any_long_line_costs(unit: str, tmp_path: Path) -> None:
+    """A pattern like ``A: .*B`` (and the matcher's own 'non-default args: {(.*)}') backtracks over the rest of the
+    line from every A: a 400 kB line of A's took seconds, a 4 MB one minutes. The matcher reads a line's first
+    and last 8,192 characters."""
+    size = 400_000
+    plain = tmp_path / "plain.log"
+    plain.write_text("INFO 11-29 07:49:29 [api_server.py:1] start\n" + "x" * size + "\n")
+    hostile = tmp_path / "hostile.log"
+    hostile.write_text("INFO 11-29 07:49:29 [api_server.py:1] start\n" + unit * (size // len(unit)) + "\n")
+
+    def diagnose(log: Path) -> None:
+        res = run_cli(["diagnose", str(log)])
+        assert res.code == 0 and no_traceback(res), res.err
+
+    assert _best(lambda: diagnose(hostile), 3) < 3 * _best(lambda: diagnose(plain), 3) + 0.05
+
+
+def test_the_matcher_reads_a_long_line_s_start_and_end(tmp_path: Path) -> None:
+    """What fails is said at a line's start; a progress bar's last state is at its end: both are matched."""
+    from tui.core.playbook.book import load_playbook
+    from tui.core.playbook.offline import diagnose_bytes
+
+    book = load_playbook()
+    line = (FAILURES / "fail_unknown_flag.log").read_text().splitlines()
+    failing = next(ln for ln in line if "unrecognized arguments" in ln)
+    data = ("INFO start\n" + failing + " " + "x" * 100_000 + "\n").encode()
+    assert diagnose_bytes(data, book).known_failure
+    args = "(APIServer pid=1) INFO 11-29 07:49:29 [utils.py:1] non-default args: {" + "'x': 1, " * 5000 + \
+        "'data_parallel_size': 2}"
+    from tui.core.playbook.matcher import Matcher
+
+    m = Matcher(book)
+    m.feed(args, 1)
+    assert m.context.topology == "dp"
+    m = Matcher(book)
+    m.feed("INFO non-default args: {'data_parallel_size': " + "9" * 5000 + "}", 1)
+    assert m.context.topology == "dp"

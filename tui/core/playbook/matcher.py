@@ -39,7 +39,10 @@ SHUTDOWN = re.compile(r"\[shutdown\] |Shutting down FastAPI HTTP server|Waiting 
 #: what a line must have for the matcher to learn from it (``_learn``)
 LEARN_MARKS = ("version", "V1 LLM engine", "non-default args:")
 MAX_LINE_CHARS = 2000
-_ARGS = re.compile(r"non-default args: \{(?P<body>.*)\}")
+#: characters of a line the patterns are matched against: its first and last halves of this (a pattern such as
+#: ``A: .*B`` costs the square of a line's length where A repeats; on a 4 MB line that was minutes)
+MAX_MATCH_CHARS = 16_384
+_ARGS_MARK = "non-default args: {"
 _DP_SIZE = re.compile(r"'data_parallel_size': (\d+)")
 _VERSION = re.compile(r"(?:█\s+version|vLLM server version|Initializing a V1 LLM engine \(v)\s*(\d+\.\d+[\w.+-]*)")
 _PHASE_LABEL = {p.key: p.label for p in PHASES}
@@ -88,13 +91,13 @@ class Matcher:
                 ctx = replace(ctx, vllm_version=m.group(1))
                 changed = True
         if ctx.topology is None and LEARN_MARKS[2] in text:
-            m = _ARGS.search(text)
-            if m:
-                body = m.group("body")
+            start, end = text.find(_ARGS_MARK), text.rfind("}")  # what 'non-default args: \{(.*)\}' matched,
+            if start != -1 and end >= start + len(_ARGS_MARK):  # found without its backtracking
+                body = text[start + len(_ARGS_MARK):end]
                 dp = _DP_SIZE.search(body)
                 if "kv_transfer_config" in body:
                     kind = "pd"
-                elif dp and int(dp.group(1)) > 1:
+                elif dp and dp.group(1).lstrip("0") not in ("", "1"):  # > 1 (and no int() of 5,000 digits)
                     kind = "dp"
                 else:
                     kind = "tp"
@@ -109,6 +112,8 @@ class Matcher:
     def feed(self, line: str, lineno: int | None = None) -> list[Diagnosis]:
         """Match one log line; returns the diagnoses it produces now (usually none)."""
         text = line.rstrip("\r\n")
+        if len(text) > MAX_MATCH_CHARS:  # its start (what failed) and its end (a progress bar's last state)
+            text = text[:MAX_MATCH_CHARS // 2] + " … " + text[-(MAX_MATCH_CHARS // 2):]
         self.lines_seen += 1
         n = lineno if lineno is not None else self.lines_seen
         self.tracker.feed(text)
