@@ -21,6 +21,10 @@ _LEVEL = re.compile(
 _TQDM = re.compile(r"(?P<label>[A-Za-z][^:\r|]{2,80}):\s+(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)")
 
 
+#: characters of a log line the phase patterns look at (its head and tail)
+MAX_PHASE_LINE = 8192
+
+
 @dataclass(frozen=True, slots=True)
 class LogRecord:
     proc: str | None  # APIServer, EngineCore, Worker_TP0, EngineCore_DP1 ...
@@ -89,7 +93,7 @@ PHASE_INDEX = {p.key: i for i, p in enumerate(PHASES)}
 _PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("args", re.compile(r"non-default args: \{|█\s+█\s+█▄\s+▄█|vLLM server version \S+, serving model")),
     ("config", re.compile(r"Resolved architecture: \S+|Using max model len \d+|Started \d+ API server processes")),
-    ("engine_init", re.compile(r"Initializing a V1 LLM engine \(v[^)]*\) with config")),
+    ("engine_init", re.compile(r"Initializing a V1 LLM engine \(v[^)]{0,64}\) with config")),
     ("loading", re.compile(r"Loading model from scratch\.\.\.|Starting to load model \S+\.\.\.|"
                            r"Loading safetensors checkpoint shards:")),
     ("loaded", re.compile(r"Model loading took [\d.]+ GiB")),
@@ -143,6 +147,8 @@ class PhaseTracker:
 
     def feed(self, line: str) -> PhaseUpdate | None:
         self.lines_seen += 1
+        if len(line) > MAX_PHASE_LINE:  # every phase line is short; a huge one is matched on its head and tail
+            line = line[:MAX_PHASE_LINE // 2] + " " + line[-MAX_PHASE_LINE // 2:]
         best: int | None = None
         # the latest phase whose pattern matches, among this one and the later ones: tried latest first, so the
         # first match is the one; a server past a phase never searches for it again (most lines of a long log

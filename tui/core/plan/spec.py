@@ -194,7 +194,8 @@ class LaunchPlan:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LaunchPlan:
         servers = tuple(
-            ServerSpec(name=s["name"], role=s["role"], argv=tuple(s["argv"]), env=tuple(s["env"].items()),
+            ServerSpec(name=s["name"], role=s["role"], argv=tuple(s["argv"]),
+                       env=tuple((s.get("env") or {}).items()),
                        gpus=tuple(s["gpus"]), host=s["host"], port=int(s["port"]), tp=int(s.get("tp", 1)),
                        dp=int(s.get("dp", 1)), side_channel_port=s.get("side_channel_port"),
                        kv_role=s.get("kv_role"))
