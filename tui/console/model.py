@@ -8,12 +8,14 @@ apart. Histories are bounded (``deque(maxlen=...)``): memory does not grow with 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tui.core.bench.events import BenchDone, BenchLine, BenchStarted, BenchTick, CampaignStep
+from tui.core.errors import printable
 from tui.core.events import Event, Notice
 from tui.core.launch.events import (
     LayoutChanged,
@@ -225,10 +227,12 @@ class ConsoleModel:
 
     def _log(self, ev: LogLine) -> None:
         v = self.server(ev.server)
-        v.logs.append((ev.lineno, ev.text, None))
+        # an escape sequence in a log line (a recording's, too) never reaches the terminal
+        text = printable(ev.text.expandtabs())
+        v.logs.append((ev.lineno, text, None))
         v.log_serial += 1
-        if ev.text.strip():
-            v.last_line = ev.text
+        if text.strip():
+            v.last_line = text
         self.dirty.add(LOG)
 
     def _phase(self, ev: ServerPhase) -> None:
@@ -268,6 +272,9 @@ class ConsoleModel:
         if any(d.server == ev.server and d.entry_id == ev.entry_id and d.line_no == ev.line_no
                for d in self.diagnoses):
             return
+        if not all(t.isprintable() for t in (ev.line, ev.title, ev.fix, ev.explanation.replace("\n", ""))):
+            ev = dataclasses.replace(ev, line=printable(ev.line), title=printable(ev.title), fix=printable(ev.fix),
+                                     explanation="\n".join(printable(x) for x in ev.explanation.split("\n")))
         self.diagnoses.append(ev)
         v = self.servers.get(ev.server)
         if v is not None and ev.line_no is not None:  # mark the line in the log pane
