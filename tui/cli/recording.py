@@ -15,7 +15,7 @@ from typing import Any, TextIO, TypeVar
 
 from tui.cli.context import CliContext
 from tui.core.bench.events import ResultsReported
-from tui.core.events import EventBus, OperatorAction
+from tui.core.events import Event, EventBus, OperatorAction
 from tui.core.launch.state import StateStore
 from tui.core.record import Recorder, new_header, recording_path
 from tui.core.record.fingerprint import host_fingerprint
@@ -93,8 +93,31 @@ class SessionRecording:
     async def _telemetry(self) -> None:
         try:
             async with LiveTelemetry(self.ctx.host, StateStore(), bus=self.bus) as live:
-                async for _ in live.ticks():
-                    pass
+                # a layout that changes (launched, ready, stopped) is followed at once, not at the next periodic
+                # look at the state file: a start and a short run can both end before that look
+                loop = asyncio.get_running_loop()
+                changed = asyncio.Event()
+
+                def on_event(ev: Event) -> None:
+                    if ev.kind in ("layout_changed", "server_launched", "server_ready"):
+                        loop.call_soon_threadsafe(changed.set)
+
+                async def follow() -> None:
+                    while True:
+                        await changed.wait()
+                        changed.clear()
+                        await live.follow_layout()
+
+                unsubscribe = self.bus.subscribe(on_event)
+                follower = asyncio.create_task(follow())
+                try:
+                    async for _ in live.ticks():
+                        pass
+                finally:
+                    unsubscribe()
+                    follower.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await follower
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - telemetry is extra: the session goes on without it

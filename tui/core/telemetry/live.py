@@ -127,6 +127,7 @@ class LiveTelemetry:
         self.thread: SamplerThread | None = None
         self.poller: ServerPoller | None = None
         self._endpoints: list[Endpoint] = []
+        self._follow_lock = asyncio.Lock()
         self.facts: GpuHostFacts | None = None
         self.errors: list[str] = []
         self._info = host_info(host, None)
@@ -158,7 +159,12 @@ class LiveTelemetry:
             self.poller = None
 
     async def follow_layout(self) -> None:
-        """Poll the servers of the layout the state file shows now (a front end calls it every few seconds)."""
+        """Poll the servers of the layout the state file shows now (a front end calls it every few seconds, and
+        when it hears the layout changed). One follow at a time: two callers never start two pollers."""
+        async with self._follow_lock:
+            await self._follow_layout()
+
+    async def _follow_layout(self) -> None:
         if self._fixed_endpoints is not None:
             wanted = self._fixed_endpoints
         else:
