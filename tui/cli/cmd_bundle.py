@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from tui.cli.context import CliContext, add_global_options
-from tui.core import paths
+from tui.core import paths, safeio
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
 from tui.core.bench.campaign import CAMPAIGN_FILE, campaign_runs, read_spec
-from tui.core.bench.store import Run, find_runs, load_run, read_run_json, read_run_workload
+from tui.core.bench.store import Run, find_runs, load_run, read_run_workload
 from tui.core.errors import EXIT_OK, InputError, PlanRefused
 from tui.core.launch.state import StateStore
 from tui.core.plan.planner import PlanOptions
@@ -72,13 +72,38 @@ def add_bundle_trust_options(p: Any) -> None:
 # --- export ----------------------------------------------------------------------------------------------------
 
 
+def _read_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object of a run folder, bounded and strict; None when the file is absent; a one-line error naming the
+    file when it is there but no regular file, not strict JSON, or not an object."""
+    if not os.path.lexists(path):
+        return None
+    data = safeio.load_json(path, "run record")
+    if not isinstance(data, dict):
+        raise InputError(f"expected a JSON object, got {type(data).__name__}", file=path)
+    return data
+
+
 def _read_plan(path: Path) -> dict[str, Any]:
-    """A run's plan.json, bounded and strict, as the plan it describes (a damaged one is a one-line error)."""
-    data = read_run_json(path)
-    if not data:
+    """A run's plan.json as the plan it describes (a damaged one is a one-line error naming it)."""
+    data = _read_object(path)
+    if data is None:
         return {}
     plan: dict[str, Any] = guarded(lambda: LaunchPlan.from_dict(data).to_dict(), path, "plan")
+    for key in ("profile_id", "topology"):
+        if not isinstance(plan.get(key), str) or not plan[key]:
+            raise InputError(f"expected a name, got {shown(repr(plan.get(key)), 60)}", file=path, field=key)
     return plan
+
+
+def _workload_of(run: Run) -> Workload | None:
+    """The workload a run ran, from its workload.json (a damaged one is a one-line error naming it)."""
+    path = run.path / "workload.json"
+    if _read_object(path) is None:
+        return None
+    w = read_run_workload(run.path)
+    if w is None:
+        raise InputError("not a workload this version reads (a field of the wrong type or range)", file=path)
+    return w
 
 
 def _results(runs: list[Run], workloads: dict[str, Workload], gpus: int | None,
@@ -103,7 +128,7 @@ def _profile(ctx: CliContext, profile_id: str) -> ModelProfile:
     try:
         return ctx.catalog.model(profile_id)
     except InputError:
-        raise InputError(f"the profile {profile_id!r} it used is no longer in your profiles", field="--model",
+        raise InputError(f"the profile {shown(profile_id, 80)!r} it used is no longer in your profiles",
                          hint="add the profile file back, then export again") from None
 
 
@@ -151,7 +176,7 @@ def run_export(args: argparse.Namespace, ctx: CliContext) -> int:
         profile = _profile(ctx, ids.pop())
         layouts = list(plans.items())
     for r in runs:
-        w = read_run_workload(r.path)
+        w = _workload_of(r)
         if w is not None:
             workloads.setdefault(w.name, w)
     spec = read_spec(runs[0].path.parent / CAMPAIGN_FILE) if runs and \

@@ -217,6 +217,9 @@ def run_add(args: argparse.Namespace, ctx: CliContext) -> int:
             raise InputError(f"expected LOG:LINE, got {shown(repr(args.from_ref), 120)}", field="--from")
         line = read_log_line(Path(path_text), int(num))
         origin = f"{path_text}:{num}"
+        if not line.strip():
+            raise InputError("the line is blank: give the number of a line that states the error", file=path_text,
+                             line=int(num), field="--from")
     else:
         line = args.text
         origin = ""

@@ -21,15 +21,25 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
+#: characters of an error's title (or hint) as printed: a value quoted from a file is cut, never printed whole
+MAX_ERROR_CHARS = 1000
+
+
+def _capped(text: str) -> str:
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    return text[:MAX_ERROR_CHARS] + f"…(+{len(text) - MAX_ERROR_CHARS:,} characters)"
+
+
 class AppError(Exception):
     """An error meant for the operator: a title, an optional hint and an exit code. Always one printable line
-    (a newline or an escape sequence in a value it quotes is escaped)."""
+    (a newline or an escape sequence in a value it quotes is escaped) of at most :data:`MAX_ERROR_CHARS`."""
 
     exit_code: int = EXIT_FAILED
 
     def __init__(self, title: str, hint: str | None = None, *, exit_code: int | None = None) -> None:
-        title = printable(title)
-        hint = printable(hint) if hint is not None else None
+        title = _capped(printable(title))
+        hint = _capped(printable(hint)) if hint is not None else None
         super().__init__(title)
         self.title = title
         self.hint = hint

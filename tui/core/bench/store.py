@@ -720,7 +720,7 @@ _PER_REQUEST: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "ttfts": (f"a number of seconds (0..{RECORD_SECONDS:g}) or null", lambda v: v is None or _seconds(v)),
     "input_lens": ("a whole number ≥ 0", _count),
     "output_lens": ("a whole number ≥ 0", _count),
-    "start_times": ("a number of seconds", lambda v: _is_number(v) and abs(v) <= typedread.TIME_MAX),
+    "start_times": ("a number of seconds ≥ 0", lambda v: _is_number(v) and 0 <= v <= typedread.TIME_MAX),
     "errors": ("a text or null", lambda v: v is None or (isinstance(v, str) and len(v) <= typedread.MAX_TEXT)),
     "itls": ("a list of seconds", lambda v: v is None or (isinstance(v, list) and all(_seconds(g) for g in v))),
 }
@@ -760,6 +760,11 @@ def check_vllm_result(data: dict[str, Any], file: str | Path) -> None:
         for i, item in enumerate(items):
             if not ok(item):
                 raise InputError(f"expected {what}, got {item!r}"[:200], file=file, field=f"{key}[{i}]")
+    starts = data.get("start_times") or []
+    if starts and max(starts) - min(starts) > RECORD_SECONDS:  # each request is kept relative to the first
+        i = starts.index(max(starts))
+        raise InputError(f"requests started {max(starts) - min(starts):.3g} s apart (a run lasts at most "
+                         f"{RECORD_SECONDS:g} s)", file=file, field=f"start_times[{i}]")
 
 
 def _guess_workload(data: dict[str, Any]) -> str:

@@ -266,7 +266,7 @@ def parse_playbook(data: Any, source: str | Path) -> list[Entry]:
     for i, item in enumerate(raw):
         line = raw.line_of(i) if isinstance(raw, LList) else None
         if not isinstance(item, dict):
-            raise InputError(f"each entry is a mapping; got {item!r}", file=source, line=line,
+            raise InputError(f"each entry is a mapping; got {shown(repr(item), 80)}", file=source, line=line,
                              field=f"entries[{i + 1}]")
         entry = parse_entry(item, source, f"entries[{i + 1}].")
         count, chars = _pattern_size(entry)
