@@ -219,10 +219,10 @@ def test_disk_full_while_writing_results(where: str, sims: SimServers, monkeypat
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     real = store.write_json
 
-    def write_json(path: Path, data: Any) -> None:
+    def write_json(path: Path, data: Any, **kwargs: Any) -> None:
         if path.name == SUMMARY_FILE:
             raise full
-        real(path, data)
+        real(path, data, **kwargs)
 
     def write_parquet(self: Any, file: Any, *args: Any, **kwargs: Any) -> None:
         raise full
