@@ -56,21 +56,6 @@ def looks_like_repo_id(ref: str) -> bool:
 _COMMIT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
-def _names(folder: Path) -> list[str]:
-    """At most :data:`safeio.MAX_DIR_ENTRIES` names of ``folder`` (none when it cannot be read)."""
-    try:
-        return safeio.scan_dir(folder)[0]
-    except OSError:
-        return []
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:  # an unreadable folder on the way
-        return False
-
-
 def _ref_commit(ref_file: Path) -> str:
     """The commit a ref file names ("" when it is none: missing, not a regular file, not a commit)."""
     try:
@@ -87,9 +72,9 @@ def _snapshot(repo_dir: Path, revision: str | None) -> tuple[Path | None, str]:
     ref_file = repo_dir / "refs" / wanted
     if ".." not in Path(wanted).parts and os.path.lexists(ref_file):
         commit = _ref_commit(ref_file)
-        if commit and _is_dir(snaps / commit):
+        if commit and safeio.is_dir(snaps / commit):
             return snaps / commit, commit
-    found = [snaps / n for n in _names(snaps) if _is_dir(snaps / n)]
+    found = [snaps / n for n in safeio.dir_names(snaps) if safeio.is_dir(snaps / n)]
     if revision:
         matches = [p for p in found if p.name.startswith(revision)]
         if len(matches) == 1:
@@ -112,10 +97,10 @@ def find_repo(ref: str) -> CachedRepo | None:
     """The cached snapshot of ``ORG/NAME[@REV]``, or None when the cache does not hold that repo."""
     repo_id, _, revision = ref.partition("@")
     repo_dir = hub_cache_dir() / ("models--" + repo_id.replace("/", "--"))
-    if not _is_dir(repo_dir):
+    if not safeio.is_dir(repo_dir):
         # repo ids are case-sensitive on the hub, but an operator may type them in another case
         lowered = ("models--" + repo_id.replace("/", "--")).lower()
-        same = [hub_cache_dir() / n for n in _names(hub_cache_dir()) if n.lower() == lowered]
+        same = [hub_cache_dir() / n for n in safeio.dir_names(hub_cache_dir()) if n.lower() == lowered]
         if len(same) != 1:
             return None
         repo_dir = same[0]
@@ -138,7 +123,7 @@ def scan_cached_repos() -> tuple[list[CachedRepo], bool]:
     out = []
     for name in names:
         d = root / name
-        if not name.startswith("models--") or not _is_dir(d):
+        if not name.startswith("models--") or not safeio.is_dir(d):
             continue
         repo_id = name[len("models--"):].replace("--", "/", 1)
         snapshot, commit = _snapshot(d, None)

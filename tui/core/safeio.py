@@ -382,3 +382,19 @@ def scan_dir(folder: str | Path, limit: int | None = None) -> tuple[list[str], b
                 break
             names.append(entry.name)
     return sorted(names), more
+
+
+def dir_names(folder: str | Path) -> list[str]:
+    """At most :data:`MAX_DIR_ENTRIES` names of ``folder``, sorted (none when it cannot be read)."""
+    try:
+        return scan_dir(folder)[0]
+    except OSError:
+        return []
+
+
+def is_dir(path: Path) -> bool:
+    """``path`` is a folder (False, not an error, when a folder on the way cannot be read)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False

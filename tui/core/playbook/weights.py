@@ -108,20 +108,6 @@ def _scan(folder: Path) -> tuple[int, int, bool, bool, bool, bool]:
     return size, files, config, weights, tokenizer, capped
 
 
-def _names(folder: Path) -> list[str]:
-    try:
-        return safeio.scan_dir(folder)[0]
-    except OSError:
-        return []
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:
-        return False
-
-
 def _mtime(path: Path) -> float:
     try:
         return path.stat().st_mtime
@@ -140,7 +126,7 @@ def locate_model(model: str, env: Mapping[str, str]) -> ModelFiles:
     org, name = model.split("/", 1)
     repo = hf_hub_cache(env) / f"models--{org}--{name}"
     snapshots = repo / "snapshots"
-    revs = sorted((p for p in (snapshots / n for n in _names(snapshots)) if _is_dir(p)), key=_mtime)
+    revs = sorted((p for p in (snapshots / n for n in safeio.dir_names(snapshots)) if safeio.is_dir(p)), key=_mtime)
     if not revs:
         return ModelFiles(model, "hf", repo, found=False)
     folder = revs[-1]
