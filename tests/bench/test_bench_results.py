@@ -12,14 +12,8 @@ from tests.bench.benchpaths import BENCH1, BENCH2, CPU_SAMPLE, RERUN1, RERUN2
 from tui.core import paths
 from tui.core.bench import table
 from tui.core.bench.metrics import RequestRecord
-from tui.core.bench.store import (
-    RunMeta,
-    RunWriter,
-    detailed_result,
-    find_runs,
-    import_vllm_result,
-    load_run,
-)
+from tui.core.bench.store import RunMeta, RunWriter, find_runs, load_run
+from tui.core.bench.vllmresult import detailed_result, import_vllm_result
 from tui.core.errors import InputError
 
 

@@ -9,7 +9,7 @@ import pytest
 from tests.bench.benchpaths import BENCH2, H200
 from tui.core.bench import serverside
 from tui.core.bench.report import format_result
-from tui.core.bench.store import import_vllm_result
+from tui.core.bench.vllmresult import import_vllm_result
 
 METRICS = H200 / "bench"
 

@@ -335,7 +335,8 @@ RESULT = {k: (v[:8] if isinstance(v, list) and len(v) == len(FULL_RESULT["ttfts"
 @settings(max_examples=30)  # each example writes and reads a run directory
 @given(change=mutation)
 def test_vllm_result_reader_takes_any_change(change: tuple[list[int], Any], tmp_path_factory: Any) -> None:
-    from tui.core.bench.store import import_vllm_result, load_run
+    from tui.core.bench.store import load_run
+    from tui.core.bench.vllmresult import import_vllm_result
 
     data = _mutate(RESULT, *change)
     folder = tmp_path_factory.mktemp("imp")
@@ -350,7 +351,7 @@ def test_vllm_result_reader_takes_any_change(change: tuple[list[int], Any], tmp_
 
 @given(data=trees)
 def test_vllm_result_reader_takes_any_json(data: Any, tmp_path_factory: Any) -> None:
-    from tui.core.bench.store import import_vllm_result
+    from tui.core.bench.vllmresult import import_vllm_result
 
     folder = tmp_path_factory.mktemp("imp")
     f = folder / "r.json"
@@ -363,7 +364,8 @@ def test_vllm_result_reader_takes_any_json(data: Any, tmp_path_factory: Any) -> 
 
 def test_vllm_result_round_trips(tmp_path: Path) -> None:
     """A real result imported and read back keeps its figures."""
-    from tui.core.bench.store import import_vllm_result, load_run
+    from tui.core.bench.store import load_run
+    from tui.core.bench.vllmresult import import_vllm_result
 
     f = tmp_path / "r.json"
     f.write_text(json.dumps(FULL_RESULT), encoding="utf-8")

@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,12 +37,9 @@ from typing import Any
 from tui.core import paths, ranges, safeio, typedread
 from tui.core.bench.kvxfer import KvTransferRun, TtftBreakdown
 from tui.core.bench.metrics import (
-    DETAILED_KEYS,
     RequestRecord,
     pack_floats,
     record_from_wire,
-    records_from_vllm_json,
-    strip_detailed,
     summarize,
 )
 from tui.core.bench.serverside import KvTransferCheck, PacingCheck, PrefixCacheCheck
@@ -644,158 +641,3 @@ def load_runs(directories: Iterable[Path]) -> tuple[list[Run], list[InputError]]
         except InputError as err:
             damaged.append(err)
     return runs, damaged
-
-
-# --- import of vllm bench serve results ------------------------------------------------------------------------
-
-
-def import_vllm_result(file: Path, *, campaign: str = "imported", topology: str | None = None,
-                       workload: str | None = None, root: Path | None = None, name: str | None = None,
-                       runner: str = "imported", meta_extra: dict[str, Any] | None = None) -> Run:
-    """A ``vllm bench serve --save-result`` JSON becomes a run (with per-request records when it has them). The
-    file is from outside: a regular file of at most the results' size limit, strict JSON (a NaN or an Infinity is
-    refused naming its field), every field the import reads of its type and range."""
-    try:
-        raw = safeio.read_bytes(file, "results")
-    except InputError as exc:
-        if exc.message == "no such file":
-            raise
-        raise InputError(f"not a JSON result: {exc.message}", file=file) from None
-    try:
-        data = safeio.load_figures(file, "results") if raw.lstrip()[:1] in (b"{", b"[") else None
-    except InputError as exc:
-        if exc.field is not None:
-            raise
-        raise InputError(f"not a JSON result: {exc.message}", file=file, line=exc.line) from None
-    if data is None:
-        raise InputError("not a JSON result: it does not start with an object", file=file)
-    if not isinstance(data, dict) or "duration" not in data or "output_throughput" not in data:
-        raise InputError("not a vllm bench serve result (no duration/output_throughput)", file=file)
-    check_vllm_result(data, file)
-    topo = topology or data.get("topology") or "unknown"
-    rate = data.get("request_rate", "inf")
-    rate_f = None if rate in ("inf", None) else float(rate)
-    wl = workload or data.get("workload") or _guess_workload(data)
-    base = root or paths.runs_dir()
-    stem = name or run_name(topo, wl, rate_f)
-    directory = base / safe_name(campaign) / stem
-    n = 1
-    while directory.exists() and (directory / SUMMARY_FILE).exists():
-        n += 1
-        directory = base / safe_name(campaign) / f"{stem}-{n}"
-    meta = RunMeta(campaign=safe_name(campaign), name=directory.name, topology=topo, workload=wl,
-                   request_rate=rate_f, status="complete", runner=runner, started=_date_epoch(data),
-                   model=data.get("model_id") or "", message=f"imported from {safeio.shown(str(file), 400)}")
-    for key, value in (meta_extra or {}).items():
-        setattr(meta, key, value)
-    meta.ended = meta.started + float(data.get("duration") or 0.0)
-    paths.make_dirs(directory)
-    records = records_from_vllm_json(data)
-    summary = strip_detailed(data)
-    summary.setdefault("topology", topo)
-    summary.setdefault("workload", wl)
-    write_json(directory / SUMMARY_FILE, summary)
-    if records:
-        records_frame(records).write_parquet(directory / REQUESTS_FILE)
-        if not all(data.get("itls") or [[]]):
-            meta.flags.append("itls-trimmed")
-    (directory / "vllm-result.json").write_bytes(raw)  # the bytes checked, not the file again (it may have changed)
-    write_json(directory / RUN_FILE, meta.to_dict())
-    return load_run(directory)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= FIGURE_MAX
-
-
-def _seconds(v: Any) -> bool:
-    return _is_number(v) and 0 <= v <= RECORD_SECONDS
-
-
-def _count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= RECORD_TOKENS
-
-
-_PER_REQUEST: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "ttfts": (f"a number of seconds (0..{RECORD_SECONDS:g}) or null", lambda v: v is None or _seconds(v)),
-    "input_lens": ("a whole number ≥ 0", _count),
-    "output_lens": ("a whole number ≥ 0", _count),
-    "start_times": ("a number of seconds ≥ 0", lambda v: _is_number(v) and 0 <= v <= typedread.TIME_MAX),
-    "errors": ("a text or null", lambda v: v is None or (isinstance(v, str) and len(v) <= typedread.MAX_TEXT)),
-    "itls": ("a list of seconds", lambda v: v is None or (isinstance(v, list) and all(_seconds(g) for g in v))),
-}
-
-
-def check_vllm_result(data: dict[str, Any], file: str | Path) -> None:
-    """The fields an import reads have the types ``vllm bench serve`` writes; one error naming the field otherwise."""
-    for key in ("duration", "output_throughput"):
-        if not _is_number(data[key]) or data[key] < 0:
-            raise InputError(f"expected a number ≥ 0, got {data[key]!r}"[:200], file=file, field=key)
-    for key in ("topology", "workload", "model_id", "date"):
-        try:
-            typedread.check_text(data.get(key), (key,), limit=200)
-        except typedread.FieldError as exc:
-            raise InputError(exc.reason, file=file, field=key) from None
-    check_summary(strip_detailed(data), file)  # every figure a number within range
-    rate = data.get("request_rate", "inf")
-    if rate not in ("inf", None) and not (_is_number(rate) and rate > 0):
-        raise InputError(f"expected 'inf' or a number > 0, got {rate!r}"[:200], file=file, field="request_rate")
-    for key in ("num_prompts", "completed", "total_input_tokens", "total_output_tokens"):
-        if data.get(key) is not None and not _is_number(data[key]):
-            raise InputError(f"expected a number, got {data[key]!r}"[:200], file=file, field=key)
-    ttfts = data.get("ttfts")
-    if ttfts is None:
-        return
-    if not isinstance(ttfts, list):
-        raise InputError(f"expected a list (one item per request), got {type(ttfts).__name__}", file=file,
-                         field="ttfts")
-    for key, (what, ok) in _PER_REQUEST.items():
-        items = data.get(key)
-        if not items:
-            continue  # absent or empty: the reader fills it in
-        if not isinstance(items, list) or len(items) != len(ttfts):
-            raise InputError(f"expected a list of {len(ttfts)} items (one per request, as ttfts), got "
-                             f"{len(items) if isinstance(items, list) else type(items).__name__}", file=file,
-                             field=key)
-        for i, item in enumerate(items):
-            if not ok(item):
-                raise InputError(f"expected {what}, got {item!r}"[:200], file=file, field=f"{key}[{i}]")
-    starts = data.get("start_times") or []
-    if starts and max(starts) - min(starts) > RECORD_SECONDS:  # each request is kept relative to the first
-        i = starts.index(max(starts))
-        raise InputError(f"requests started {max(starts) - min(starts):.3g} s apart (a run lasts at most "
-                         f"{RECORD_SECONDS:g} s)", file=file, field=f"start_times[{i}]")
-
-
-def _guess_workload(data: dict[str, Any]) -> str:
-    ins = data.get("input_lens")
-    outs = data.get("output_lens")
-    if ins and outs:
-        return f"random-{round(sum(ins) / len(ins))}x{round(sum(outs) / len(outs))}"
-    n = data.get("num_prompts") or data.get("completed") or 0
-    if n and data.get("total_input_tokens") is not None:
-        return f"random-{round(data['total_input_tokens'] / n)}x{round(data.get('total_output_tokens', 0) / n)}"
-    return "unknown"
-
-
-def _date_epoch(data: dict[str, Any]) -> float:
-    try:
-        epoch = time.mktime(time.strptime(str(data.get("date"))[:40], "%Y%m%d-%H%M%S"))
-    except (ValueError, OverflowError):
-        return time.time()
-    return epoch if 0 <= epoch <= typedread.TIME_MAX else time.time()
-
-
-def detailed_result(run: Run) -> dict[str, Any]:
-    """The run as a ``--save-detailed`` dictionary (summary plus vllm's per-request arrays)."""
-    out = dict(run.summary)
-    records = run.records()
-    arrays: dict[str, list[Any]] = {
-        "input_lens": [r.prompt_tokens for r in records], "output_lens": [r.output_len for r in records],
-        "ttfts": [r.ttft if r.success else 0.0 for r in records], "itls": [r.itl for r in records],
-        "start_times": [r.start for r in records], "generated_texts": ["" for _ in records],
-        "errors": [r.error for r in records],
-    }
-    for key in DETAILED_KEYS:
-        out[key] = arrays[key]
-    return out

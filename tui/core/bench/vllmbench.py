@@ -34,7 +34,8 @@ from tui.core.bench.runner import (
     started_event,
 )
 from tui.core.bench.serverlive import ServerLive
-from tui.core.bench.store import RUN_FILE, Run, RunMeta, import_vllm_result, rate_label, safe_name, write_json
+from tui.core.bench.store import RUN_FILE, Run, RunMeta, rate_label, safe_name, write_json
+from tui.core.bench.vllmresult import import_vllm_result
 from tui.core.errors import InputError, RunFailed
 from tui.core.events import EventBus
 from tui.core.redact import redact_argv
