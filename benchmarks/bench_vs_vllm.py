@@ -69,8 +69,8 @@ async def main_async(a: argparse.Namespace) -> int:
     from tui.core.events import EventBus
     from tui.core.host.base import HostOptions
     from tui.core.launch import lifecycle
+    from tui.core.models import Catalog, Workload
     from tui.core.plan.planner import PlanOptions, plan
-    from tui.core.profiles import Catalog, Workload
     from tui.sim.host import SimHost
 
     cat = Catalog.load()

@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.model_fixtures import MODELS, hf_cache, write_safetensors
-from tui.core.hfcache import cached_repos
-from tui.core.modeldir import derive
-from tui.core.modelsrc import list_models
-from tui.core.profiles import Catalog
+from tui.core.models import Catalog
+from tui.core.models.hfcache import cached_repos
+from tui.core.models.modeldir import derive
+from tui.core.models.modelsrc import list_models
 
 
 def _build(root: Path, repos: int, files: int, tensors: int) -> None:

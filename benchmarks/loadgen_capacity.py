@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from tui.core import paths  # noqa: E402
 from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench  # noqa: E402
-from tui.core.profiles import Workload  # noqa: E402
+from tui.core.models import Workload  # noqa: E402
 
 TOKENIZER = ROOT / "tests" / "fixtures" / "vllm-0.24.0-h200" / "model"
 CLIENT_CPU, SERVER_CPU = 0, 1

@@ -13,8 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tui.core.models import Catalog  # noqa: E402
 from tui.core.plan.gpuspecs import B200  # noqa: E402
-from tui.core.profiles import Catalog  # noqa: E402
 from tui.sim.predict import SEED_POINTS, decision_map, predict, stack_for  # noqa: E402
 
 

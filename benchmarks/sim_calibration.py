@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tui.core.profiles import Catalog  # noqa: E402
+from tui.core.models import Catalog  # noqa: E402
 from tui.sim.calibration import (  # noqa: E402
     H200_BOUND,
     SEED_BOUND,

@@ -27,8 +27,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tui.core.models import parse_model_profile  # noqa: E402
 from tui.core.plan.gpuspecs import H200  # noqa: E402
-from tui.core.profiles import parse_model_profile  # noqa: E402
 from tui.sim.benchsim import simulate_bench  # noqa: E402
 from tui.sim.config import DEFAULT_PROFILE  # noqa: E402
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tui.cli.cmd_bench import changed_description, layout_vllm
 from tui.core.launch.state import LayoutRecord
-from tui.core.profiles import Workload
+from tui.core.models import Workload
 
 
 def test_fingerprint_names_the_layouts_vllm(tmp_path: Path) -> None:

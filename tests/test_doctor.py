@@ -14,11 +14,11 @@ import pytest
 
 from tests.helpers import free_port
 from tui.cli.main import main
+from tui.core.models import Catalog
 from tui.core.plan.hostfacts import GpuInfo, HostFacts, Toolchain, VllmInfo, sim_facts
 from tui.core.plan.planner import PlanOptions, plan
 from tui.core.plan.preflight import Check
 from tui.core.playbook.doctor import doctor
-from tui.core.profiles import Catalog
 from tui.core.topology import parse_topology
 
 GIB = 2**30

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 from tui.core.launch.history import StartupHistory, StartupRecord, plan_key
+from tui.core.models import Catalog
 from tui.core.plan.hostfacts import sim_facts
 from tui.core.plan.planner import PlanOptions, plan
 from tui.core.playbook.doctor import check_flashinfer_cubin, check_kv_path, doctor
-from tui.core.profiles import Catalog
 from tui.core.topology import parse_topology
 
 ROOT = Path(__file__).resolve().parent.parent

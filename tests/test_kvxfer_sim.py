@@ -12,7 +12,7 @@ from tests.helpers import cli, layout_port_args
 from tui.core.bench import stats
 from tui.core.bench.recommend import recommend
 from tui.core.bench.table import Cell
-from tui.core.profiles import Workload
+from tui.core.models import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,9 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from tui.core.launch import history as h
+from tui.core.models import Catalog
 from tui.core.plan.hostfacts import sim_facts
 from tui.core.plan.planner import PlanOptions, plan
-from tui.core.profiles import Catalog
 
 
 def _plan(**kw: object):  # type: ignore[no-untyped-def]

@@ -11,12 +11,12 @@ import pytest
 
 from tests.model_fixtures import hf_cache, model_folder, write_safetensors
 from tui.core.errors import InputError
-from tui.core.hfcache import find_repo, hub_cache_dir
-from tui.core.modeldir import derive
-from tui.core.modelsrc import list_models, resolve_model
-from tui.core.profile_yaml import profile_yaml
-from tui.core.profiles import Catalog, parse_model_profile
-from tui.core.safetensors_meta import header_bytes, weights_info
+from tui.core.models import Catalog, parse_model_profile
+from tui.core.models.hfcache import find_repo, hub_cache_dir
+from tui.core.models.modeldir import derive
+from tui.core.models.modelsrc import list_models, resolve_model
+from tui.core.models.profile_yaml import profile_yaml
+from tui.core.models.safetensors_meta import header_bytes, weights_info
 from tui.core.yamlio import load_text
 
 GIB = 2**30

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from tui.core.errors import PlanRefused
+from tui.core.models import Catalog
 from tui.core.plan.hostfacts import sim_facts
 from tui.core.plan.planner import LaunchPlan, PlanFix, PlanOptions, apply_fix, plan
-from tui.core.profiles import Catalog
 
 CAT = Catalog.load()
 QWEN = CAT.model("qwen3.6-27b-nvfp4")

@@ -11,13 +11,13 @@ import pytest
 from tests.conftest import FIXTURES
 from tests.helpers import expectation
 from tui.core.errors import InputError
+from tui.core.models import Catalog
 from tui.core.plan.hostfacts import sim_facts
 from tui.core.plan.planner import apply_fix, plan
 from tui.core.playbook import MatchContext, load_playbook, operator_playbook_path
 from tui.core.playbook.literals import required_literals
 from tui.core.playbook.loader import parse_playbook_file, parse_playbook_text, shipped_playbook_path
 from tui.core.playbook.model import version_matches
-from tui.core.profiles import Catalog
 
 BAD = FIXTURES / "bad_playbooks"
 

@@ -20,8 +20,8 @@ from tui.cli.cmd_bench import layout_model_ref, profile_vocab
 from tui.cli.context import CliContext
 from tui.cli.main import main
 from tui.core.launch.state import StateStore
-from tui.core.modelsrc import derive_ref
-from tui.core.profiles import Catalog, parse_model_profile
+from tui.core.models import Catalog, parse_model_profile
+from tui.core.models.modelsrc import derive_ref
 from tui.core.yamlio import load_file
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import expectation
 from tui.core.errors import InputError
-from tui.core.profiles import Catalog, parse_model_profile, parse_workloads_file
+from tui.core.models import Catalog, parse_model_profile, parse_workloads_file
 from tui.core.yamlio import load_file, load_text
 
 BAD = Path(__file__).parent / "fixtures" / "bad_profiles"

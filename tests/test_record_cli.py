@@ -151,9 +151,9 @@ def test_malformed_bundle_is_one_line_naming_file_line_field(tmp_path: Path, cap
 
 def _write_sample_bundle(path: Path) -> None:
     """A bundle of a campaign-like source, made by the same code export uses (no servers needed)."""
+    from tui.core.models import Catalog, Workload
     from tui.core.plan.hostfacts import sim_facts
     from tui.core.plan.planner import PlanOptions, plan
-    from tui.core.profiles import Catalog, Workload
     from tui.core.record.bundle import build_bundle, write_bundle
     from tui.core.record.fingerprint import host_fingerprint
     from tui.core.topology import parse_topology

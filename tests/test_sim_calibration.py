@@ -20,8 +20,8 @@ from functools import cache
 import pytest
 
 from tests.conftest import H200 as H200_FIXTURES
+from tui.core.models import Catalog, ModelProfile
 from tui.core.plan.gpuspecs import B200, H200
-from tui.core.profiles import Catalog, ModelProfile
 from tui.sim.benchsim import BenchResult, simulate_bench
 from tui.sim.calibration import SEED_TABLE, CalCell, H200Reference, h200_cells, seed_cells
 from tui.sim.faults import JIT_STALL_S

@@ -13,7 +13,7 @@ import time
 import httpx
 
 from tests.simserver import SimServer, SimServers, free_port
-from tui.core.profiles import Catalog
+from tui.core.models import Catalog
 from tui.sim.gpustate import SimGpuState
 
 INIT_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): "

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from tests.conftest import CPU, H200
+from tui.core.models import Catalog, ModelProfile
 from tui.core.plan.gpuspecs import B200
 from tui.core.plan.gpuspecs import H200 as H200_SPEC
-from tui.core.profiles import Catalog, ModelProfile
 from tui.sim import cli, config
 from tui.sim.metrics import EngineGauges, EngineMetrics, buckets_1_2_5, go_float, render
 from tui.sim.perfmodel import Chunk, Hardware, ModelCost, batch_defaults, memory_plan

@@ -16,8 +16,8 @@ import pytest
 from tests.simserver import SimServer, free_port
 from tui.core import paths
 from tui.core.host.base import HostOptions
+from tui.core.models import Catalog
 from tui.core.plan.planner import LaunchPlan, PlanOptions, plan
-from tui.core.profiles import Catalog
 from tui.sim.gpustate import SimGpuState
 from tui.sim.host import SimHost
 

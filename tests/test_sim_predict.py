@@ -19,7 +19,7 @@ from tests.conftest import FIXTURES, H200
 from tui.cli.main import main
 from tui.core import paths
 from tui.core.bench.store import load_run
-from tui.core.profiles import Catalog
+from tui.core.models import Catalog
 from tui.hosts import predictor
 
 GRID_RUN = FIXTURES / "h200-1p1d-run"

@@ -10,8 +10,8 @@ from pathlib import Path
 from tests.helpers import cli, layout_port_args
 from tui.core.launch.lifecycle import shared_gpu_waits
 from tui.core.launch.state import StateStore
+from tui.core.models import Catalog
 from tui.core.plan.gpuspecs import H200
-from tui.core.profiles import Catalog
 from tui.sim.perfmodel import Hardware, memory_plan
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,8 +22,8 @@ from tui.core.host.base import Command
 from tui.core.launch.events import ServerExited, ServerPhase, ServerReady, ServerStalled
 from tui.core.launch.lifecycle import UpOptions, bring_up, process_states, tear_down
 from tui.core.launch.state import StateStore
+from tui.core.models import Catalog
 from tui.core.plan.planner import PlanOptions, ProxySpec, plan
-from tui.core.profiles import Catalog
 
 DUMMY = Catalog.load().model("dummy-qwen3-8b")
 

@@ -25,9 +25,9 @@ from tui.core.bench.runner import BenchOptions
 from tui.core.errors import InputError, RunFailed
 from tui.core.events import EventBus
 from tui.core.launch.state import LayoutRecord, ProcessRecord
+from tui.core.models import Catalog, ModelProfile, Workload
 from tui.core.plan.hostfacts import sim_facts
 from tui.core.plan.planner import LaunchPlan, plan
-from tui.core.profiles import Catalog, ModelProfile, Workload
 from tui.sim.stubserver import StubConfig, StubServer
 
 CAT = Catalog.load()

@@ -9,7 +9,7 @@ import pytest
 from tui.core.bench.events import BenchDone, BenchTick
 from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
 from tui.core.events import EventBus
-from tui.core.profiles import Workload
+from tui.core.models import Workload
 
 
 def _wl(**kw: object) -> Workload:

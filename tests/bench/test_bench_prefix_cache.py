@@ -17,7 +17,7 @@ from tui.core.bench.dataset import run_seed
 from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench, shared_prefix_share
 from tui.core.bench.serverside import PrefixCacheCheck, prefix_cache_counts, prefix_check
 from tui.core.bench.store import load_run
-from tui.core.profiles import Workload
+from tui.core.models import Workload
 
 METRICS = """# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
 # TYPE vllm:prefix_cache_queries_total counter
@@ -58,7 +58,7 @@ def test_every_repeat_and_rate_has_its_own_seed() -> None:
 def test_a_campaign_sends_each_repeat_and_rate_prompts_of_its_own() -> None:
     """The campaign's cells get their workload's seed through run_seed: repeat 2 is not repeat 1."""
     from tui.core.bench.campaign import CampaignRunner, CampaignSpec
-    from tui.core.profiles import Workload
+    from tui.core.models import Workload
 
     wl = Workload(name="w", input_len=8, output_len=4, num_prompts=2, seed=5)
     runner = CampaignRunner(spec=CampaignSpec(name="c", model="m", topologies=["dp2"], workloads=["w"]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench.stats import Interval, confidence_interval
 from tui.core.bench.table import Cell
-from tui.core.profiles import Workload
+from tui.core.models import Workload
 
 WL = {"decode-heavy": Workload("decode-heavy", 512, 2048), "prefill-heavy": Workload("prefill-heavy", 7500, 200)}
 # the seed experiment (2x B200, Qwen3.6-27B-NVFP4): TPS and mean TPOT per topology and workload

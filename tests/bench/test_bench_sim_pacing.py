@@ -14,7 +14,7 @@ from tui.core.bench import recommend as rec_mod
 from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
 from tui.core.bench.serverside import SIM_OVERLOAD_SHARE, PacingCheck, pacing_check, sim_pacing
 from tui.core.bench.table import build_cells
-from tui.core.profiles import Workload
+from tui.core.models import Workload
 
 METRICS = """# TYPE disagg_sim:paced_seconds_total counter
 disagg_sim:paced_seconds_total{engine="0"} 100.0
@@ -93,8 +93,8 @@ def test_the_runtime_counts_only_lag_it_cannot_catch_up(monkeypatch: pytest.Monk
     one later than LAG_TOLERANCE_WALL_S is counted, in virtual seconds, and the virtual clock moves on from there
     instead of jumping ahead (so the clients see what was really paced)."""
     import tui.sim.runtime as rt_mod
+    from tui.core.models import Catalog
     from tui.core.plan.gpuspecs import H200
-    from tui.core.profiles import Catalog
     from tui.sim.metrics import EngineMetrics
     from tui.sim.perfmodel import Hardware, ModelCost
     from tui.sim.scheduler import EngineScheduler
@@ -118,8 +118,8 @@ def test_a_kv_lease_outlasts_a_slow_host(monkeypatch: pytest.MonkeyPatch) -> Non
     """At --sim-clock 20 a 30 s lease is 1.5 s of wall time; it also holds 30 s of wall time, so a decode server or
     proxy the host starves for a few seconds still finds the blocks."""
     import tui.sim.runtime as rt_mod
+    from tui.core.models import Catalog
     from tui.core.plan.gpuspecs import H200
-    from tui.core.profiles import Catalog
     from tui.sim.metrics import EngineMetrics
     from tui.sim.perfmodel import Hardware, ModelCost
     from tui.sim.scheduler import EngineScheduler, SimRequest

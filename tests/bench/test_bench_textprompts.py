@@ -17,7 +17,7 @@ from tests.simserver import SimServers
 from tui.core.bench.dataset import Prompt, RandomSpec, random_prompts
 from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
 from tui.core.bench.textprompts import TokenizerUnavailable, as_text, server_vocab
-from tui.core.profiles import Workload
+from tui.core.models import Workload
 
 KNOWN = 1000  # the tokenizer's ids; the model's vocabulary is larger
 

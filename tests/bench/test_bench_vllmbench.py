@@ -13,7 +13,7 @@ from tui.core.bench.events import BenchTick
 from tui.core.bench.runner import BenchOptions, BenchTarget
 from tui.core.bench.vllmbench import bench_argv, parse_progress, run_vllm_bench
 from tui.core.errors import InputError, RunFailed
-from tui.core.profiles import Workload
+from tui.core.models import Workload
 
 FAKE = '''
 import json, sys, time

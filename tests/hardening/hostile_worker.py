@@ -73,8 +73,8 @@ def _warm_imports() -> None:
     build_parser()
     assert COMMAND_MODULES
     for name in ("tui.core.record.reader", "tui.core.record.bundle", "tui.core.record.bundle_install",
-                 "tui.core.bench.store", "tui.core.playbook.book", "tui.core.modelsrc", "tui.core.hfcache",
-                 "tui.core.launch.state", "tui.core.launch.lifecycle", "tui.core.profiles"):
+                 "tui.core.bench.store", "tui.core.playbook.book", "tui.core.models.modelsrc",
+                 "tui.core.models.hfcache", "tui.core.launch.state", "tui.core.launch.lifecycle", "tui.core.models"):
         with contextlib.suppress(ImportError):
             __import__(name)
 

@@ -27,9 +27,9 @@ M = "qwen3.6-27b-nvfp4"
 
 def _bundle_data(topology: str = "dp2", **plan_options: Any) -> dict[str, Any]:
     """A bundle as export makes it (the same core code), as plain data to tamper with."""
+    from tui.core.models import Catalog, Workload
     from tui.core.plan.hostfacts import sim_facts
     from tui.core.plan.planner import PlanOptions, plan
-    from tui.core.profiles import Catalog, Workload
     from tui.core.record.bundle import build_bundle
     from tui.core.record.fingerprint import host_fingerprint
     from tui.core.topology import parse_topology

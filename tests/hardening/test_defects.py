@@ -109,9 +109,9 @@ def test_preflight_names_a_port_held_only_by_time_wait() -> None:
     time.sleep(0.05)
     assert only_time_wait(port)
 
+    from tui.core.models import Catalog
     from tui.core.plan.hostfacts import sim_facts
     from tui.core.plan.planner import PlanOptions, plan
-    from tui.core.profiles import Catalog
 
     layout = plan(Catalog.load().model(MODEL), "tp1", sim_facts("b200", 2),
                   PlanOptions(port=port, server_base_port=free_port(), side_channel_base=free_port()))

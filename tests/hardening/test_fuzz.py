@@ -66,13 +66,13 @@ def _only_input_errors(fn: Any, text: str) -> None:
 
 
 def _model(text: str) -> Any:
-    from tui.core.profiles import parse_model_profile
+    from tui.core.models import parse_model_profile
 
     return parse_model_profile(yamlio.load_text(text, "m.yaml"), "m.yaml")
 
 
 def _workloads(text: str) -> Any:
-    from tui.core.profiles import parse_workloads_file
+    from tui.core.models import parse_workloads_file
 
     return parse_workloads_file(yamlio.load_text(text, "w.yaml"), "w.yaml")
 

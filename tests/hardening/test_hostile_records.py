@@ -693,7 +693,7 @@ def test_a_damaged_cell_is_run_again_and_a_fifo_never_waited_on(tmp_path: Path) 
     from tui.core.bench.campaign import CampaignStore, Cell, campaign_runs, orphaned_layout
     from tui.core.errors import InputError
     from tui.core.launch.state import LayoutRecord, StateStore
-    from tui.core.profiles import Workload
+    from tui.core.models import Workload
 
     store = CampaignStore(_spec(), root=tmp_path)
     assert store.open() is False
@@ -753,7 +753,7 @@ def test_the_consoles_campaign_list_reads_hostile_folders(tmp_path: Path) -> Non
 def test_the_results_screen_lists_damaged_runs_and_reads_run_files_bounded(tmp_path: Path) -> None:
     from tui.console.screens.results import load_results, plan_shell, workloads_of
     from tui.core import paths
-    from tui.core.profiles import Catalog
+    from tui.core.models import Catalog
 
     good = _good_run()
     (good / "workload.json").write_text(json.dumps({"name": "random-32x16", "input_len": "many",

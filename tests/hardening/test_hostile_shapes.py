@@ -199,9 +199,9 @@ def _bundle() -> bytes:
 def _state() -> bytes:
     """A state file written by the state store: a ready 1P1D layout whose processes are gone."""
     from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
+    from tui.core.models import Catalog
     from tui.core.plan.hostfacts import sim_facts
     from tui.core.plan.planner import PlanOptions, plan
-    from tui.core.profiles import Catalog
     from tui.core.topology import parse_topology
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -146,10 +146,10 @@ def test_names_flags_and_urls_in_text_argv_and_env() -> None:
 
 def test_redaction_is_idempotent_so_a_stored_plan_keeps_its_key() -> None:
     from tui.core.launch.history import plan_key
+    from tui.core.models import Catalog
     from tui.core.plan.hostfacts import sim_facts
     from tui.core.plan.planner import PlanOptions, plan
     from tui.core.plan.spec import LaunchPlan
-    from tui.core.profiles import Catalog
     from tui.core.topology import parse_topology
 
     p = plan(Catalog.load().model(MODEL), parse_topology("1p1d"), sim_facts("b200", 2),
@@ -171,9 +171,9 @@ def test_a_secret_flag_never_reaches_a_servers_command_line(arg: str) -> None:
     """vLLM logs its non-default arguments at start-up: the planner refuses a key given as a flag (the CLI's
     --api-key reaches the servers as VLLM_API_KEY, a token as HF_TOKEN in the environment)."""
     from tui.core.errors import InputError
+    from tui.core.models import Catalog
     from tui.core.plan.hostfacts import sim_facts
     from tui.core.plan.planner import PlanOptions, plan
-    from tui.core.profiles import Catalog
     from tui.core.topology import parse_topology
 
     with pytest.raises(InputError, match="would put a secret on vLLM's command line"):
@@ -350,8 +350,8 @@ def test_a_start_failure_keeps_no_secret_in_its_events_or_the_state_file(tmp_pat
     from tui.core.launch.events import LogLine, ServerExited
     from tui.core.launch.lifecycle import StartFailure, UpOptions, bring_up
     from tui.core.launch.state import StateStore
+    from tui.core.models import Catalog
     from tui.core.plan.planner import PlanOptions, plan
-    from tui.core.profiles import Catalog
     from tui.core.topology import parse_topology
 
     host_key = "hostgivenkey-0123"  # what a host hands a server as VLLM_API_KEY, never part of the plan

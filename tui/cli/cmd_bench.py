@@ -32,7 +32,7 @@ from tui.core.bench.vllmbench import VLLM_BENCH_HINT, run_vllm_bench
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
 from tui.core.events import EventBus
 from tui.core.launch.state import LayoutRecord, StateStore
-from tui.core.profiles import Workload, parse_rate
+from tui.core.models import Workload, parse_rate
 
 DEFAULT_WORKLOAD = "decode-heavy"
 

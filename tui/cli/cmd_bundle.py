@@ -17,9 +17,9 @@ from tui.core.bench.campaign import CAMPAIGN_FILE, campaign_runs, read_spec
 from tui.core.bench.store import Run, find_runs, load_run, read_run_workload
 from tui.core.errors import EXIT_OK, InputError, PlanRefused
 from tui.core.launch.state import StateStore
+from tui.core.models import ModelProfile, Workload
 from tui.core.plan.planner import PlanOptions
 from tui.core.plan.spec import LaunchPlan
-from tui.core.profiles import ModelProfile, Workload
 from tui.core.record.bundle import Bundle, build_bundle, check_trust, load_bundle, write_bundle
 from tui.core.record.bundle_install import check_replace, install, install_changes, missing_secrets
 from tui.core.record.bundle_plan import BundlePlan, plan_here

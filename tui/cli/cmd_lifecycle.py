@@ -27,10 +27,10 @@ from tui.core.launch.events import (
 )
 from tui.core.launch.lifecycle import UpOptions, assess_layout, process_states, tear_down, timeouts_for
 from tui.core.launch.state import LayoutRecord, StateStore
+from tui.core.models import ModelProfile
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import preflight
 from tui.core.playbook import Diagnosis, load_playbook
-from tui.core.profiles import ModelProfile
 from tui.core.record.bundle import check_trust, load_bundle
 from tui.core.record.bundle_plan import plan_here, require_secrets
 from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint

@@ -15,9 +15,9 @@ from typing import Any
 from tui.cli.context import CliContext, add_global_options
 from tui.core import paths
 from tui.core.errors import EXIT_OK, InputError
-from tui.core.modelsrc import MODEL_DIRS_ENV, derive_ref, list_models
-from tui.core.profile_yaml import profile_yaml
-from tui.core.profiles import ModelProfile, parse_model_profile
+from tui.core.models import ModelProfile, parse_model_profile
+from tui.core.models.modelsrc import MODEL_DIRS_ENV, derive_ref, list_models
+from tui.core.models.profile_yaml import profile_yaml
 from tui.core.safeio import shown
 from tui.core.yamlio import dump, load_file
 
@@ -62,7 +62,7 @@ def register(sub: Any) -> None:
 
 
 def run_new(args: argparse.Namespace, ctx: CliContext) -> int:
-    from tui.core.modeldir import slug
+    from tui.core.models.modeldir import slug
 
     derived = derive_ref(args.from_ref, ctx.catalog)
     if derived is None:

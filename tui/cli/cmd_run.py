@@ -34,7 +34,7 @@ from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
 from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError
 from tui.core.events import EventBus
 from tui.core.launch import lifecycle as core_lifecycle
-from tui.core.profiles import Workload, parse_rate
+from tui.core.models import Workload, parse_rate
 from tui.core.topology import parse_topologies
 
 

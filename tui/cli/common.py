@@ -9,8 +9,8 @@ import re
 from tui.cli.argtypes import positive_int
 from tui.cli.context import CliContext, parse_gpu_list, parse_pairs, split_args
 from tui.core.errors import InputError
+from tui.core.models import ModelProfile
 from tui.core.plan.planner import LaunchPlan, PlanOptions, plan
-from tui.core.profiles import ModelProfile
 from tui.core.topology import parse_topology
 
 

@@ -13,7 +13,7 @@ from tui.cli.argtypes import bounded_int, nonneg_float, positive_float
 from tui.core import safeio
 from tui.core.errors import InputError
 from tui.core.host.base import Host, HostOptions
-from tui.core.profiles import Catalog
+from tui.core.models import Catalog
 from tui.hosts import MAX_SIM_GPUS, SIM_FAULTS, select_host
 
 

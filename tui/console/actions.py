@@ -27,8 +27,8 @@ from tui.core.bench.store import RUN_FILE, rate_label, read_meta, read_summary
 from tui.core.errors import InputError
 from tui.core.events import Event
 from tui.core.host.base import HostOptions
+from tui.core.models import Workload
 from tui.core.procs import pid_alive
-from tui.core.profiles import Workload
 from tui.core.redact import redact_argv
 
 #: where the detached commands' output goes

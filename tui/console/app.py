@@ -37,8 +37,8 @@ from tui.core.follow import LayoutFollower
 from tui.core.host.base import Host, HostOptions
 from tui.core.launch.history import StartupHistory
 from tui.core.launch.state import StateStore
+from tui.core.models import Catalog
 from tui.core.playbook import Playbook, load_playbook
-from tui.core.profiles import Catalog
 
 FLUSH_S = 0.25
 FREEZE_AFTER_S = 2.0

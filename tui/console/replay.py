@@ -22,8 +22,8 @@ from tui.console.app import ConsoleApp, ConsoleContext
 from tui.console.model import ConsoleModel
 from tui.core.host.base import HostOptions
 from tui.core.launch.state import StateStore
+from tui.core.models import Catalog
 from tui.core.playbook import load_playbook
-from tui.core.profiles import Catalog
 from tui.core.record import Recording, ReplaySource
 
 SPEEDS = (0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)

@@ -15,9 +15,9 @@ from tui.core.events import Event, EventBus, Notice, event_from_dict
 from tui.core.host.base import Host
 from tui.core.launch.lifecycle import Launch, StartFailure, UpOptions
 from tui.core.launch.state import LayoutRecord, StateStore
+from tui.core.models import ModelProfile
 from tui.core.plan.planner import LaunchPlan, apply_fix
 from tui.core.playbook import Diagnosis, MatchContext, Matcher, Playbook
-from tui.core.profiles import ModelProfile
 
 MAX_ATTEMPTS = 3
 

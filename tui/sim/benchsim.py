@@ -15,8 +15,8 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tui.core.models import ModelProfile
 from tui.core.plan.gpuspecs import GpuSpec
-from tui.core.profiles import ModelProfile
 from tui.core.topology import Topology, parse_topology
 from tui.sim.perfmodel import BLOCK_SIZE, Correction, Hardware, ModelCost, Stack, batch_defaults, memory_plan
 from tui.sim.scheduler import EngineScheduler, SimRequest

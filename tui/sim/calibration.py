@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tui.core.models import ModelProfile
 from tui.core.plan.gpuspecs import B200, H200
-from tui.core.profiles import ModelProfile
 from tui.sim.benchsim import BenchResult, simulate_bench
 from tui.sim.faults import moe_dp_fails
 from tui.sim.perfmodel import H200_CAPTURE_STACK, SEED_STACK, first_batch_jit_s

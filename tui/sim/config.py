@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tui.core.models import ModelProfile, parse_model_profile
 from tui.core.plan.gpuspecs import PRESETS, GpuSpec
-from tui.core.profiles import ModelProfile, parse_model_profile
 from tui.sim.gpustate import simgpu_dir
 from tui.sim.perfmodel import Hardware, MemoryPlan, Stack, batch_defaults, memory_plan
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tui.core.profiles import ModelProfile
+from tui.core.models import ModelProfile
 from tui.sim.config import ServeConfig
 from tui.sim.perfmodel import FIRST_BATCH_JIT_S
 

@@ -39,8 +39,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tui.core.models import ModelProfile
 from tui.core.plan.gpuspecs import GpuSpec
-from tui.core.profiles import ModelProfile
 
 GIB = float(2**30)
 BLOCK_SIZE = 16

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tui.core.models import ModelProfile
 from tui.core.plan.gpuspecs import GpuSpec
-from tui.core.profiles import ModelProfile
 from tui.core.topology import parse_topology
 from tui.sim.benchsim import simulate_bench
 from tui.sim.faults import moe_dp_fails

@@ -20,9 +20,9 @@ from typing import Any
 from tui.core import paths, safeio
 from tui.core.bench.store import Run
 from tui.core.errors import InputError
+from tui.core.models import Catalog, ModelProfile
 from tui.core.plan.gpuspecs import PRESETS, GpuSpec, spec_for_name
 from tui.core.plan.hostfacts import HostFacts
-from tui.core.profiles import Catalog, ModelProfile
 from tui.sim.perfmodel import CORRECTION_BOUNDS, Correction
 from tui.sim.predict import METRICS, FitResult, FitRun, predict_facts, ratios, run_facts
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tui.core.profiles import ModelProfile
+from tui.core.models import ModelProfile
 
 V2_RUNNER_ARCHS = ("Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "Qwen2MoeForCausalLM")
 

@@ -35,7 +35,7 @@ from tui.console.widgets.header import HeaderBar
 from tui.core.bench.metrics import parse_goodput
 from tui.core.errors import AppError, InputError
 from tui.core.launch.state import StateStore
-from tui.core.profiles import Workload, parse_rate
+from tui.core.models import Workload, parse_rate
 
 if TYPE_CHECKING:
     from tui.console.app import ConsoleApp

@@ -26,7 +26,7 @@ from tui.console.actions import LaunchKnobs, up_argv
 from tui.console.model import ConsoleModel
 from tui.console.widgets.header import HeaderBar
 from tui.core.errors import AppError
-from tui.core.modelsrc import ModelEntry, list_models
+from tui.core.models.modelsrc import ModelEntry, list_models
 from tui.core.plan.planner import PlanOptions, plan
 from tui.core.plan.preflight import FAIL, WARN, Check, preflight
 from tui.core.plan.spec import LaunchPlan

@@ -29,7 +29,7 @@ from tui.core.bench import recommend as rec_mod
 from tui.core.bench import stats, table
 from tui.core.bench.store import Run, find_runs, load_run, read_run_workload
 from tui.core.errors import AppError, InputError
-from tui.core.profiles import Catalog, Workload
+from tui.core.models import Catalog, Workload
 
 if TYPE_CHECKING:
     from tui.console.app import ConsoleApp

@@ -35,9 +35,9 @@ from tui.core.errors import AppError, InputError, RunFailed
 from tui.core.events import EventBus
 from tui.core.host.base import Host
 from tui.core.launch.state import LayoutRecord, StateStore
+from tui.core.models import ModelProfile, Workload
 from tui.core.plan.planner import LaunchPlan
 from tui.core.procs import pid_alive
-from tui.core.profiles import ModelProfile, Workload
 
 CAMPAIGN_FILE = "campaign.json"
 AUTO_FRACTIONS = (0.25, 0.5, 0.75, 0.9)

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tui.core import ranges, safeio
+from tui.core import safeio
 from tui.core.errors import InputError
+from tui.core.models import ranges
 
-#: bounds on a workload (:data:`tui.core.ranges.WORKLOAD`): a length no model context reaches, and prompts that
+#: bounds on a workload (:data:`tui.core.models.ranges.WORKLOAD`): a length no model context reaches, and prompts that
 #: fit in memory
 MAX_LEN = int(ranges.WORKLOAD["input_len"].hi)
 MAX_PROMPTS = int(ranges.WORKLOAD["num_prompts"].hi)

@@ -21,7 +21,7 @@ from typing import Any
 
 from tui.core.bench.metrics import attainment, percentile_key
 from tui.core.bench.table import Cell
-from tui.core.profiles import Workload
+from tui.core.models import Workload
 
 #: relative difference between two runs of the same real server (fixtures: 1.9 % output throughput)
 NOISE_FLOOR = 0.02

@@ -28,7 +28,7 @@ from tui.core.errors import InputError, RunFailed
 from tui.core.events import EventBus
 from tui.core.launch.state import LayoutRecord
 from tui.core.launch.supervisor import process_alive
-from tui.core.profiles import Workload
+from tui.core.models import Workload
 
 _LINE_LIMIT = 1 << 27
 _STOP_GRACE_S = 15.0

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths, ranges, safeio, typedread
+from tui.core import paths, safeio, typedread
 from tui.core.bench.kvxfer import KvTransferRun, TtftBreakdown
 from tui.core.bench.metrics import (
     RequestRecord,
@@ -44,8 +44,8 @@ from tui.core.bench.metrics import (
 )
 from tui.core.bench.serverside import KvTransferCheck, PacingCheck, PrefixCacheCheck
 from tui.core.errors import InputError
+from tui.core.models import Workload, ranges
 from tui.core.procs import pid_alive
-from tui.core.profiles import Workload
 from tui.core.redact import Redactor
 
 RUN_FILE = "run.json"
@@ -609,7 +609,7 @@ def read_run_json(path: Path) -> dict[str, Any]:
 
 def read_run_workload(directory: Path) -> Workload | None:
     """The workload a run directory's ``workload.json`` says it ran (an edited one too), every field of its type
-    and within :data:`tui.core.ranges.WORKLOAD`; None when it has none or one that does not read."""
+    and within :data:`tui.core.models.ranges.WORKLOAD`; None when it has none or one that does not read."""
     try:
         data = safeio.load_json(directory / "workload.json", "run record")
     except InputError:

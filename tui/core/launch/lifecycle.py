@@ -50,10 +50,10 @@ from tui.core.launch.state import (
     new_layout_id,
 )
 from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, process_alive, spawn, stop_processes
+from tui.core.models import ModelProfile
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import Check, failed, preflight
 from tui.core.plan.spec import shell_line
-from tui.core.profiles import ModelProfile
 from tui.core.redact import Redactor, argv_secret_values, redact_argv, secret_values
 
 #: a real cold start: ~2 min for an 8B model on H200, ~15 min for the seed's 27B (torch.compile + CUDA graphs)

@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tui.core.errors import InputError, PlanRefused
+from tui.core.models import ModelProfile
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.spec import LaunchPlan, PlanFix, ProxySpec, ServerSpec, Workaround
-from tui.core.profiles import ModelProfile
 from tui.core.redact import is_secret_flag
 from tui.core.topology import Topology, parse_topology
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tui.core.launch.history import StartupHistory, plan_key
+from tui.core.models import ModelProfile
 from tui.core.plan import planner
 from tui.core.plan.hostfacts import HostFacts, detect_toolchain
 from tui.core.plan.planner import LaunchPlan
@@ -30,7 +31,6 @@ from tui.core.plan.preflight import (
     port_free,
 )
 from tui.core.playbook.weights import hf_hub_cache, hf_token_source, locate_model
-from tui.core.profiles import ModelProfile
 from tui.core.topology import Topology
 
 GIB = 2**30

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tui.core import safeio
-from tui.core.hfcache import hub_cache_dir
+from tui.core.models.hfcache import hub_cache_dir
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -47,7 +47,8 @@ def hf_home(env: Mapping[str, str]) -> Path:
 
 
 def hf_hub_cache(env: Mapping[str, str]) -> Path:
-    """The hub cache ``profile new`` and ``--model REPO`` read (``tui.core.hfcache``): ``doctor`` looks in the same."""
+    """The hub cache ``profile new`` and ``--model REPO`` read (``tui.core.models.hfcache``): ``doctor`` looks in
+    the same."""
     return hub_cache_dir(env)
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from tui import __version__
 from tui.core.errors import InputError
+from tui.core.models import ModelProfile, Workload, parse_model_profile, parse_workload
 from tui.core.plan.allowlist import Allowlist, load_allowlist
 from tui.core.plan.spec import LaunchPlan
-from tui.core.profiles import ModelProfile, Workload, parse_model_profile, parse_workload
 from tui.core.redact import REDACTED, Redactor
 from tui.core.safeio import guarded, shown
 from tui.core.topology import parse_topology

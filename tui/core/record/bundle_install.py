@@ -16,7 +16,7 @@ from typing import Any
 
 from tui.core import paths
 from tui.core.errors import InputError
-from tui.core.profiles import ModelProfile, Workload, parse_model_profile, parse_workloads_file
+from tui.core.models import ModelProfile, Workload, parse_model_profile, parse_workloads_file
 from tui.core.record.bundle import Bundle, workload_to_dict
 from tui.core.safeio import shown
 from tui.core.yamlio import dump, load_file, plain

@@ -5,8 +5,8 @@ Four sources, in this order:
 - ``shipped``: the profiles of ``profiles/models/`` (shipped with the package);
 - ``operator``: the operator's profiles (``$DISAGG_TUI_CONFIG_DIR/profiles/models/``), which win over shipped ones
   of the same id;
-- ``hf-cache``: the model repos of the Hugging Face cache (:mod:`tui.core.hfcache`), each derived from its
-  snapshot (:mod:`tui.core.modeldir`);
+- ``hf-cache``: the model repos of the Hugging Face cache (:mod:`tui.core.models.hfcache`), each derived from its
+  snapshot (:mod:`tui.core.models.modeldir`);
 - ``folder``: model folders under the directories of ``$DISAGG_TUI_MODEL_DIRS`` (``os.pathsep``-separated; a
   directory that is itself a model folder counts too).
 
@@ -20,18 +20,26 @@ profile or an earlier discovered model) the organisation or the parent folder is
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from tui.core import paths, safeio
 from tui.core.errors import InputError
-from tui.core.hfcache import CachedRepo, find_repo, hub_cache_dir, looks_like_repo_id, scan_cached_repos
-from tui.core.modeldir import DerivedModel, derive, slug
-from tui.core.profiles import Catalog, ModelProfile
+from tui.core.models.hfcache import CachedRepo, find_repo, hub_cache_dir, looks_like_repo_id, scan_cached_repos
+from tui.core.models.modeldir import DerivedModel, derive, slug
+from tui.core.models.profiles import ModelProfile
 
 SOURCES = ("shipped", "operator", "hf-cache", "folder")
 MODEL_DIRS_ENV = "DISAGG_TUI_MODEL_DIRS"
+
+
+class KnownModels(Protocol):
+    """What derivation needs of the catalogue (:class:`tui.core.models.catalog.Catalog`): the ids already taken."""
+
+    @property
+    def models(self) -> Mapping[str, ModelProfile]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +158,7 @@ def _derive_found(pid: str, f: _Found) -> DerivedModel:
         raise InputError(f"cannot read: {exc.strerror or exc}", file=f.folder) from None
 
 
-def list_models(catalog: Catalog, extra_dirs: list[Path] | None = None) -> list[ModelEntry]:
+def list_models(catalog: KnownModels, extra_dirs: list[Path] | None = None) -> list[ModelEntry]:
     """Every launchable model with its source: the catalogue's profiles (shipped, then the operator's), then the
     models of the Hugging Face cache and of ``$DISAGG_TUI_MODEL_DIRS`` (and ``extra_dirs``), derived on the spot.
 
@@ -192,7 +200,7 @@ def _profile_problem(prof: ModelProfile) -> str | None:
     return None
 
 
-def derive_ref(ref: str, catalog: Catalog | None = None) -> DerivedModel | None:
+def derive_ref(ref: str, catalog: KnownModels | None = None) -> DerivedModel | None:
     """The derivation behind ``ref``: a model folder (or its config.json), a repo id of the HF cache, or the id of
     a discovered model. None when ``ref`` is none of those (an unknown name); InputError (one line) for a repo id
     that is not cached, a broken folder or a cached repo without a snapshot."""
@@ -233,13 +241,13 @@ def _id_for_folder(folder: Path, taken: set[str]) -> str:
 
 
 def _snapshot_repo_name(folder: Path) -> str | None:
-    from tui.core.hfcache import repo_of_snapshot
+    from tui.core.models.hfcache import repo_of_snapshot
 
     found = repo_of_snapshot(folder)
     return found[0].split("/", 1)[-1] if found else None
 
 
-def resolve_model(ref: str, catalog: Catalog | None = None) -> ModelProfile | None:
+def resolve_model(ref: str, catalog: KnownModels | None = None) -> ModelProfile | None:
     """The profile derived from ``ref`` (see :func:`derive_ref`), or None when ``ref`` names no model. A model
     with fields that cannot be derived raises one InputError line naming them (and the field to set)."""
     derived = derive_ref(ref, catalog)

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tui.core.modeldir import DerivedModel
+from tui.core.models.modeldir import DerivedModel
 from tui.core.safeio import shown
 
 _ORDER = ("id", "title", "model", "architecture", "quantization", "kv_cache_dtype", "weights_gib",

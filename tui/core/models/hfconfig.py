@@ -1,6 +1,6 @@
 """Reading a Hugging Face ``config.json``: the shape, the layers' kinds, the quantisation, the parameter counts.
 
-Used by :mod:`tui.core.modeldir`, which documents what is read. Every reader records where a value came from
+Used by :mod:`tui.core.models.modeldir`, which documents what is read. Every reader records where a value came from
 (``ConfigReader.comments``, shown in the YAML ``profile new`` writes) and what could not be found, with the profile
 field to set (``ConfigReader.missing``).
 """
@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tui.core import ranges, safeio
+from tui.core import safeio
 from tui.core.errors import InputError
+from tui.core.models import ranges
 
 _ATTN_TYPES = {"full_attention", "attention", "sliding_attention", "sliding_window", "global", "local",
                "chunked_attention", "global_attention", "local_attention", "hybrid"}
@@ -24,8 +25,8 @@ _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"
 _SUB_CONFIGS = ("text_config", "llm_config", "language_config")
 
 
-#: the integer fields of config.json the derivation reads, by the row of :data:`tui.core.ranges.MODEL` that bounds
-#: them (None: :data:`tui.core.ranges.DIMENSION`)
+#: the integer fields of config.json the derivation reads, by the row of :data:`tui.core.models.ranges.MODEL` that
+#: bounds them (None: :data:`tui.core.models.ranges.DIMENSION`)
 RANGED_KEYS: dict[str, str | None] = {
     **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "attn_layer_period", "full_attention_interval",
                      "expert_layer_period", "decoder_sparse_step", "moe_layer_freq"), "layers"),
@@ -51,7 +52,7 @@ RANGED_KEYS: dict[str, str | None] = {
 
 def read_config(folder: Path) -> dict[str, Any]:
     """``folder/config.json``: a regular file within its size limit, strict JSON (no NaN/Infinity, no huge
-    integers, bounded nesting), every shape figure the derivation reads within :mod:`tui.core.ranges`."""
+    integers, bounded nesting), every shape figure the derivation reads within :mod:`tui.core.models.ranges`."""
     path = folder / "config.json"
     if not folder.is_dir():
         raise InputError("no such folder", file=folder, field="--model")

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from tui.core.errors import InputError
-from tui.core.hfcache import repo_of_snapshot
-from tui.core.hfconfig import (
+from tui.core.models.hfcache import repo_of_snapshot
+from tui.core.models.hfconfig import (
     ConfigReader,
     attention_layers,
     int_field,
@@ -44,9 +44,9 @@ from tui.core.hfconfig import (
     read_config,
     text_config,
 )
-from tui.core.profiles import MAX_ID, ModelProfile, parse_model_profile
+from tui.core.models.profiles import MAX_ID, ModelProfile, parse_model_profile
+from tui.core.models.safetensors_meta import WeightsInfo, weights_info
 from tui.core.safeio import shown
-from tui.core.safetensors_meta import WeightsInfo, weights_info
 
 #: the seed experiments' ``--max-model-len``; a model with a shorter context gets its own
 DEFAULT_MAX_MODEL_LEN = 32768

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tui.core import ranges, safeio
+from tui.core import safeio
 from tui.core.errors import InputError
+from tui.core.models import ranges
 
 #: bytes per element of the dtypes safetensors knows
 DTYPE_BYTES: dict[str, float] = {
