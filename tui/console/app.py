@@ -39,6 +39,7 @@ from tui.core.launch.history import StartupHistory
 from tui.core.launch.state import StateStore
 from tui.core.models import Catalog
 from tui.core.playbook import Playbook, load_playbook
+from tui.core.record.present import SessionPresent
 
 FLUSH_S = 0.25
 FREEZE_AFTER_S = 2.0
@@ -125,6 +126,8 @@ class ConsoleApp(App[int]):
         #: the session's recording (on by default in a live console; ctrl+t toggles it)
         self.recorder: Any = None
         self.recording_path: str = ""
+        #: what the session shows now, kept from its start for a recording that begins later (issue 22, 9)
+        self.present = SessionPresent(ctx.bus)
 
     # --- modes -------------------------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -273,7 +276,7 @@ class ConsoleApp(App[int]):
         facts = host.facts if host is not None else None
         rec = Recorder(recording_path("console"), new_header("disagg-tui console", host=host_fingerprint(
             facts, simulated=bool(host and host.simulated)), simulated=bool(host and host.simulated))).start()
-        rec.attach(self.ctx.bus)
+        rec.attach(self.ctx.bus, self.present)  # the layout shown before it began comes first
         self.recorder, self.recording_path = rec, str(rec.path)
         self.call_from_thread(self.notify, self.recording_path, title="recording this session", timeout=4)
 

@@ -26,7 +26,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zstandard
 
@@ -46,6 +46,9 @@ from tui.core.record.format import (
 )
 from tui.core.record.markers import MarkerFinder
 from tui.core.redact import Redactor
+
+if TYPE_CHECKING:
+    from tui.core.record.present import SessionPresent
 
 DEFAULT_FLUSH_S = 0.5
 DEFAULT_FRAME_S = 60.0
@@ -135,9 +138,11 @@ class Recorder:
         self._thread.start()
         return self
 
-    def attach(self, bus: EventBus) -> None:
-        """Subscribe to ``bus`` (``close`` unsubscribes)."""
-        self._unsubscribe = bus.subscribe(self.record)
+    def attach(self, bus: EventBus, present: SessionPresent | None = None) -> None:
+        """Subscribe to ``bus`` (``close`` unsubscribes). With ``present`` (a :class:`SessionPresent` on that bus,
+        subscribed when the session began) the recording first gets what the session shows now (the layout, its
+        servers and phases, the diagnoses), then every later event: a recording started after them has them."""
+        self._unsubscribe = present.attach(self.record) if present is not None else bus.subscribe(self.record)
 
     def record(self, event: Event) -> None:
         """The bus subscriber: queue the event (never blocks; counted as dropped when the queue is full)."""

@@ -234,7 +234,8 @@ def render(s: SessionSummary) -> str:
     if not s.layouts:
         lines.append("  none")
     for lay in s.layouts:
-        ready = f"ready after {lay.ready_s:.1f} s" if lay.ready_s is not None else "never ready"
+        ready = (f"ready after {lay.ready_s:.1f} s" if lay.ready_s is not None
+                 else "ready (started before the recording)" if lay.ready is not None else "never ready")
         servers = ", ".join(f"{n} {v:.1f} s" for n, v in lay.servers.items())
         lines.append(f"  {safeio.shown(lay.topology or '?', 120)} of {safeio.shown(lay.profile or '?', 120)}: "
                      f"{ready}" + (f" ({safeio.shown(servers, 400)})" if servers else "")

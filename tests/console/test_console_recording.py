@@ -1,0 +1,42 @@
+"""The recording of a console that reattached to a layout holds that layout (issue 22, finding 9): the follower
+says what is up in its first look, before a recording begins; the recording starts with what the session shows."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+from tests.console.conftest import ROOT, console_ports, wait_for
+from tui.console.app import make_console
+from tui.core import paths
+from tui.core.host.base import HostOptions
+from tui.core.record import Recording
+from tui.core.record.summary import render, summarize
+
+pytestmark = pytest.mark.usefixtures("clean_layouts")
+
+
+async def test_a_recording_begun_after_the_console_reattached_holds_the_layout() -> None:
+    ports = console_ports()
+    argv = [sys.executable, "-m", "tui", "up", "--sim", "--sim-startup", "0.5", "--model", "dummy-qwen3-8b",
+            "--topology", "tp1", "--port", str(ports[0]), "--server-port", str(ports[1]), "--side-channel-port",
+            str(ports[2])]
+    up = await asyncio.to_thread(subprocess.run, argv, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                                 check=False)
+    assert up.returncode == 0, up.stderr[-2000:]
+    app = make_console(HostOptions(sim=True), ports=ports, record=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.model.layout is not None and app.model.layout.status == "ready"
+                       and app.model.servers, 30, "the layout")
+        await pilot.press("ctrl+t")  # recording on, well after the follower said what is up
+        await wait_for(pilot, lambda: app.recorder is not None, 10, "the recorder")
+        await wait_for(pilot, lambda: app.model.gpus, 10, "a GPU sample")
+    (path,) = sorted(paths.recordings_dir().glob("*console*"))
+    with Recording.open(path) as recording:
+        kinds = {e.kind for e in recording.events()}
+        text = render(summarize(recording))
+    assert {"layout_changed", "server_launched", "server_phase", "server_ready", "log_line"} <= kinds, kinds
+    assert "tp1 of dummy-qwen3-8b: ready" in text, text
