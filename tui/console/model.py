@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tui.console import loglines
 from tui.core.bench.events import BenchDone, BenchLine, BenchStarted, BenchTick, CampaignStep
 from tui.core.errors import printable
 from tui.core.events import Event, Notice
@@ -85,6 +86,13 @@ class ServerView:
     logs: deque[tuple[int, str, str | None]] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
     #: counts the lines appended (the log pane appends only those new since it last drew)
     log_serial: int = 0
+    #: the lines that are not the console's own polls (``loglines.is_own_poll``): what the log pane shows by default
+    quiet: deque[tuple[int, str, str | None]] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+    quiet_serial: int = 0
+    #: the poll lines seen (hidden by default; the pane says how many)
+    polls: int = 0
+    #: the server's log file (``ServerLaunched.log``)
+    log_path: str = ""
     #: counts the playbook marks placed on lines already shown (the pane redraws then)
     marks: int = 0
 
@@ -218,6 +226,7 @@ class ConsoleModel:
     def _launched(self, ev: ServerLaunched) -> None:
         v = self.server(ev.server)
         v.role, v.url, v.pid, v.gpus = ev.role, ev.url, ev.pid, ev.gpus
+        v.log_path = ev.log
         v.started = ev.started or ev.ts
         v.expected_s, v.expected_source = ev.expected_s, ev.expected_source
         v.exited = None
@@ -231,6 +240,11 @@ class ConsoleModel:
         text = printable(ev.text.expandtabs())
         v.logs.append((ev.lineno, text, None))
         v.log_serial += 1
+        if loglines.is_own_poll(text):
+            v.polls += 1
+        else:
+            v.quiet.append((ev.lineno, text, None))
+            v.quiet_serial += 1
         if text.strip():
             v.last_line = text
         self.dirty.add(LOG)
@@ -278,11 +292,12 @@ class ConsoleModel:
         self.diagnoses.append(ev)
         v = self.servers.get(ev.server)
         if v is not None and ev.line_no is not None:  # mark the line in the log pane
-            for i, (n, text, _) in enumerate(v.logs):
-                if n == ev.line_no:
-                    v.logs[i] = (n, text, ev.entry_id)
-                    v.marks += 1
-                    break
+            for lines in (v.logs, v.quiet):
+                for i, (n, text, _) in enumerate(lines):
+                    if n == ev.line_no:
+                        lines[i] = (n, text, ev.entry_id)
+                        v.marks += 1
+                        break
         self.dirty.update((BAND, LOG))
 
     def _bench_started(self, ev: BenchStarted) -> None:

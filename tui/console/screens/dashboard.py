@@ -16,7 +16,7 @@ from tui.console.model import BAND, GPUS, HEADER, LOG, SERVERS, ConsoleModel
 from tui.console.widgets.band import Band
 from tui.console.widgets.gpus import GpuPanel
 from tui.console.widgets.header import HeaderBar
-from tui.console.widgets.logpane import LogPane
+from tui.console.widgets.logpane import LogPane, LogView
 from tui.console.widgets.servers import ServerTable
 
 if TYPE_CHECKING:
@@ -32,6 +32,9 @@ class DashboardScreen(Screen[None]):
         Binding("R", "restart", "restart", show=False),
         Binding("f", "follow", "follow log", show=False),
         Binding("A", "add_entry", "add to playbook", show=False),
+        Binding("slash", "log_filter", "find in log", show=False),
+        Binding("w", "log_wrap", "wrap log", show=False),
+        Binding("o", "log_polls", "show polls", show=False),
     ]
 
     def __init__(self) -> None:
@@ -52,9 +55,7 @@ class DashboardScreen(Screen[None]):
         servers.border_title = "Servers"
         yield servers
         yield Band(id="band")
-        log = LogPane(id="log")
-        log.border_title = "Log"
-        yield log
+        yield LogView(id="log-view")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -165,6 +166,15 @@ class DashboardScreen(Screen[None]):
 
     def action_follow(self) -> None:
         self.query_one(LogPane).action_follow()
+
+    def action_log_filter(self) -> None:
+        self.query_one(LogView).open_filter()
+
+    def action_log_wrap(self) -> None:
+        self.query_one(LogPane).toggle_wrap()
+
+    def action_log_polls(self) -> None:
+        self.query_one(LogPane).toggle_polls()
 
     def action_add_entry(self) -> None:
         from tui.console.screens.playbook import AddEntryModal
