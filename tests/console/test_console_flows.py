@@ -183,7 +183,7 @@ async def test_a_benchmark_outlives_the_console_and_a_new_console_follows_and_st
     import sys
 
     from tests.console.conftest import ROOT
-    from tui.console.actions import running_benches
+    from tui.console.benchjob import running_benches
     from tui.core.bench.store import load_run
 
     ports = console_ports()

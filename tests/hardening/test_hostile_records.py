@@ -716,15 +716,18 @@ def test_a_damaged_cell_is_run_again_and_a_fifo_never_waited_on(tmp_path: Path) 
     assert not d.exists()
 
 
-def test_the_consoles_campaign_list_reads_hostile_folders(tmp_path: Path) -> None:
-    from tui.console.actions import campaigns, read_campaign
+def test_the_stored_campaigns_read_hostile_folders(tmp_path: Path) -> None:
+    from tui.console.campaigns import campaign_state, campaigns
     from tui.core.bench.campaign import CAMPAIGN_FILE
+    from tui.core.bench.campaigns import read_campaign, stored_campaigns
+    from tui.core.errors import InputError
 
     good = tmp_path / "good"
     good.mkdir()
     (good / CAMPAIGN_FILE).write_text(json.dumps({**_spec("good").to_dict(), "created": "yesterday"}))
     for name, data in (("a", b"fifo"), ("b", json.dumps(_run_json(status=7)).encode()),
-                       ("c", json.dumps(_run_json(topology="tp1", workload="w")).encode())):
+                       ("c", json.dumps(_run_json(topology="tp1", workload="w")).encode()),
+                       ("d", json.dumps(_run_json(topology="tp2", workload="w")).encode())):
         (good / name).mkdir()
         if data == b"fifo":
             os.mkfifo(good / name / "run.json")
@@ -737,13 +740,20 @@ def test_the_consoles_campaign_list_reads_hostile_folders(tmp_path: Path) -> Non
     fifo = tmp_path / "fifo"
     fifo.mkdir()
     os.mkfifo(fifo / CAMPAIGN_FILE)
-    state = _prompt(lambda: read_campaign(good))
-    assert state is not None and state.created == 0.0 and state.total >= 1
+    stored = _prompt(lambda: read_campaign(good))
+    assert stored.created == 0.0 and stored.total >= 4
+    assert [r.path.name for r in stored.runs] == ["d"]
+    damaged = {d.name: err.one_line() for d, err in stored.damaged}
+    # each run folder read as every stored run is: a FIFO, a status of the wrong type, a summary of the wrong type
+    assert "FIFO" in damaged["a"] and "status" in damaged["b"] and "output_throughput" in damaged["c"], damaged
+    state = campaign_state(stored)
     by = {c.run_dir.rsplit("/", 1)[-1]: c for c in state.cells}
     assert by["a"].status == "damaged" and "FIFO" in by["a"].message
-    assert by["b"].status == "damaged" and "status" in by["b"].message
-    assert by["c"].status == "complete" and by["c"].output_tps is None
-    assert _prompt(lambda: read_campaign(bad)) is None and _prompt(lambda: read_campaign(fifo)) is None
+    assert by["d"].status == "complete" and by["d"].output_tps is None
+    for folder in (bad, fifo):
+        with pytest.raises(InputError, match="campaign"):
+            _prompt(lambda f=folder: read_campaign(f))
+    assert [c.name for c in _prompt(lambda: stored_campaigns(tmp_path))] == ["good"]
     assert [c.name for c in _prompt(lambda: campaigns(tmp_path))] == ["good"]
 
 
@@ -883,7 +893,7 @@ def test_an_events_file_of_hostile_lines_is_skipped_and_counted(tmp_path: Path) 
 
 
 def test_an_events_file_that_is_a_fifo_is_never_waited_on(tmp_path: Path) -> None:
-    from tui.console.actions import running_benches
+    from tui.console.benchjob import running_benches
     from tui.core.bench.eventsfile import EventsTail
 
     path = tmp_path / "x.bench.events.jsonl"

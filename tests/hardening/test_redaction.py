@@ -436,7 +436,7 @@ def test_a_log_line_with_tokens_is_recorded_redacted(tmp_path: Path) -> None:
 
 
 def test_a_console_job_shows_its_command_redacted(tmp_path: Path) -> None:
-    from tui.console.actions import Job
+    from tui.console.jobs import Job
 
     job = Job(name="up", argv=["up", "--model", MODEL, "--env", f"MY_HF_TOKEN_2={GH}", "--env",
                                f"HF_ENDPOINT={MIRROR}", "--arg", f"--api-key {SK}"], log=tmp_path / "j.log")

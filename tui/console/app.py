@@ -22,8 +22,11 @@ from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from tui.console.actions import BenchJob, Job, LaunchKnobs, campaigns, down_argv, running_benches, start_job
+from tui.console.argv import LaunchKnobs, down_argv
+from tui.console.benchjob import BenchJob, running_benches
+from tui.console.campaigns import campaigns
 from tui.console.commands import ConsoleCommands
+from tui.console.jobs import Job, start_job
 from tui.console.model import ConsoleModel
 from tui.console.screens.bench import BenchScreen
 from tui.console.screens.campaign import CampaignScreen

@@ -28,7 +28,9 @@ from textual.widgets import Button, Footer, Input, Label, OptionList, Select, St
 from textual.widgets.option_list import Option
 
 from tui.console import fmt
-from tui.console.actions import BenchJob, bench_argv, bench_files, start_job, write_workload
+from tui.console.argv import bench_argv
+from tui.console.benchjob import BenchJob, bench_files, write_workload
+from tui.console.jobs import start_job
 from tui.console.model import BENCH, ConsoleModel
 from tui.console.widgets.charts import TimeSeriesChart
 from tui.console.widgets.header import HeaderBar

@@ -22,7 +22,8 @@ from textual.widgets import Button, Footer, Input, Label, OptionList, SelectionL
 from textual.widgets.option_list import Option
 
 from tui.console import fmt
-from tui.console.actions import CampaignState, LaunchKnobs, campaigns, run_argv
+from tui.console.argv import run_argv
+from tui.console.campaigns import CampaignState, campaigns
 from tui.console.model import ConsoleModel
 from tui.console.screens.launch import candidate_topologies
 from tui.console.widgets.header import HeaderBar
@@ -232,7 +233,7 @@ class CampaignScreen(Screen[None]):
         rates = self.query_one("#c-rates", Input).value.strip() or None
         argv = run_argv(model, topos, wls, ctx.options, rates=rates, repeat=int(repeat_text),
                         num_prompts=int(prompts_text) if prompts_text else None,
-                        knobs=LaunchKnobs(ports=ctx.ports))
+                        ports=ctx.ports)
         self._spawn(argv)
 
     def action_resume(self) -> None:
@@ -251,7 +252,7 @@ class CampaignScreen(Screen[None]):
                         rates=",".join(rates) if isinstance(rates, list) else rates,
                         repeat=int(spec.get("repeat", 1) or 1), campaign=state.name,
                         num_prompts=spec.get("num_prompts"), runner=str(spec.get("client", "ours")),
-                        knobs=LaunchKnobs(ports=self.console.ctx.ports))
+                        ports=self.console.ctx.ports)
         self._spawn(argv)
 
     def _spawn(self, argv: list[str]) -> None:

@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from tui.console.actions import LaunchKnobs, up_argv
+from tui.console.argv import LaunchKnobs, up_argv
 from tui.console.model import BAND, GPUS, HEADER, LOG, SERVERS, ConsoleModel
 from tui.console.widgets.band import Band
 from tui.console.widgets.gpus import GpuPanel

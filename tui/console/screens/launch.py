@@ -22,7 +22,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from tui.console.actions import LaunchKnobs, up_argv
+from tui.console.argv import LaunchKnobs, up_argv
 from tui.console.model import ConsoleModel
 from tui.console.widgets.header import HeaderBar
 from tui.core.errors import AppError

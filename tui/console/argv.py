@@ -1,0 +1,107 @@
+"""The command lines of the detached commands the console starts (``down``, ``run``, ``bench``), with the
+console's host options as the CLI's global flags, so that a detached command sees the same host."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tui.core.host.base import HostOptions
+
+
+def port_args(ports: tuple[int, int, int] | None) -> list[str]:
+    """The flags of a layout's ports (endpoint, first server, first NIXL side channel); none for the defaults."""
+    if ports is None:
+        return []
+    return ["--port", str(ports[0]), "--server-port", str(ports[1]), "--side-channel-port", str(ports[2])]
+
+
+def global_args(options: HostOptions) -> list[str]:
+    """The console's host options as the CLI's global flags (a detached command sees the same host)."""
+    out: list[str] = []
+    if options.sim:
+        out.append("--sim")
+    if options.sim_gpu:
+        out += ["--sim-gpu", options.sim_gpu]
+    if options.sim_gpus:
+        out += ["--sim-gpus", str(options.sim_gpus)]
+    for f in options.sim_faults:
+        out += ["--sim-fault", f]
+    if options.sim_startup_s is not None:
+        out += ["--sim-startup", f"{options.sim_startup_s:g}"]
+    if options.sim_clock is not None:
+        out += ["--sim-clock", f"{options.sim_clock:g}"]
+    if options.vllm:
+        out += ["--vllm", options.vllm]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchKnobs:
+    """The plan's common knobs the launch screen edits (the same flags ``up``/``plan``/``run`` take)."""
+
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    extra_args: tuple[str, ...] = ()  # each one ``--arg`` value ("--flag value")
+    extra_env: tuple[tuple[str, str], ...] = ()
+    gpus: str | None = None
+    #: (endpoint port, first server port, first NIXL side-channel port); None: the defaults 8000, 8100, 5600
+    ports: tuple[int, int, int] | None = None
+
+    def args(self) -> list[str]:
+        out: list[str] = []
+        if self.gpus:
+            out += ["--gpus", self.gpus]
+        out += port_args(self.ports)
+        if self.gpu_memory_utilization is not None:
+            out += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
+        if self.max_model_len is not None:
+            out += ["--max-model-len", str(self.max_model_len)]
+        for a in self.extra_args:
+            out.append(f"--arg={a}")
+        for k, v in self.extra_env:
+            out += ["--env", f"{k}={v}"]
+        return out
+
+
+def bench_argv(workload_file: Path, events: Path, slo: dict[str, float], runner: str, options: HostOptions, *,
+               campaign: str = "console") -> list[str]:
+    """``disagg-tui bench`` for a run started from the console: against the active layout, stored under
+    ``runs/<campaign>/``, its events to ``events`` for the console to follow, no progress line (nobody reads it)."""
+    argv = ["bench", "--workload", str(workload_file), "--campaign", campaign, "--events-to", str(events), "--quiet"]
+    if slo:
+        argv += ["--goodput", *(f"{k}:{v:g}" for k, v in slo.items())]
+    if runner == "vllm":
+        argv += ["--runner", "vllm"]
+    return [*argv, *global_args(options)]
+
+
+def up_argv(model: str, topology: str, knobs: LaunchKnobs, options: HostOptions, *,
+            apply_fix: str | None = None, replace: bool = False) -> list[str]:
+    argv = ["up", "--model", model, "--topology", topology, *knobs.args()]
+    if apply_fix:
+        argv += ["--apply-fix", apply_fix]
+    if replace:
+        argv.append("--replace")
+    return [*argv, *global_args(options)]
+
+
+def down_argv(options: HostOptions, *, all_layouts: bool = False) -> list[str]:
+    return ["down", *(["--all"] if all_layouts else []), *global_args(options)]
+
+
+def run_argv(model: str, topologies: Sequence[str], workloads: Sequence[str], options: HostOptions, *,
+             ports: tuple[int, int, int] | None = None, rates: str | None = None, repeat: int = 1,
+             campaign: str | None = None, num_prompts: int | None = None, runner: str = "ours") -> list[str]:
+    argv = ["run", "--model", model, "--topology", ",".join(topologies), "--workload", ",".join(workloads),
+            "--repeat", str(repeat), "--quiet"]
+    if rates:
+        argv += ["--rates", rates]
+    if campaign:
+        argv += ["--campaign", campaign]
+    if num_prompts:
+        argv += ["--num-prompts", str(num_prompts)]
+    if runner != "ours":
+        argv += ["--runner", runner]
+    return [*argv, *port_args(ports), *global_args(options)]
