@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from tui.core.models import Workload
+from tui.core.plan.request import LaunchRequest
 from tui.core.playbook import Playbook
 
 
@@ -24,8 +25,7 @@ class LaunchRequested(Message):
     Posted by the launch screen (ctrl+l); the app refuses it in a replay or while a layout is up, remembers it as
     the last launch (what restart and apply-fix repeat), starts ``up`` and shows the dashboard."""
 
-    def __init__(self, request: object) -> None:
-        #: a ``tui.core.plan.request.LaunchRequest``
+    def __init__(self, request: LaunchRequest) -> None:
         self.request = request
         super().__init__()
 
