@@ -19,6 +19,7 @@ from tui.core.errors import EXIT_OK, InputError, PlanRefused
 from tui.core.launch.state import StateStore
 from tui.core.models import ModelProfile, Workload
 from tui.core.plan.planner import PlanOptions
+from tui.core.plan.request import add_bundle_arguments
 from tui.core.plan.spec import LaunchPlan
 from tui.core.record.bundle import Bundle, build_bundle, check_trust, load_bundle, write_bundle
 from tui.core.record.bundle_install import check_replace, install, install_changes, missing_secrets
@@ -54,19 +55,9 @@ def register(sub: Any) -> None:
     im.add_argument("--yes", "-y", action="store_true", help="add without asking")
     im.add_argument("--replace", action="store_true",
                     help="replace a profile or workload of the same name that differs (shipped or yours)")
-    add_bundle_trust_options(im)
+    add_bundle_arguments(im)
     add_global_options(im)
     im.set_defaults(handler=run_import)
-
-
-def add_bundle_trust_options(p: Any) -> None:
-    """What an operator may accept from a bundle on this host, beyond the allowlist (import and up --bundle)."""
-    p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
-                   help="accept this environment variable from the bundle though the allowlist does not name it "
-                        "(never PYTHONPATH, LD_*, PATH, *_HOME and the like); repeatable")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="accept the bundle profile's trust_remote_code: vLLM then runs the Python code of the "
-                        "model's repository on this host")
 
 
 # --- export ----------------------------------------------------------------------------------------------------

@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tui.cli.cmd_bundle import add_bundle_trust_options, print_bundle_plan
-from tui.cli.common import add_plan_options, make_plan, plan_options
+from tui.cli.cmd_bundle import print_bundle_plan
+from tui.cli.common import launch_request, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.recording import SessionRecording, add_record_options
-from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
+from tui.core.errors import EXIT_FAILED, EXIT_OK
 from tui.core.events import Event, EventBus, Notice
 from tui.core.guided import FixApplied, GuidedLaunch
 from tui.core.launch.events import (
@@ -30,13 +30,13 @@ from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.models import ModelProfile
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import preflight
+from tui.core.plan.request import LaunchRequest, add_plan_arguments, add_up_arguments
 from tui.core.playbook import Diagnosis, load_playbook
 from tui.core.record.bundle import check_trust, load_bundle
 from tui.core.record.bundle_plan import plan_here, require_secrets
 from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint
 from tui.core.telemetry import collect_snapshot_sync
 from tui.core.telemetry.view import tick_lines
-from tui.core.topology import parse_topology
 from tui.hosts import host_for_layout
 
 
@@ -45,25 +45,9 @@ def register(sub: Any) -> None:
                         description="Plan, preflight, launch every server (and the proxy) in its own session, "
                                     "follow startup phases, and wait until each answers /health. The servers keep "
                                     "running after this command returns; 'disagg-tui down' stops them.")
-    add_plan_options(up)
-    for action in up._actions:
-        if action.dest in ("model", "topology"):
-            action.required = False  # --bundle carries them
-    up.add_argument("--bundle", metavar="FILE",
-                    help="launch a bundle's layout, planned on this host (this host's --host, ports, --gpus and "
-                         "vllm; the bundle adds only allowlisted flags and variables), after preflight; --topology "
-                         "picks one of its layouts")
-    add_bundle_trust_options(up)
-    up.add_argument("--replace", action="store_true", help="stop the layout that is up first")
-    up.add_argument("--ready-timeout", type=float, metavar="S", help="give up on a start after S seconds")
-    up.add_argument("--stall-timeout", type=float, metavar="S",
-                    help="report a start whose log is silent for S seconds as stalled")
+    add_plan_arguments(up, required=False)  # --bundle carries them
+    add_up_arguments(up)
     up.add_argument("--logs", action="store_true", help="print every server log line while starting")
-    up.add_argument("--no-stagger", action="store_true",
-                    help="start servers that share a GPU at once (each then gets a fraction of its KV cache)")
-    up.add_argument("--apply-fix", metavar="ID|auto",
-                    help="apply a playbook entry's fix to the plan before launching; 'auto': launch, and when a "
-                         "start fails with a known failure whose fix is safe, apply it and relaunch")
     add_record_options(up, default_on=False)
     add_global_options(up)
     up.set_defaults(handler=run_up)
@@ -154,16 +138,15 @@ def _bar(progress: float, width: int = 20) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
-def _bundle_plan(args: argparse.Namespace, ctx: CliContext) -> tuple[ModelProfile, LaunchPlan]:
+def _bundle_plan(request: LaunchRequest, ctx: CliContext) -> tuple[ModelProfile, LaunchPlan]:
     """The bundle's layout planned on this host (its flags and defaults: host, ports, GPUs, vllm), with what the
     allowlist lets the bundle add; says what the exporting host used instead and how this host differs."""
-    bundle = load_bundle(Path(args.bundle), allow_env=args.allow_env)
-    trust = check_trust(bundle, ctx.catalog.models, args.trust_remote_code)
-    layout = bundle.layout(args.topology)
-    explicit = tuple(name for name, value in (("gpu_memory_utilization", args.gpu_memory_utilization),
-                                               ("max_model_len", args.max_model_len)) if value is not None)
-    bp = plan_here(bundle, layout, ctx.host.facts, plan_options(args, ctx), allow_env=args.allow_env,
-                   explicit=explicit)
+    assert request.bundle is not None
+    bundle = load_bundle(Path(request.bundle), allow_env=request.allow_env)
+    trust = check_trust(bundle, ctx.catalog.models, request.trust_remote_code)
+    layout = bundle.layout(request.topology)
+    bp = plan_here(bundle, layout, ctx.host.facts, request.plan_options(), allow_env=request.allow_env,
+                   explicit=request.explicit_memory)
     require_secrets(bp)
     print_bundle_plan(bp, lambda line: print(line, file=ctx.err))
     if trust:
@@ -181,39 +164,24 @@ def _bundle_plan(args: argparse.Namespace, ctx: CliContext) -> tuple[ModelProfil
 
 
 def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
-    if args.topology is not None and not args.topology.strip():
-        parse_topology(args.topology)  # refused: an empty --topology is a typo, not "the bundle's best"
-    if args.bundle:
-        if args.model:
-            raise InputError("--bundle carries the model profile: drop --model", field="--model")
-        profile, launch_plan = _bundle_plan(args, ctx)
-    else:
-        for flag, value in (("--allow-env", args.allow_env), ("--trust-remote-code", args.trust_remote_code)):
-            if value:
-                raise InputError("only with --bundle FILE (what a bundle may carry here)", field=flag)
-        for flag, value in (("--model", args.model), ("--topology", args.topology)):
-            if value is None or not value.strip():
-                raise InputError("required (or give --bundle FILE)", field=flag)
-        profile, launch_plan = make_plan(args, ctx)
+    request = launch_request(args, ctx)
+    profile, launch_plan = _bundle_plan(request, ctx) if request.bundle is not None else make_plan(request, ctx)
     host = ctx.host
     for w in launch_plan.warnings:
         ctx.warn(w)
     ctx.print(launch_plan.shell())
     ready_default, stall_default = timeouts_for(host)
     options = UpOptions(
-        ready_timeout_s=args.ready_timeout or ready_default,
-        stall_timeout_s=args.stall_timeout or stall_default,
-        replace=args.replace,
-        stagger_shared_gpus=not args.no_stagger,
+        ready_timeout_s=request.ready_timeout_s or ready_default,
+        stall_timeout_s=request.stall_timeout_s or stall_default,
+        replace=request.replace,
+        stagger_shared_gpus=request.stagger,
     )
-    for name, value in (("--ready-timeout", args.ready_timeout), ("--stall-timeout", args.stall_timeout)):
-        if value is not None and value <= 0:
-            raise InputError(f"must be > 0, got {value}", field=name)
     bus = EventBus()
     bus.subscribe(ProgressPrinter(ctx, show_logs=args.logs))
     with SessionRecording(ctx, args, "up", bus) as session:
         guided = GuidedLaunch(profile, launch_plan, host, bus, load_playbook(), options=options,
-                              apply=args.apply_fix)
+                              apply=request.apply_fix)
         record, final_plan = asyncio.run(session.around(guided.run()))
     if final_plan.fixes_applied:
         ctx.print(f"fixes applied: {', '.join(final_plan.fixes_applied)} (recorded with the layout)")

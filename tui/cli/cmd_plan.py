@@ -5,18 +5,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tui.cli.common import add_plan_options, make_plan
+from tui.cli.common import launch_request, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_OK
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import preflight
+from tui.core.plan.request import add_plan_arguments
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("plan", help="show the exact commands and environment of a layout (nothing runs)",
                        description="Print the launch plan as copy-paste shell (or JSON); the preflight report "
                                    "goes to stderr, apart from the commands.")
-    add_plan_options(p)
+    add_plan_arguments(p)
     p.add_argument("--json", action="store_true", help="print the plan and preflight as JSON")
     p.add_argument("--no-preflight", action="store_true", help="skip the preflight checks")
     add_global_options(p)
@@ -24,7 +25,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: CliContext) -> int:
-    _profile, launch = make_plan(args, ctx)
+    _profile, launch = make_plan(launch_request(args, ctx), ctx)
     checks = [] if args.no_preflight else preflight(launch, ctx.host.facts, ctx.nvml_or_none())
     if args.json:
         ctx.print_json({"plan": launch.redacted_dict(), "preflight": [c.to_dict() for c in checks]})

@@ -7,10 +7,12 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from tui.cli.context import CliContext, add_global_options, parse_gpu_list, parse_pairs, split_args
+from tui.cli.common import launch_request, make_plan
+from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError, PlanRefused
-from tui.core.plan.planner import PlanOptions, plan
+from tui.core.plan.argtext import parse_gpu_list, parse_pairs
 from tui.core.plan.preflight import FAIL, WARN
+from tui.core.plan.request import add_plan_arguments
 from tui.core.playbook import MatchContext, load_playbook
 from tui.core.playbook.events import Diagnosis
 from tui.core.playbook.learn import learn_line
@@ -247,16 +249,9 @@ def _register_doctor(sub: Any) -> None:
                                       "caches, model files, known issues",
                        description="Check the host (and optionally a model and topology) before a launch. Each "
                                    "check passes, warns or fails with a one-line reason; exit 1 when one fails.")
-    p.add_argument("--model", "-m", metavar="M", help="profile id or path: adds model files and known issues")
-    p.add_argument("--topology", "-t", metavar="T", help="tp<N>, dp<N>, <X>p<Y>d ...: checks that layout's GPUs, "
-                                                         "links, NIXL and ports (with --model: its full plan)")
-    p.add_argument("--gpus", metavar="0,1", help="GPU indices the layout would use")
-    p.add_argument("--env", action="append", default=[], metavar="K=V",
-                   help="the plan's extra environment, as for 'up' (checks that depend on it read it)")
-    p.add_argument("--arg", action="append", default=[], metavar="'--flag value'",
-                   help="the plan's extra vllm serve argument(s), as for 'up'")
-    p.add_argument("--allow-shared-gpus", action="store_true", help="as for 'up' (--gpus 0,0)")
-    p.add_argument("--gpu-memory-utilization", type=float, metavar="F", help="as for 'up'")
+    add_plan_arguments(p, required=False, model_help="profile id or path: adds model files and known issues",
+                       topology_help="tp<N>, dp<N>, <X>p<Y>d ...: checks that layout's GPUs, links, NIXL and ports "
+                                     "(with --model: its full plan, with the plan options as for 'up')")
     p.add_argument("--json", action="store_true")
     add_global_options(p)
     p.set_defaults(handler=run_doctor)
@@ -265,7 +260,7 @@ def _register_doctor(sub: Any) -> None:
 def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
     from tui.core.playbook.doctor import doctor
 
-    gpus = parse_gpu_list(args.gpus)  # a bad list is refused even when no layout is checked
+    parse_gpu_list(args.gpus)  # a bad list is refused even when no layout is checked
     host = ctx.host
     facts = host.facts
     profile = ctx.catalog.model(args.model) if args.model else None
@@ -275,11 +270,7 @@ def run_doctor(args: argparse.Namespace, ctx: CliContext) -> int:
     refused = None
     if profile is not None and topo is not None:
         try:
-            extra = split_args(args.arg, "--arg")
-            launch = plan(profile, topo, facts, PlanOptions(
-                gpus=gpus, vllm_executable=getattr(args, "vllm", None) or "vllm",
-                extra_env=tuple(parse_pairs(args.env, "--env")), extra_args=tuple(extra),
-                allow_shared_gpus=args.allow_shared_gpus, gpu_memory_utilization=args.gpu_memory_utilization))
+            launch = make_plan(launch_request(args, ctx), ctx)[1]
         except PlanRefused as exc:
             refused = exc.one_line()
     from tui.core.launch.history import StartupHistory

@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from tui.cli import predictions
-from tui.cli.context import CliContext, add_global_options, parse_pairs
+from tui.cli.context import CliContext, add_global_options
 from tui.core import safeio
 from tui.core.bench import serverside, table
 from tui.core.bench.metrics import parse_goodput
 from tui.core.bench.store import find_runs, load_runs, write_json
 from tui.core.bench.vllmresult import import_vllm_result
 from tui.core.errors import EXIT_OK, InputError
+from tui.core.plan.argtext import parse_pairs
 from tui.core.plan.gpuspecs import PRESETS
 
 FORMATS = ("table", "csv", "md", "json")

@@ -23,7 +23,7 @@ from tui.cli.cmd_bench import (
     run_async,
     vllm_bench_fn,
 )
-from tui.cli.common import add_plan_options, make_plan
+from tui.cli.common import launch_request, make_plan
 from tui.cli.context import CliContext, add_global_options, split_list
 from tui.cli.progress import ProgressLine
 from tui.cli.recording import SessionRecording, add_record_options
@@ -35,6 +35,7 @@ from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError
 from tui.core.events import EventBus
 from tui.core.launch import lifecycle as core_lifecycle
 from tui.core.models import Workload, parse_rate
+from tui.core.plan.request import LaunchRequest, add_plan_arguments
 from tui.core.topology import parse_topologies
 
 
@@ -44,7 +45,8 @@ def register(sub: Any) -> None:
                                    "run each workload (and rate), tear down; then print the comparison table and a "
                                    "recommendation per objective. The same command resumes an interrupted "
                                    "campaign. Exit 1 when some cells failed (the rest of the table is printed).")
-    add_plan_options(p)
+    add_plan_arguments(p, topology_metavar="T1,T2", topology_help="the topologies to compare, comma-separated "
+                       "(tp<N>, dp<N>, <X>p<Y>d, <X>p<Y>d-tp<K>)")
     p.add_argument("--workload", "-w", required=True, metavar="W1,W2", help="workload names or files, comma-separated")
     p.add_argument("--rates", metavar="R1,R2|auto",
                    help="request rates to sweep (req/s or inf), or auto: saturation, then fractions of it")
@@ -72,6 +74,7 @@ def default_name(spec: CampaignSpec) -> str:
 
 def run(args: argparse.Namespace, ctx: CliContext) -> int:
     topologies = [t.name for t in parse_topologies(args.topology)]
+    request = launch_request(args, ctx, topology=topologies[0])
     wl_refs = split_list(args.workload, "--workload")
     workloads: dict[str, Workload] = {}
     for ref in wl_refs:
@@ -103,7 +106,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         return options_from_args(args, wl, vocab, ctx.api_key)
 
     spec.goodput = options(next(iter(workloads.values()))).goodput
-    gpus = _gpu_count(args, ctx, topologies)
+    gpus = _gpu_count(request, ctx, topologies)
 
     def energy_for(gpu_ids: Sequence[int]) -> EnergyReader | None:
         try:
@@ -117,7 +120,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     bus = EventBus()
     with SessionRecording(ctx, args, "run", bus) as session:
         runner = CampaignRunner(spec=spec, lifecycle=lifecycle, host=host,
-                                planner=lambda topo: make_plan(args, ctx, topo), workloads=workloads,
+                                planner=lambda topo: make_plan(request, ctx, topo), workloads=workloads,
                                 options=options, bus=bus, notify=lambda s: progress.text(s), on_tick=progress.tick,
                                 energy_for=energy_for, bench=bench)
         try:
@@ -130,11 +133,11 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         return report(args, ctx, result, workloads, gpus, session)
 
 
-def _gpu_count(args: argparse.Namespace, ctx: CliContext, topologies: list[str]) -> int | None:
+def _gpu_count(request: LaunchRequest, ctx: CliContext, topologies: list[str]) -> int | None:
     """GPUs per layout, from the first topology the planner accepts (a refused one fails its cells later)."""
     for topo in topologies:
         try:
-            return len(make_plan(args, ctx, topo)[1].gpus)
+            return len(make_plan(request, ctx, topo)[1].gpus)
         except AppError:
             continue
     return None

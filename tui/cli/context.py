@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -14,6 +13,7 @@ from tui.core import safeio
 from tui.core.errors import InputError
 from tui.core.host.base import Host, HostOptions
 from tui.core.models import Catalog
+from tui.core.plan.request import add_vllm_argument
 from tui.hosts import MAX_SIM_GPUS, SIM_FAULTS, select_host
 
 
@@ -36,19 +36,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = Fal
     g.add_argument("--api-key", default=default, metavar="KEY",
                    help="vLLM's API key: servers started here require it, bench and run send it (default: "
                         "$VLLM_API_KEY); never shown in plans or written to state, logs or results")
-    g.add_argument("--vllm", default=default, metavar="PATH",
-                   help="the vllm executable (default: found on PATH; it often lives in its own venv)")
-
-
-def parse_pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
-    """``K=V`` items of a repeatable flag, as pairs; one clear error naming the flag otherwise."""
-    out = []
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise InputError(f"expected K=V, got {item!r}", field=flag)
-        out.append((k, v))
-    return out
+    add_vllm_argument(g, default=default)
 
 
 def split_list(text: str, flag: str) -> list[str]:
@@ -61,36 +49,6 @@ def split_list(text: str, flag: str) -> list[str]:
         where = next(i for i, t in enumerate(parts, 1) if not t)
         raise InputError(f"empty item {where} in {text!r}", field=flag)
     return parts
-
-
-def split_args(items: list[str], flag: str = "--arg") -> list[str]:
-    """The items of a repeatable ``--arg '--flag value'`` split as a shell would; an empty (or blank) item is
-    refused: it adds nothing to the command line, so it is a mistake (a variable that was not set)."""
-    out: list[str] = []
-    for item in items:
-        try:
-            words = shlex.split(item)
-        except ValueError as exc:
-            raise InputError(f"cannot split {item!r}: {exc}", field=flag) from None
-        if not words:
-            raise InputError(f"empty argument {item!r}; give a vllm serve flag, e.g. {flag} '--enforce-eager'",
-                             field=flag)
-        out += words
-    return out
-
-
-def parse_gpu_list(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit():
-            raise InputError(f"expected GPU indices like 0,1; got {text!r}", field="--gpus")
-        out.append(int(part))
-    if not out:
-        raise InputError("no GPU given", field="--gpus")
-    return tuple(out)
 
 
 @dataclass

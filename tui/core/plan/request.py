@@ -1,0 +1,416 @@
+"""One launch request for both front ends: what ``disagg-tui plan``/``up`` take and the console's launch form holds.
+
+A :class:`LaunchRequest` is frozen and valid: constructing one runs the one validation, which raises
+:class:`RequestInvalid` (the project's ``InputError``, naming the first flag) with every problem at once, each an
+``InputError`` naming its flag (``--port``, ``--env``, ``--arg``...). The CLI builds it from argparse
+(:meth:`LaunchRequest.from_args`), the console from its form (:meth:`LaunchRequest.from_text`, the same
+conversions); :meth:`LaunchRequest.plan_options` is what the planner takes, :func:`plan_request` the plan, and
+:meth:`LaunchRequest.to_argv` the arguments after ``disagg-tui up`` that give back the same request.
+
+The arguments are defined here, once: :func:`add_plan_arguments` and :func:`add_up_arguments` add them to an
+argparse parser (the CLI registers ``plan``, ``up`` and ``run`` with them; :meth:`LaunchRequest.from_argv` parses
+with the same definitions). argparse takes every value as text; the request converts it, so a form field and a
+flag are read by the same code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, NoReturn
+
+from tui.core.errors import AppError, InputError
+from tui.core.models import Catalog, ModelProfile
+from tui.core.models.ranges import MODEL
+from tui.core.plan.argtext import ENV_NAME, check_json_flags, parse_env, parse_gpu_list, quote_words, split_args
+from tui.core.plan.hostfacts import HostFacts
+from tui.core.plan.planner import DEFAULT_HOST, DEFAULT_PORT, SERVER_BASE_PORT, SIDE_CHANNEL_BASE, PlanOptions, plan
+from tui.core.plan.spec import LaunchPlan
+from tui.core.topology import parse_topology
+
+#: each field's flag (what an error names, what ``to_argv`` writes)
+FLAGS: dict[str, str] = {
+    "model": "--model", "topology": "--topology", "gpus": "--gpus", "host": "--host", "port": "--port",
+    "server_port": "--server-port", "side_channel_port": "--side-channel-port", "model_path": "--model-path",
+    "extra_args": "--arg", "extra_env": "--env", "gpu_memory_utilization": "--gpu-memory-utilization",
+    "max_model_len": "--max-model-len", "allow_shared_gpus": "--allow-shared-gpus", "vllm": "--vllm",
+    "bundle": "--bundle", "allow_env": "--allow-env", "trust_remote_code": "--trust-remote-code",
+    "apply_fix": "--apply-fix", "replace": "--replace", "stagger": "--no-stagger",
+    "ready_timeout_s": "--ready-timeout", "stall_timeout_s": "--stall-timeout",
+}
+_HOST_NAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                        r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z")
+
+
+class RequestInvalid(InputError):
+    """Every problem of a launch request (``problems``, each naming its flag); it reads as the first one, the
+    others in its hint."""
+
+    def __init__(self, problems: Sequence[InputError]) -> None:
+        self.problems = tuple(problems)
+        first = self.problems[0]
+        rest = "; ".join(p.title for p in self.problems[1:])
+        hint = "; ".join(h for h in (first.hint, f"also {rest}" if rest else None) if h) or None
+        super().__init__(first.message, field=first.field, hint=hint)
+
+    def by_flag(self) -> dict[str, list[str]]:
+        """The problems' messages by the flag each names (what a form shows next to each field)."""
+        out: dict[str, list[str]] = {}
+        for p in self.problems:
+            out.setdefault(p.field or "", []).append(p.message)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """What to launch: the model and topology, every plan option, and what ``up`` adds (a fix, replacing the
+    layout that is up, staggering, timeouts, a bundle). Constructing one validates it (:class:`RequestInvalid`)."""
+
+    model: str | None = None  # a profile id, a profile file, a model folder or an ORG/NAME in the HF cache
+    topology: str | None = None  # tp<N>, dp<N>, <X>p<Y>d, <X>p<Y>d-tp<K>
+    gpus: tuple[int, ...] | None = None  # None: the first ones
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    server_port: int = SERVER_BASE_PORT
+    side_channel_port: int = SIDE_CHANNEL_BASE
+    model_path: str | None = None
+    extra_args: tuple[str, ...] = ()  # words added to each vllm serve command line
+    extra_env: tuple[tuple[str, str], ...] = ()
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    allow_shared_gpus: bool = False
+    vllm: str | None = None  # the vllm executable (None: found on PATH)
+    # what ``up`` adds
+    bundle: str | None = None
+    allow_env: tuple[str, ...] = ()
+    trust_remote_code: bool = False
+    apply_fix: str | None = None  # a playbook entry id, or "auto"
+    replace: bool = False
+    stagger: bool = True
+    ready_timeout_s: float | None = None
+    stall_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise RequestInvalid(problems)
+
+    # --- the one validation --------------------------------------------------------------------------------------
+    def problems(self) -> list[InputError]:
+        """Every reason this request cannot be launched as written, each naming its flag."""
+        out: list[InputError] = []
+
+        def bad(name: str, message: str, hint: str | None = None) -> None:
+            out.append(InputError(message, field=FLAGS[name], hint=hint))
+
+        def guard(fn: Any, *args: Any) -> None:
+            try:
+                fn(*args)
+            except InputError as err:
+                out.append(err)
+
+        if self.bundle is not None:
+            if not self.bundle.strip():
+                bad("bundle", "empty; expected a bundle file")
+            if self.model is not None:
+                bad("model", "--bundle carries the model profile: drop --model")
+        else:
+            for name in ("model", "topology"):
+                if getattr(self, name) is None:
+                    bad(name, "required (or give --bundle FILE)")
+            for name in ("allow_env", "trust_remote_code"):
+                if getattr(self, name):
+                    bad(name, "only with --bundle FILE (what a bundle may carry here)")
+        if self.model is not None and not self.model.strip():
+            bad("model", "empty; expected a profile id, a profile file or a model folder")
+        if self.topology is not None:
+            guard(parse_topology, self.topology)
+        if self.gpus is not None:
+            if not self.gpus:
+                bad("gpus", "no GPU given")
+            elif any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in self.gpus):
+                bad("gpus", f"expected GPU indices like 0,1; got {self.gpus!r}")
+        guard(_check_host, self.host)
+        for name in ("port", "server_port", "side_channel_port"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+                bad(name, f"port must be 1..65535, got {value}")
+        for name in ("model_path", "vllm", "apply_fix"):
+            value = getattr(self, name)
+            if value is not None and not value.strip():
+                bad(name, "empty")
+        for name, words in (("extra_args", self.extra_args), ("allow_env", self.allow_env)):
+            if any("\0" in w for w in words):
+                bad(name, "a NUL character cannot be passed on a command line")
+        guard(check_json_flags, self.extra_args)
+        for k, v in self.extra_env:
+            if not ENV_NAME.match(k):
+                bad("extra_env", f"{k!r} is not an environment variable name (letters, digits and _)")
+            if "\0" in v:
+                bad("extra_env", f"{k}: a NUL character cannot be in the environment")
+        for name in ("gpu_memory_utilization", "max_model_len"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            why = "must be a finite number" if not math.isfinite(value) else MODEL[name].message(value)
+            if why is not None:
+                bad(name, f"{name} {why}")
+        for name in ("ready_timeout_s", "stall_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                bad(name, f"must be > 0 seconds, got {value}")
+        return out
+
+    def warnings(self) -> list[str]:
+        """What the front end should say before launching (the request is valid as it is)."""
+        out: list[str] = []
+        host = self.host.strip()
+        if not _is_loopback(host):
+            out.append(f"--host {host}: the servers and the proxy will accept connections from other machines "
+                       "(their API has no authentication unless --api-key); the default 127.0.0.1 keeps them local")
+        return out
+
+    # --- what the planner takes --------------------------------------------------------------------------------
+    def plan_options(self) -> PlanOptions:
+        return PlanOptions(
+            gpus=self.gpus, host=self.host.strip(), port=self.port, server_base_port=self.server_port,
+            side_channel_base=self.side_channel_port, vllm_executable=self.vllm or "vllm",
+            extra_args=self.extra_args, extra_env=self.extra_env, model_path=self.model_path,
+            gpu_memory_utilization=self.gpu_memory_utilization, max_model_len=self.max_model_len,
+            allow_shared_gpus=self.allow_shared_gpus,
+        )
+
+    # --- as a command line ---------------------------------------------------------------------------------------
+    def to_argv(self) -> list[str]:
+        """The arguments after ``disagg-tui up`` (only what differs from the defaults) that parse back into this
+        request (:meth:`from_argv`, or the CLI's ``up`` parser)."""
+        out: list[str] = []
+
+        def opt(name: str, value: str) -> None:
+            flag = FLAGS[name]
+            out.extend([f"{flag}={value}"] if value.startswith("-") or not value else [flag, value])
+
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == f.default:
+                continue
+            name = f.name
+            if name == "gpus":
+                opt(name, ",".join(map(str, value)))
+            elif name == "extra_args":
+                out.append(f"--arg={quote_words(value)}")
+            elif name == "extra_env":
+                out.extend(f"--env={k}={v}" for k, v in value)
+            elif name == "allow_env":
+                out.extend(f"--allow-env={v}" for v in value)
+            elif isinstance(value, bool):
+                out.append(FLAGS[name])  # the flags that switch a default (stagger's is --no-stagger)
+            elif isinstance(value, float):
+                opt(name, repr(value))
+            else:
+                opt(name, str(value))
+        return out
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> LaunchRequest:
+        """The request ``disagg-tui up ARGV`` makes (the arguments :meth:`to_argv` writes); a mistake is an
+        InputError."""
+        parser = _RaisingParser(prog="disagg-tui up", allow_abbrev=False, add_help=False)
+        add_plan_arguments(parser, required=False)
+        add_up_arguments(parser)
+        add_vllm_argument(parser)
+        return cls.from_args(parser.parse_args(list(argv)))
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, *, topology: str | None = None) -> LaunchRequest:
+        """The request of a parsed ``plan``/``up``/``run`` command line (``topology``: one of ``run``'s list)."""
+        values = {k: v for k, v in vars(args).items() if k in _DESTS}
+        if topology is not None:
+            values["topology"] = topology
+        return cls.from_text(values)
+
+    @classmethod
+    def from_text(cls, values: Mapping[str, Any]) -> LaunchRequest:
+        """A request from the flags' values as text, keyed by their argparse names (``model``, ``gpus``, ``port``,
+        ``arg``, ``env``, ``gpu_memory_utilization``, ``no_stagger``...): what argparse gives, or a form. ``arg``
+        and ``env`` are lists of items (``--arg '--a 1'``, ``--env K=V``) or one text of several (a form field:
+        ``A=1 B='x y'``). A value left out or None is the default (a blank one is refused where a value is needed: a
+        form passes None for a field left empty). Every problem at once: RequestInvalid."""
+        problems: list[InputError] = []
+        kw: dict[str, Any] = {}
+
+        def text(dest: str) -> str | None:
+            value = values.get(dest)
+            return None if value is None else str(value)
+
+        def convert(dest: str, name: str, fn: Any) -> None:
+            raw = text(dest)
+            if raw is None:
+                return
+            try:
+                kw[name] = fn(raw, FLAGS[name])
+            except InputError as err:
+                problems.append(err)
+
+        for dest in ("model", "topology", "host", "model_path", "vllm", "bundle", "apply_fix"):
+            raw = text(dest)
+            if raw is not None:
+                kw[dest] = raw
+        convert("gpus", "gpus", parse_gpu_list)
+        for dest, name in (("port", "port"), ("server_port", "server_port"),
+                           ("side_channel_port", "side_channel_port"), ("max_model_len", "max_model_len")):
+            convert(dest, name, _whole)
+        for dest, name in (("gpu_memory_utilization", "gpu_memory_utilization"), ("ready_timeout", "ready_timeout_s"),
+                           ("stall_timeout", "stall_timeout_s")):
+            convert(dest, name, _number)
+        for dest, name, fn in (("arg", "extra_args", split_args), ("env", "extra_env", parse_env)):
+            items = values.get(dest)
+            if not items:
+                continue
+            try:
+                got = fn([items] if isinstance(items, str) and dest == "arg" else items, FLAGS[name])
+                kw[name] = tuple(got)
+            except InputError as err:
+                problems.append(err)
+        if values.get("allow_env"):
+            kw["allow_env"] = tuple(values["allow_env"])
+        for dest in ("allow_shared_gpus", "trust_remote_code", "replace"):
+            if values.get(dest):
+                kw[dest] = True
+        if values.get("no_stagger"):
+            kw["stagger"] = False
+        try:
+            request = cls(**kw)
+        except RequestInvalid as err:
+            raise RequestInvalid([*problems, *err.problems]) from None
+        if problems:
+            raise RequestInvalid(problems)
+        return request
+
+    @property
+    def explicit_memory(self) -> tuple[str, ...]:
+        """The memory settings this request gives itself (a bundle's values do not override them)."""
+        return tuple(n for n in ("gpu_memory_utilization", "max_model_len") if getattr(self, n) is not None)
+
+
+def plan_request(request: LaunchRequest, catalog: Catalog, facts: HostFacts, *,
+                 topology: str | None = None) -> tuple[ModelProfile, LaunchPlan]:
+    """The plan ``up`` makes of ``request`` on a host of these facts (the model found in ``catalog``)."""
+    if request.model is None or request.bundle is not None:
+        raise AppError("a bundle's layout is planned from the bundle (disagg-tui up --bundle FILE)")
+    profile = catalog.model(request.model)
+    topo = parse_topology(topology or request.topology or "")
+    return profile, plan(profile, topo, facts, request.plan_options())
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_host(text: str) -> None:
+    """The address servers and the proxy bind: an IP address or a host name."""
+    host = text.strip()
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not _HOST_NAME.match(host):
+            raise InputError(f"expected an IP address or a host name, got {text!r}", field="--host") from None
+
+
+def _whole(text: str, flag: str) -> int:
+    t = text.strip()
+    if not t.isascii() or not t.lstrip("-").isdigit() or len(t) > 40:
+        raise InputError(f"expected a whole number, got {text!r}", field=flag)
+    return int(t)
+
+
+def _number(text: str, flag: str) -> float:
+    try:
+        value = float(text.strip()) if len(text) <= 40 else math.nan
+    except ValueError:
+        raise InputError(f"expected a number, got {text!r}", field=flag) from None
+    if not math.isfinite(value):
+        raise InputError(f"expected a finite number, got {text!r}", field=flag)
+    return value
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise InputError(message)
+
+
+# --- the argument definitions (one for the CLI's plan/up/run and for from_argv) -------------------------------------
+#: the argparse names from_args reads
+_DESTS = frozenset({"model", "topology", "gpus", "host", "port", "server_port", "side_channel_port", "model_path",
+                    "arg", "env", "gpu_memory_utilization", "max_model_len", "allow_shared_gpus", "vllm", "bundle",
+                    "allow_env", "trust_remote_code", "apply_fix", "replace", "no_stagger", "ready_timeout",
+                    "stall_timeout"})
+
+
+def add_plan_arguments(p: argparse.ArgumentParser | Any, *, required: bool = True, topology_metavar: str = "T",
+                       topology_help: str = "tp<N>, dp<N>, <X>p<Y>d or <X>p<Y>d-tp<K>",
+                       model_help: str = "profile id, profile file, model folder or ORG/NAME in the Hugging Face "
+                                         "cache") -> None:
+    """The model, the topology and every plan option (``plan``, ``up``, ``run``, ``doctor``)."""
+    p.add_argument("--model", "-m", required=required, metavar="M", help=model_help)
+    p.add_argument("--topology", "-t", required=required, metavar=topology_metavar, help=topology_help)
+    p.add_argument("--gpus", metavar="0,1", help="GPU indices to use (default: the first ones)")
+    p.add_argument("--host", help=f"address servers and proxy bind (default {DEFAULT_HOST})")
+    p.add_argument("--port", metavar="PORT", help=f"endpoint port: proxy or single server (default {DEFAULT_PORT})")
+    p.add_argument("--server-port", metavar="PORT",
+                   help="first server port of a disaggregated layout; the next ones step by 100 (default "
+                        f"{SERVER_BASE_PORT})")
+    p.add_argument("--side-channel-port", metavar="PORT",
+                   help=f"first NIXL side-channel port; one per engine (default {SIDE_CHANNEL_BASE})")
+    p.add_argument("--model-path", metavar="DIR", help="serve this local folder instead of the profile's model")
+    p.add_argument("--arg", action="append", default=[], metavar="'--flag value'",
+                   help="extra vllm serve argument(s), repeatable; split as a shell would, except that a JSON "
+                        "object or list is one word kept as written: --arg '--speculative-config {\"method\": "
+                        "\"ngram\", \"num_speculative_tokens\": 3}'")
+    p.add_argument("--env", action="append", default=[], metavar="K=V", help="extra environment, repeatable")
+    p.add_argument("--gpu-memory-utilization", metavar="F", help="vLLM's share of each GPU's memory (0.05-0.99)")
+    p.add_argument("--max-model-len", metavar="N", help="the longest request, prompt and output, in tokens")
+    p.add_argument("--allow-shared-gpus", action="store_true",
+                   help="let servers of a disaggregated layout share a GPU (--gpus 0,0): a functional check only")
+
+
+def add_bundle_arguments(p: argparse.ArgumentParser | Any) -> None:
+    """What an operator may accept from a bundle on this host, beyond the allowlist (``import``, ``up --bundle``)."""
+    p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
+                   help="accept this environment variable from the bundle though the allowlist does not name it "
+                        "(never PYTHONPATH, LD_*, PATH, *_HOME and the like); repeatable")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="accept the bundle profile's trust_remote_code: vLLM then runs the Python code of the "
+                        "model's repository on this host")
+
+
+def add_up_arguments(p: argparse.ArgumentParser | Any) -> None:
+    """What ``up`` adds to the plan options: a bundle, a fix, replacing, staggering, timeouts."""
+    p.add_argument("--bundle", metavar="FILE",
+                   help="launch a bundle's layout, planned on this host (this host's --host, ports, --gpus and "
+                        "vllm; the bundle adds only allowlisted flags and variables), after preflight; --topology "
+                        "picks one of its layouts")
+    add_bundle_arguments(p)
+    p.add_argument("--replace", action="store_true", help="stop the layout that is up first")
+    p.add_argument("--ready-timeout", metavar="S", help="give up on a start after S seconds")
+    p.add_argument("--stall-timeout", metavar="S", help="report a start whose log is silent for S seconds as stalled")
+    p.add_argument("--no-stagger", action="store_true",
+                   help="start servers that share a GPU at once (each then gets a fraction of its KV cache)")
+    p.add_argument("--apply-fix", metavar="ID|auto",
+                   help="apply a playbook entry's fix to the plan before launching; 'auto': launch, and when a "
+                        "start fails with a known failure whose fix is safe, apply it and relaunch")
+
+
+def add_vllm_argument(p: argparse.ArgumentParser | Any, *, default: Any = None) -> None:
+    """``--vllm PATH`` (a global option of the CLI: ``default`` is argparse.SUPPRESS on a command's parser)."""
+    p.add_argument("--vllm", default=default, metavar="PATH",
+                   help="the vllm executable (default: found on PATH; it often lives in its own venv)")
