@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,26 @@ from tui.core.plan.hostfacts import HostFacts, sim_facts
 from tui.core.plan.planner import LaunchPlan, ServerSpec
 
 PROC = Path(__file__).parent / "procs" / "proc.py"
+
+
+def eventually(predicate: Callable[[], object], timeout: float = 30.0, what: str = "", step: float = 0.02) -> None:
+    """Wait until ``predicate()`` holds, at most ``timeout`` seconds: a test says what must happen, never that it
+    happens within a poll or two (a busy 2-core CI machine delays any of them)."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
+        time.sleep(step)
+
+
+async def eventually_async(predicate: Callable[[], object], timeout: float = 30.0, what: str = "",  # noqa: ASYNC109
+                           step: float = 0.02) -> None:
+    """:func:`eventually` for a test on the event loop (the loop runs while it waits)."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
+        await asyncio.sleep(step)
 
 
 def expectation(path: Path) -> tuple[int, str, str]:
@@ -48,9 +71,18 @@ def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now, below the kernel's ephemeral range: a port the kernel hands out for ``bind(0)`` can be taken
+    as the source port of any outgoing connection (another test worker's HTTP client) before the server that was
+    given it binds it (issue 22, finding 7: a 1P1D test's server or side-channel port, once under ``-n 2``)."""
+    import random
+
+    lo, _ = _ephemeral_range()
+    top = min(lo, 32768) - 1
+    rng = random.Random()
+    while True:
+        port = rng.randrange(12000, top)
+        if _is_free(port):
+            return port
 
 
 def layout_processes(layout_id: str) -> list[psutil.Process]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import eventually_async
 from tui.cli.main import main
 from tui.core import paths
 from tui.core.bench.events import BenchDone, BenchTick, CampaignStep
@@ -222,8 +223,9 @@ async def test_replay_source_paces_pauses_seeks_and_jumps(tmp_path: Path) -> Non
         assert src.start == T0 and src.end == T0 + 10.0
         with pytest.raises(ValueError, match=r"0\.5"):
             src.set_speed(200)
+        src.set_speed(1.0)  # 10 s to play: paused well before the end, however late the loop lets it look
         task = asyncio.create_task(src.run())
-        await asyncio.sleep(0.05)  # 50× real time: ~2.5 s of recording
+        await eventually_async(lambda: len(got) >= 2, 30, "the first events")
         src.pause()
         await asyncio.sleep(0.02)
         held, at = len(got), src.now()
@@ -239,13 +241,10 @@ async def test_replay_source_paces_pauses_seeks_and_jumps(tmp_path: Path) -> Non
         got.clear()
         src.set_speed(100.0)
         src.resume()
-        for _ in range(200):
-            if src.at_end:
-                break
-            await asyncio.sleep(0.01)
-        assert src.at_end and [e.ts for e in got] == [T0 + 8.0, T0 + 8.5, T0 + 9.0, T0 + 9.5, T0 + 10.0]
+        await eventually_async(lambda: src.at_end, 30, "the end")
+        assert [e.ts for e in got] == [T0 + 8.0, T0 + 8.5, T0 + 9.0, T0 + 9.5, T0 + 10.0]
         src.seek(T0)  # back to the start after the end: it replays again
-        await asyncio.sleep(0.3)
+        await eventually_async(lambda: len(got) > 5, 30, "the replay again")
         assert got[5].ts == T0
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

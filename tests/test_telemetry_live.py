@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,13 +122,22 @@ async def test_collect_snapshot_of_a_simulated_1p1d(layout_1p1d: Layout1P1D) -> 
 async def test_live_ticks_follow_the_sampling_rate(layout_1p1d: Layout1P1D) -> None:
     host = SimHost(HostOptions(sim=True))
     ticks = []
-    config = PollerConfig(health_hz=5.0, metrics_hz=5.0)  # several scrapes in the test's 1.2 s
+    config = PollerConfig(health_hz=5.0, metrics_hz=5.0)
+
+    def decode_of(tick: dict[str, Any]) -> dict[str, Any]:
+        return next(s for s in tick["servers"] if s["name"] == "decode-0")
+
+    t0 = time.monotonic()
     async with LiveTelemetry(host, StateStore(), rate_hz=10.0, poller_config=config) as live:
-        async for tick in live.ticks(1.2):
+        async for tick in live.ticks(30.0):  # until what is asserted is there, not for a fixed 1.2 s (issue 22, 7)
             ticks.append(tick)
-    assert 8 <= len(ticks) <= 13
+            rates = (decode_of(tick)["metrics"] or {}).get("generation_tokens_per_s")
+            if len(ticks) >= 8 and rates:
+                break
+    elapsed = time.monotonic() - t0
+    assert 8 <= len(ticks) <= elapsed * 10.0 + 3  # one per sample, at the sampling rate at most
     _check_gpus(ticks[-1])
-    decode = next(s for s in ticks[-1]["servers"] if s["name"] == "decode-0")
+    decode = decode_of(ticks[-1])
     assert decode["health"] == "up" and decode["metrics"]["generation_tokens_per_s"] > 0
     assert decode["metrics"]["disaggregation"]["verdict"] == "decode_recomputed_prefill"  # the captures: no NIXL
 
@@ -170,3 +180,25 @@ def test_watch_text_without_a_layout(capsys: pytest.CaptureFixture[str]) -> None
     blocks = [b for b in captured.out.split("\n\n") if b.strip()]
     assert 2 <= len(blocks) <= 4
     assert "SIMULATED host" in blocks[0] and "GPU0 NVIDIA B200" in blocks[0] and "GPU1" in blocks[0]
+
+
+async def test_a_layout_change_is_followed_at_once_not_at_the_next_look(isolated_dirs: Path) -> None:
+    """Issue 22, finding 7: a recorded run follows the layout when the bus says a server was launched; the look at
+    the state file then gave the view of up to a second before (no servers yet), and a short run ended unpolled."""
+    server = await LocalServer(_vllm([0])).start()
+    now = time.time()
+    with StateStore().locked() as layouts:
+        layouts["L1"] = LayoutRecord(id="L1", created=now, simulated=True, plan={"topology": "tp1"},
+                                     processes=[], status="starting", endpoint=server.url)
+    try:
+        async with LiveTelemetry(SimHost(HostOptions(sim=True)), StateStore()) as live:
+            live.active._clock = lambda: 0.0  # the throttle's clock stands still: only a fresh read sees the change
+            assert live.poller is not None and live.statuses() == []
+            with StateStore().locked() as layouts:
+                layouts["L1"].processes.append(ProcessRecord("server", "single", os.getpid(), os.getpgid(0), 0.0,
+                                                             "", server.url, [0], started=now))
+            await live.follow_layout()  # what the recording does when it hears server_launched
+            assert [st.endpoint.name for st in live.statuses()] == ["server"]
+            assert all(st.health is not None for st in live.statuses())  # polled before it returned
+    finally:
+        await server.close()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench.benchpaths import CPU_SAMPLE, H200
+from tests.helpers import eventually_async
 from tui.core.bench.events import BenchTick
 from tui.core.bench.runner import BenchOptions, BenchTarget
 from tui.core.bench.vllmbench import bench_argv, parse_progress, run_vllm_bench
@@ -198,10 +199,7 @@ async def test_a_stopped_vllm_bench_is_killed_and_marked_incomplete(stub, tmp_pa
     events: list[Event] = []
     bus.subscribe(events.append)
     task = asyncio.create_task(run_vllm_bench(_fake(tmp_path, slow), _opts(5), target, "/tok", bus=bus))
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        if pidfile.exists() and pidfile.read_text():
-            break
+    await eventually_async(lambda: pidfile.exists() and pidfile.read_text(), 60, "the client's pid")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

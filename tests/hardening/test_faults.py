@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.hardening.cli import no_traceback, run_cli
-from tests.helpers import layout_port_args
+from tests.helpers import eventually, layout_port_args
 from tests.simserver import SimServers
 from tui.core import paths
 from tui.core.bench.store import JOURNAL_FILE, SUMMARY_FILE, load_run, read_records
@@ -185,11 +185,13 @@ def test_nvml_raising_mid_sampling_makes_the_panel_stale_not_dead(tmp_path: Path
     thread = SamplerThread(GpuSampler(fn), bus, rate_hz=10.0, simulated=True)
     try:
         thread.start()
-        time.sleep(0.35)
+        # each step waits for the sample it needs, not a fixed time (issue 22, finding 7)
+        eventually(lambda: any(not e.error for e in got), 30, "a good sample")
         broken["on"] = True
-        time.sleep(0.5)
+        eventually(lambda: any(e.error for e in got), 30, "a failing sample")
+        n = len(got)
         broken["on"] = False
-        time.sleep(0.5)
+        eventually(lambda: any(not e.error for e in got[n:]), 30, "a good sample again")
         assert thread._thread is not None and thread._thread.is_alive()
     finally:
         thread.stop()

@@ -4,6 +4,7 @@ sped up (0.5-100x) or seeked, the same bus a live host feeds (the console cannot
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 
@@ -131,33 +132,41 @@ class ReplaySource:
         self.bus.attach_loop(loop)
         batches: Iterator[list[Event]] | None = None
         pending: list[Event] = []
-        while True:
-            if self._seek_to is not None:
-                t, self._seek_to = self._seek_to, None
-                batches = self.recording.batches(t)
-                pending = []
-            if not pending:
-                assert batches is not None
-                nxt = await asyncio.to_thread(next, batches, None)  # decompression off the loop
-                if self._seeking():
-                    continue
-                if nxt is None:
-                    self._at_end = True
-                    if until_end:
-                        return
-                    self._changed.clear()
-                    while not self._seeking():
-                        await self._changed.wait()
+        try:
+            while True:
+                if self._seek_to is not None:
+                    t, self._seek_to = self._seek_to, None
+                    batches = self.recording.batches(t)
+                    pending = []
+                if not pending:
+                    assert batches is not None
+                    nxt = await asyncio.to_thread(next, batches, None)  # decompression off the loop
+                    if self._seeking():
+                        continue
+                    if nxt is None:
+                        self._at_end = True
+                        if until_end:
+                            return
                         self._changed.clear()
+                        while not self._seeking():
+                            await self._changed.wait()
+                            self._changed.clear()
+                        continue
+                    pending = nxt
                     continue
-                pending = nxt
-                continue
-            ev = pending[0]
-            if not await self._wait_for(ev.ts):
-                continue  # a seek came: start over from there
-            pending.pop(0)
-            self.bus.publish(ev)
-            self.published += 1
+                ev = pending[0]
+                if not await self._wait_for(ev.ts):
+                    continue  # a seek came: start over from there
+                pending.pop(0)
+                self.bus.publish(ev)
+                self.published += 1
+        finally:
+            # the chunks being read hold a view of the mapped file: let it go now, not when a traceback
+            # that holds this frame is collected (the recording could not be closed until then)
+            close = getattr(batches, "close", None)
+            if close is not None:
+                with contextlib.suppress(ValueError):  # still running in its thread: it ends there
+                    close()
 
     def _seeking(self) -> bool:
         """A seek is waiting to be taken up (set by the controls while the pump awaits)."""

@@ -1,7 +1,7 @@
 """The active layout as the telemetry sees it: endpoints to poll, processes to map, who is still starting.
 
-The state file is re-read only when it changed (its mtime), at most once per ``min_interval_s``, so the sampler
-(4 Hz) and the poller can ask freely.
+The state file is re-read only when it changed (its inode, mtime or size), at most once per ``min_interval_s``, so
+the sampler (4 Hz) and the poller can ask freely; a caller that follows the layout asks for a fresh read.
 """
 
 from __future__ import annotations
@@ -73,25 +73,30 @@ class ActiveLayout:
         self._clock = clock
         self._lock = threading.Lock()
         self._checked = -1e18
-        self._mtime: int | None = None
+        self._key: tuple[int, int, int] | None = None  # what the file was when last read
         self._layout: LayoutRecord | None = None
         self._refs: tuple[ServerRef, ...] = ()
 
-    def get(self) -> LayoutRecord | None:
+    def get(self, *, fresh: bool = False) -> LayoutRecord | None:
+        """The active layout. At most one look at the file per ``min_interval_s``, unless ``fresh``: a caller that
+        heard the layout change (launched, ready) reads the file now, whatever was read a moment ago."""
         if self.store is None:
             return None
         with self._lock:
             now = self._clock()
-            if now - self._checked < self._min_interval:
+            if not fresh and now - self._checked < self._min_interval:
                 return self._layout
             self._checked = now
             try:
-                mtime: int | None = self.store.file.stat().st_mtime_ns
+                st = self.store.file.stat()
+                # the file is replaced whole (a new inode each time): two writes within the file system's
+                # timestamp granularity still differ
+                key: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
             except OSError:
-                mtime = None
-            if mtime != self._mtime:
-                self._mtime = mtime
-                self._layout = _read_active(self.store) if mtime is not None else None
+                key = None
+            if fresh or key != self._key:
+                self._key = key
+                self._layout = _read_active(self.store) if key is not None else None
                 self._refs = refs_from_layout(self._layout) if self._layout is not None else ()
             return self._layout
 
@@ -99,8 +104,8 @@ class ActiveLayout:
         self.get()
         return self._refs
 
-    def endpoints(self) -> list[Endpoint]:
-        layout = self.get()
+    def endpoints(self, *, fresh: bool = False) -> list[Endpoint]:
+        layout = self.get(fresh=fresh)
         return endpoints_from_layout(layout) if layout is not None else []
 
     def starting(self, name: str) -> bool:

@@ -168,7 +168,9 @@ class LiveTelemetry:
         if self._fixed_endpoints is not None:
             wanted = self._fixed_endpoints
         else:
-            wanted = await asyncio.to_thread(self.active.endpoints)
+            # read now, not the view of up to a second ago: a caller that heard the layout change (a server
+            # launched, ready) would otherwise poll the layout as it was before (a short run ended unpolled)
+            wanted = await asyncio.to_thread(self.active.endpoints, fresh=True)
         if self.poller is not None and wanted == self._endpoints:
             return
         if self.poller is not None:
