@@ -113,3 +113,61 @@ def rate_bps(bps: float | None) -> str:
         if bps >= scale:
             return f"{bps / scale:.1f} {unit}"
     return f"{bps:.0f} B/s"
+
+
+#: a startup phase (``tui.core.launch.phases``) in the operator's words, short enough for the servers table
+PHASE_WORDS = {
+    "launching": "Python start", "args": "argument parsing", "config": "model config", "engine_init": "engine start",
+    "loading": "weight loading", "loaded": "weight loading", "compiling": "torch.compile",
+    "compiled": "memory profiling", "kv_cache": "KV cache allocation", "warmup": "kernel warm-up",
+    "cuda_graphs": "CUDA graph capture", "graphs_done": "warm-up", "engine_ready": "HTTP server start",
+    "api_starting": "HTTP server start", "api_up": "HTTP server start", "ready": "serving", "serving": "serving",
+}
+
+
+def phase_words(key: str) -> str:
+    """``compiled`` → ``memory profiling``; an unknown key as it is, its underscores as spaces."""
+    return PHASE_WORDS.get(key, key.replace("_", " ") or "start")
+
+
+#: the same, at most 10 characters (the 80-column table)
+PHASE_SHORT = {
+    "launching": "start", "args": "args", "config": "config", "engine_init": "engine", "loading": "loading",
+    "loaded": "loading", "compiling": "compile", "compiled": "profiling", "kv_cache": "KV alloc",
+    "warmup": "warm-up", "cuda_graphs": "graphs", "graphs_done": "warm-up", "engine_ready": "API start",
+    "api_starting": "API start", "api_up": "API start", "ready": "serving", "serving": "serving",
+}
+
+
+def exit_words(returncode: int | None, during: str, *, short: bool = False) -> str:
+    """How a server ended, in words: ``exited 1 during kernel warm-up``, ``killed (SIGKILL) while serving``,
+    ``exited during engine start`` (its exit status is not known: it was not a child of the process that saw it
+    end, which is how a console that did not launch the layout sees it)."""
+    if returncode is None:
+        what = "exited"
+    elif returncode < 0:
+        import signal
+
+        try:
+            what = f"killed ({signal.Signals(-returncode).name})"
+        except ValueError:
+            what = f"killed (signal {-returncode})"
+    else:
+        what = f"exited {returncode}"
+    if short:
+        return f"{what.replace('(', '').replace(')', '')} · {PHASE_SHORT.get(during, phase_words(during))}"
+    return f"{what} while serving" if during in ("serving", "ready") else f"{what} during {phase_words(during)}"
+
+
+def cut_words(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells, cut after a whole word with an ellipsis (mid-word only when its first
+    word alone is wider)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = text[: width - 1]
+    space = head.rstrip().rfind(" ")
+    if space > 0 and not text[width - 1].isspace():
+        head = head[:space]
+    return head.rstrip(" ;,:·-") + "…"

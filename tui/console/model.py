@@ -70,6 +70,8 @@ class ServerView:
     figures: ServerFigures | None = None
     metrics_error: str | None = None
     metrics_at: float = 0.0
+    #: when the failing scrapes began (0: the last scrape worked)
+    metrics_failing_since: float = 0.0
     phase: str = ""
     phase_label: str = ""
     progress: float = 0.0
@@ -203,6 +205,10 @@ class ConsoleModel:
             return
         v = self.server(ev.server)
         v.metrics_at = self.clock()
+        if ev.error is None:
+            v.metrics_failing_since = 0.0
+        elif v.metrics_error is None or not v.metrics_failing_since:
+            v.metrics_failing_since = v.metrics_at
         v.metrics_error = ev.error
         if ev.figures is not None:
             v.figures = ev.figures

@@ -126,7 +126,7 @@ def _startup(model: ConsoleModel, width: int) -> Text:
         t.append("\n")
         t.append(f"{v.name:<10} ", style="bold")
         if v.exited is not None:
-            t.append(f"exited {v.exited.returncode} during {v.exited.during}", style=fmt.BAD)
+            t.append(fmt.exit_words(v.exited.returncode, v.exited.during), style=fmt.BAD)
             continue
         if v.waits_for and not v.started:
             t.append(f"held back: starts once {', '.join(v.waits_for)} allocated its KV cache on GPU "
@@ -137,8 +137,8 @@ def _startup(model: ConsoleModel, width: int) -> Text:
         t.append_text(fmt.bar(v.progress, bar_w, style=fmt.OK if done else fmt.BUSY))
         t.append(f" {v.progress * 100:3.0f}% ")
         label = "ready" if done else (v.phase_label or "launching")
-        lw = 28 if width >= 100 else 16
-        t.append(f"{label:<{lw}}"[:lw], style=fmt.OK if done else "")
+        lw = 33 if width >= 140 else 28 if width >= 100 else 16  # the longest label whole where there is room
+        t.append(f"{fmt.cut_words(label, lw):<{lw}}", style=fmt.OK if done else "")
         if done and v.ready_s is not None:
             t.append(f" in {fmt.duration(v.ready_s)}")
         else:

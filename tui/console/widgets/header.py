@@ -43,8 +43,9 @@ def render_header(model: ConsoleModel, width: int, *, replay: str | None = None,
     else:
         t.append(f"{lay.topology} {lay.profile_id if width >= 100 else ''}".rstrip() + " · ")
         t.append(lay.status, style=STATUS_STYLE.get(lay.status, ""))
-        if width >= 120 and lay.since:
-            t.append(" since " + time.strftime("%H:%M:%S", time.localtime(lay.since)), style=fmt.DIM)
+        since = layout_since(model)
+        if width >= 120 and since:
+            t.append(" since " + time.strftime("%H:%M:%S", time.localtime(since)), style=fmt.DIM)
     clock = time.strftime("%H:%M:%S", time.localtime(model.clock()))
     if recording:
         clock = "⏺ rec  " + clock
@@ -54,3 +55,22 @@ def render_header(model: ConsoleModel, width: int, *, replay: str | None = None,
         t.append(clock, style=fmt.DIM)
     t.truncate(width, overflow="ellipsis")
     return t
+
+
+def layout_since(model: ConsoleModel) -> float:
+    """Since when the layout shown is in its state: ready since its last server became ready (each server's start
+    plus its startup time, which the state file holds: a console opened later shows when that was, not when it
+    opened), starting since its first server started; otherwise since the console saw it change."""
+    lay = model.layout
+    if lay is None:
+        return 0.0
+    servers = model.servers.values()
+    if lay.status == "ready":
+        ready = [v.started + v.ready_s for v in servers if v.ready_s is not None and v.started]
+        if ready:
+            return max(ready)
+    if lay.status == "starting":
+        started = [v.started for v in servers if v.started]
+        if started:
+            return min(started)
+    return lay.since

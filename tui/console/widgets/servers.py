@@ -18,17 +18,35 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from tui.console import fmt
-from tui.console.model import ConsoleModel, ServerView
+from tui.console.model import SERVER_PERIOD_S, STALE_PERIODS, ConsoleModel, ServerView
 
 WIDE = (("server", 11), ("role", 8), ("GPU", 4), ("port", 5), ("state", 22), ("run/wait", 9), ("KV %", 6),
         ("prompt tok/s", 12), ("gen tok/s", 10), ("KV in", 22))
+#: 150 columns and more: the state column has room for why a scrape fails
+ROOMY = tuple((name, 34 if name == "state" else w) for name, w in WIDE)
 COMPACT = (("server", 10), ("GPU", 3), ("state", 20), ("r/w", 7), ("KV%", 5), ("gen t/s", 8))
 
 
-def state_cell(model: ConsoleModel, v: ServerView) -> Text:
+def metrics_reason(error: str) -> str:
+    """The poller's error for a failed ``/metrics`` scrape, short: ``HTTP 500``, ``no answer``, ``ConnectError``."""
+    e = error.removeprefix("/metrics").lstrip(": ").removeprefix("answered ")
+    if e.startswith("no answer"):
+        return "no answer"
+    if e.startswith("is ") and "bytes" in e:
+        return "too large"
+    return e.split(": ", 1)[0] if ": " in e else e
+
+
+def state_cell(model: ConsoleModel, v: ServerView, width: int = 22) -> Text:
+    """What the server is doing, in words that fit ``width``: its start's phase, its health, why its figures are
+    old or missing (a failing ``/metrics`` scrape, with its reason when there is room, and its age), how it ended."""
+    t = _state(model, v, width)
+    return Text(fmt.cut_words(t.plain, width), style=t.style)
+
+
+def _state(model: ConsoleModel, v: ServerView, width: int) -> Text:
     if v.exited is not None:
-        code = v.exited.returncode
-        return Text(f"exited {code if code is not None else '?'} ({v.exited.during})", style=fmt.BAD)
+        return Text(fmt.exit_words(v.exited.returncode, v.exited.during, short=width < 30), style=fmt.BAD)
     if v.stalled is not None and v.phase != "ready":
         return Text(f"stalled {fmt.duration(v.stalled.silent_s)}", style=fmt.BAD)
     if v.waits_for and not v.started:
@@ -36,8 +54,9 @@ def state_cell(model: ConsoleModel, v: ServerView) -> Text:
     starting = model.layout is not None and model.layout.status == "starting" and v.phase != "ready" \
         and v.role != "proxy"
     if starting:
-        label = v.phase_label or "launching"
-        return Text(f"{label} {fmt.pct(v.progress)}", style=fmt.BUSY)
+        pct = fmt.pct(v.progress)
+        label = fmt.cut_words(v.phase_label or "launching", width - len(pct) - 1)  # the share done stays in view
+        return Text(f"{label} {pct}", style=fmt.BUSY)
     h = v.health
     if h is None:
         return Text("—", style=fmt.DIM)
@@ -49,10 +68,46 @@ def state_cell(model: ConsoleModel, v: ServerView) -> Text:
     # a figure that changes every poll would repaint the table every second for nothing
     slow = h.latency_ms is not None and h.latency_ms >= 100 and h.state == "up"
     text = h.state + (f" (/health {h.latency_ms:.0f} ms)" if slow else "")
-    t = Text(text, style=style)
     if model.server_stale(v):
-        t = Text(f"{text} · {fmt.duration(model.age(v.health_at))} old", style="dim")
-    return t
+        return Text(f"{text} · {fmt.duration(model.age(v.health_at))} old", style="dim")
+    if h.state == "up" and v.metrics_error:
+        age = fmt.duration(model.age(v.figures.ts if v.figures is not None else v.metrics_failing_since))
+        why = f"/metrics {metrics_reason(v.metrics_error)} · {age}" if width >= 30 else f"no metrics {age}"
+        return Text(f"{text} · {why}", style=fmt.WARN)
+    if h.state == "up" and figures_stale(model, v):
+        assert v.figures is not None
+        return Text(f"{text} · figures {fmt.duration(model.age(v.figures.ts))} old", style=fmt.WARN)
+    return Text(text, style=style)
+
+
+def figures_stale(model: ConsoleModel, v: ServerView) -> bool:
+    """The figures shown are not the newest: the last scrapes failed, or none came for four periods."""
+    if v.figures is None:
+        return False
+    return bool(v.metrics_error) or model.age(v.figures.ts) > STALE_PERIODS * SERVER_PERIOD_S
+
+
+def _prompt_split(v: ServerView) -> tuple[float, float] | None:
+    """A decode server's prompt tokens/s as (computed here, arrived by KV transfer), from where vLLM says its
+    prompt tokens came from; None where it does not say (not a decode server, or no traffic yet)."""
+    f = v.figures
+    if f is None or v.role != "decode" or f.disagg is None or f.prompt_tps is None:
+        return None
+    d = f.disagg
+    total = d.external_tokens + d.local_compute_tokens + d.cache_hit_tokens
+    if total <= 0:
+        return None
+    return f.prompt_tps * d.local_compute_tokens / total, f.prompt_tps * d.external_tokens / total
+
+
+def prompt_cell(v: ServerView) -> str:
+    """Prompt tokens/s this server computed: a decode server's are only those it did not receive by KV transfer
+    (``12 local``; the rest are in the KV in column)."""
+    f = v.figures
+    if f is None:
+        return "—"
+    split = _prompt_split(v)
+    return fmt.num(f.prompt_tps) if split is None else f"{fmt.num(split[0])} local"
 
 
 def kv_in_cell(v: ServerView) -> str:
@@ -60,25 +115,31 @@ def kv_in_cell(v: ServerView) -> str:
     if f is None or v.role != "decode":
         return ""
     parts = []
-    if f.disagg is not None and f.disagg.external_share is not None:
+    split = _prompt_split(v)
+    if split is not None:
+        parts.append(f"{fmt.num(split[1])} tok/s")
+    elif f.disagg is not None and f.disagg.external_share is not None:
         parts.append(f"{f.disagg.external_share * 100:.0f}% xfer")
     if f.kv_transfer is not None and f.kv_transfer.bytes_per_s is not None:
         parts.append(fmt.rate_bps(f.kv_transfer.bytes_per_s))
     return " · ".join(parts)
 
 
-def row_for(model: ConsoleModel, v: ServerView, compact: bool) -> list[object]:
-    f = v.figures
-    stale = model.server_stale(v)
-    name = Text(v.name, style="bold" if not stale else "dim")
+def row_for(model: ConsoleModel, v: ServerView, compact: bool, state_w: int = 22) -> list[object]:
+    name = Text(v.name, style="bold" if not model.server_stale(v) else "dim")
     gpus = ",".join(str(g) for g in v.gpus) or ("—" if v.role != "proxy" else "")
+    state = state_cell(model, v, state_w)
+    f = v.figures if v.exited is None else None  # a server that has ended has no figures now
+    old = "dim" if f is not None and figures_stale(model, v) else ""
     rw = "—" if f is None or f.running is None else f"{f.running:.0f} / {f.waiting or 0:.0f}"
     kv = "—" if f is None or f.kv_cache_usage is None else f"{f.kv_cache_usage * 100:.1f}"
     gen = fmt.num(f.generation_tps) if f is not None else "—"
     if compact:
-        return [name, gpus, state_cell(model, v), rw, kv, gen]
-    prompt = fmt.num(f.prompt_tps) if f is not None else "—"
-    return [name, v.role or "—", gpus, v.port or "—", state_cell(model, v), rw, kv, prompt, gen, kv_in_cell(v)]
+        return [name, gpus, state, Text(rw, style=old), Text(kv, style=old), Text(gen, style=old)]
+    prompt = prompt_cell(v) if f is not None else "—"
+    kv_in = kv_in_cell(v) if f is not None else ""
+    return [name, v.role or "—", gpus, v.port or "—", state, Text(rw, style=old), Text(kv, style=old),
+            Text(prompt, style=old), Text(gen, style=old), Text(kv_in, style=old)]
 
 
 def _cell_strip(value: object, width: int, base: Style, styles: dict[str, Style]) -> list[Segment]:
@@ -165,8 +226,9 @@ class ServerTable(Widget, can_focus=True):
     # --- the rows ----------------------------------------------------------------------------------------------
     def draw(self, model: ConsoleModel) -> None:
         width = self.size.width or self.app.size.width
-        schema = COMPACT if width < 100 else WIDE
+        schema = COMPACT if width < 100 else ROOMY if width >= 150 else WIDE
         compact = schema is COMPACT
+        state_w = dict(schema)["state"]
         if schema is not self._schema:
             self._schema, self._rows, self._strips = schema, {}, {}
             self.refresh()
@@ -182,7 +244,7 @@ class ServerTable(Widget, can_focus=True):
                 self.post_message(self.Highlighted(self, self.selected))
         changed = False
         for name in names:
-            row = row_for(model, model.servers[name], compact)
+            row = row_for(model, model.servers[name], compact, state_w)
             if _key(row) != _key(self._rows.get(name)):
                 self._rows[name] = row
                 changed = True
