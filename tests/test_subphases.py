@@ -63,3 +63,48 @@ def test_cache_state(tmp_path: Path) -> None:
     (tmp_path / "v" / "torch_compile_cache" / "abc").mkdir(parents=True)
     assert sp.cache_state(env, ["vllm", "serve"]) == "warm"
     assert sp.cache_state({**env, "VLLM_USE_FLASHINFER_SAMPLER": "0"}, ["vllm"]) == "warm"
+
+
+def test_a_sub_phase_needs_its_evidence_not_a_touched_folder(tmp_path: Path) -> None:
+    """Issue 22, finding 11 (a cold start on the H200): vLLM writes ``modelinfos`` under its cache root while it
+    resolves the model config, ~35 s before torch.compile runs, and FlashInfer's autotuner appends 216 bytes to its
+    ``flashinfer_jit.log`` during the KV-cache and CUDA-graph phases with nothing compiled. Neither is a compile:
+    torch.compile is shown from its own cache's first write, with its time counted from there, and ends when the
+    writing stops; no "FlashInfer JIT (… +0 kB)"."""
+    env = {"HOME": str(tmp_path), "VLLM_CACHE_ROOT": str(tmp_path / "vllm"), "FLASHINFER_WORKSPACE_BASE": str(tmp_path)}
+    dirs = sp.cache_dirs(env)
+    tracker = sp.SubPhaseTracker()
+
+    def feed(t: float) -> list[sp.Transition]:
+        return tracker.feed(t, [], sp.cache_sizes(dirs))
+
+    assert feed(0.0) == []
+    info = tmp_path / "vllm" / "modelinfos" / "Qwen3ForCausalLM.json"  # resolving the model config
+    info.parent.mkdir(parents=True)
+    info.write_bytes(b"{}" * 60_000)
+    assert feed(2.0) == []  # not torch.compile's cache: nothing shown
+    compiled = tmp_path / "vllm" / "torch_compile_cache" / "8f7ed09847" / "rank_0_0" / "backbone" / "artifact"
+    compiled.parent.mkdir(parents=True)
+    compiled.write_bytes(b"\0" * 1_000_000)
+    (out,) = feed(37.0)  # torch.compile runs
+    assert out.key == "cache_vllm" and out.state == "running" and out.elapsed_s == 0.0
+    assert out.label.startswith("torch.compile (cache miss: writing ") and "torch_compile_cache, +1.0 MB)" in out.label
+    with compiled.open("ab") as f:
+        f.write(b"\0" * 1_000_000)
+    (out,) = feed(39.0)
+    assert out.elapsed_s == 2.0 and "+2.0 MB" in out.label
+    log = tmp_path / ".cache" / "flashinfer" / "0.6.12" / "90a" / "flashinfer_jit.log"  # the autotuner, no compile
+    log.parent.mkdir(parents=True)
+    log.write_text("2026-12-01 08:11:23,298 - INFO - autotuner.py:622 - flashinfer.jit: [Autotuner]: Autotuning "
+                   "process starts ...\n2026-12-01 08:11:23,327 - INFO - autotuner.py:641 - flashinfer.jit: "
+                   "[Autotuner]: Autotuning process ends\n")
+    assert feed(41.0) == []
+    (done,) = feed(45.0)  # torch.compile's cache has been still for 6 s: its sub-phase is over
+    assert done.key == "cache_vllm" and done.state == "done" and done.elapsed_s == 2.0
+    assert done.label == "torch.compile cache written (+2.0 MB in 2 s)"
+    assert feed(60.0) == []
+    so = tmp_path / ".cache" / "flashinfer" / "0.6.12" / "90a" / "cached_ops" / "sampling" / "sampling.so"
+    so.parent.mkdir(parents=True)
+    so.write_bytes(b"\x7fELF" + b"\0" * 200_000)  # a real JIT build writes its module here
+    (fi,) = feed(62.0)
+    assert fi.key == "cache_flashinfer" and fi.label.startswith("FlashInfer JIT (writing ") and "+0.2 MB" in fi.label

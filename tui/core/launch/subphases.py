@@ -2,11 +2,12 @@
 
 vLLM 0.24 logs nothing while FlashInfer JIT-compiles its sampling kernels (``ninja`` with ``nvcc`` jobs under the
 engine, building into ``~/.cache/flashinfer/<ver>/<arch>/cached_ops/sampling``: 94 s on the real H200), while
-Triton runs ``ptxas``, or while torch.compile writes ``~/.cache/vllm``. A sampler reads the server's process tree
-(psutil) and its cache directories, in a thread; :class:`SubPhaseTracker` turns the samples into sub-phases, each
-with its own elapsed time, and says whether the server made progress (a compiler that used CPU, a cache that grew)
-since the last sample: the stall detector counts that as output. A compiler that stops using CPU and writes
-nothing is no progress.
+Triton runs ``ptxas``, or while torch.compile writes ``~/.cache/vllm/torch_compile_cache``. A sub-phase is shown
+from its evidence (a compiler in the tree, compiled output written), never because a cache folder was touched.
+A sampler reads the server's process tree (psutil) and its cache directories, in a thread;
+:class:`SubPhaseTracker` turns the samples into sub-phases, each with its own elapsed time, and says whether the
+server made progress (a compiler that used CPU, a cache that grew) since the last sample: the stall detector
+counts that as output. A compiler that stops using CPU and writes nothing is no progress.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ _SNAPSHOT_PROC = re.compile(r"^\s+(?P<pid>\d+)\s+(?P<ppid>\d+)\s+(?P<age>\d+)\s+
                             r"(?P<cmd>.+)$")
 #: cache directories a start writes, by kind (resolved from the server's environment: :func:`cache_dirs`)
 CACHE_KINDS = ("flashinfer", "vllm", "triton")
+#: bytes a compile folder must have grown by before its writing is shown as a sub-phase (one JIT module is MBs, a
+#: torch.compile cache tens of MB; an autotuner's log line or a lock file is not a compile)
+MIN_CACHE_GROWTH = 64 * 1024
+#: seconds a compile folder that was being written stays still before its sub-phase is said to be done
+CACHE_QUIET_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +140,8 @@ class SubPhaseTracker:
     last: dict[str, Activity] = field(default_factory=dict)
     cache_start: dict[str, int] = field(default_factory=dict)
     cache_last: dict[str, int] = field(default_factory=dict)
-    cache_seen: dict[str, float] = field(default_factory=dict)
+    cache_seen: dict[str, float] = field(default_factory=dict)  # kind -> when its writing was first shown
+    cache_grew: dict[str, float] = field(default_factory=dict)  # kind -> when it last grew
     progress: bool = False
     history: list[tuple[str, float, float]] = field(default_factory=list)  # (key, first seen, last seen)
     _last_t: dict[str, float] = field(default_factory=dict)
@@ -167,21 +174,37 @@ class SubPhaseTracker:
             self.cache_start.setdefault(kind, size)
             before = self.cache_last.get(kind, size)
             self.cache_last[kind] = size
+            grown = size - self.cache_start[kind]
             if size > before:
                 progress = True
+                if grown < MIN_CACHE_GROWTH:  # a few bytes are no compile: not shown as one (its time not counted)
+                    continue
                 first = self.cache_seen.setdefault(kind, t)
-                grown = size - self.cache_start[kind]
+                self.cache_grew[kind] = t
                 what = {"vllm": "torch.compile (cache miss: writing", "flashinfer": "FlashInfer JIT (writing",
                         "triton": "Triton (writing"}.get(kind, f"{kind} (writing")
-                size_text = f"+{grown / 1e6:,.1f} MB" if grown >= 100_000 else f"+{grown / 1e3:,.0f} kB"
-                out.append(Transition(f"cache_{kind}", f"{what} {path}, {size_text})", "running",
+                out.append(Transition(f"cache_{kind}", f"{what} {path}, {_size_text(grown)})", "running",
                                       t - first, detail=path, cache_bytes=grown))
+            elif kind in self.cache_seen and t - self.cache_grew.get(kind, t) >= CACHE_QUIET_S:
+                # the writing stopped: the sub-phase ends (it is not shown through the phases that follow)
+                first, last = self.cache_seen.pop(kind), self.cache_grew.pop(kind, t)
+                self.history.append((f"cache_{kind}", first, last))
+                what = {"vllm": "torch.compile cache written", "flashinfer": "FlashInfer JIT output written",
+                        "triton": "Triton cache written"}.get(kind, f"{kind} written")
+                out.append(Transition(f"cache_{kind}", f"{what} ({_size_text(grown)} in {last - first:.0f} s)",
+                                      "done", last - first, detail=path, cache_bytes=grown))
         self.progress = progress
         return out
 
     def finish(self, t: float) -> None:
         for key in list(self.first_seen):
             self.history.append((key, self.first_seen.pop(key), self._last_t.pop(key, t)))
+        for kind in list(self.cache_seen):
+            self.history.append((f"cache_{kind}", self.cache_seen.pop(kind), self.cache_grew.pop(kind, t)))
+
+
+def _size_text(grown: int) -> str:
+    return f"+{grown / 1e6:,.1f} MB" if grown >= 100_000 else f"+{grown / 1e3:,.0f} kB"
 
 
 # --- sampling a live server (blocking: call from a thread) ---------------------------------------------------
@@ -234,8 +257,29 @@ def dir_bytes(path: Path, limit: int = 50_000) -> int:
     return total
 
 
+def compile_dirs(kind: str, root: Path) -> list[Path]:
+    """The folders under a cache root that only a compile writes: FlashInfer's JIT build folders
+    (``<ver>/<arch>/cached_ops``, not its ``flashinfer_jit.log``, which the autotuner appends to with nothing
+    compiled), vLLM's ``torch_compile_cache`` (not ``modelinfos``, written while the model config is resolved, long
+    before torch.compile runs), Triton's cache as a whole."""
+    if kind == "flashinfer":
+        try:
+            return sorted(root.glob("*/*/cached_ops"))[:16]
+        except OSError:
+            return []
+    if kind == "vllm":
+        return [root / "torch_compile_cache"]
+    return [root]
+
+
 def cache_sizes(dirs: Mapping[str, Path]) -> dict[str, tuple[str, int]]:
-    return {kind: (str(p), dir_bytes(p)) for kind, p in dirs.items()}
+    """Each cache kind's (folder shown, bytes of what compiles wrote there: :func:`compile_dirs`)."""
+    out = {}
+    for kind, root in dirs.items():
+        found = compile_dirs(kind, root)
+        shown = found[0] if len(found) == 1 else root
+        out[kind] = (str(shown), sum(dir_bytes(p) for p in found))
+    return out
 
 
 def cache_state(env: Mapping[str, str], argv: Sequence[str]) -> str:
