@@ -249,6 +249,18 @@ async def test_xy_handles_empty_bad_and_single_points_and_resizes(monkeypatch: p
         assert "DP2" in "\n".join(screen_text(app)[:2])
 
 
+async def test_xy_y_title_longer_than_the_tick_column_is_drawn_whole() -> None:
+    """textual-plot centres its y label on the tick labels' column: "mean TPOT ms" lost its start ("ean TPOT ms",
+    the results screen at 160x48). The title starts at the chart's left edge, above the axis."""
+    app = XYApp()
+    app.chart.y_label = "mean TPOT ms"
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        lines = screen_text(app)
+        top, _ = frame_rows(lines)
+        assert lines[top - 1].startswith("mean TPOT ms"), lines[top - 1]
+
+
 # --- snapshots -----------------------------------------------------------------------------------------------
 
 

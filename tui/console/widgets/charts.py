@@ -218,6 +218,9 @@ class ChartPlot(PlotWidget, can_focus=False):
         super().__init__(allow_pan_and_zoom=False)
         self.empty = True
         self._on_size = on_size
+        #: the y axis's title, written from the left edge of the top margin (textual-plot centres its y label on
+        #: the tick labels' column, so a title longer than the left margin lost its start: "ean TPOT ms")
+        self.y_title = ""
 
     def compose(self) -> ComposeResult:
         # PlotWidget.compose (textual-plot 0.10), with the canvases above
@@ -234,6 +237,11 @@ class ChartPlot(PlotWidget, can_focus=False):
             for canvas in self.query(Canvas):
                 stack.enter_context(canvas.batch_refresh())
             result = super().render()
+            if self.y_title and self.margin_top > 0:
+                top = self.query_one("#margin-top", Canvas)
+                if top.size.width:
+                    top.write_text(0, 0, f"[{self.get_component_rich_style('plot--label')}]{self.y_title}",
+                                   TextAlign.LEFT)
             if self.empty:
                 plot = self.query_one("#plot", Canvas)
                 w, h = plot.size
@@ -475,7 +483,7 @@ class XYChart(_Chart):
         roomy = self.plot.size.height >= 14
         self._set_margins(1 if roomy else 0, 3 if roomy else 1)
         plot.set_xlabel(self.x_label if roomy else "")
-        plot.set_ylabel(self.y_label if roomy else "")
+        plot.y_title = self.y_label if roomy else ""
         self._set_limits(0.0, self.x_max, self.y_max)
         plot.set_x_formatter(CompactFormatter())
         plot.set_xticks(spaced_ticks(0.0, self.x_max, self._plot_cols(), 5, _value_steps(self.x_max)))
