@@ -63,7 +63,9 @@ class StartupRecord:
     simulated: bool = False
     #: phase key -> seconds after the start when the server entered it
     phases: tuple[tuple[str, float], ...] = ()
-    #: the compile caches before the start: cold (JIT compiles to come) | warm | "" (not known: older records)
+    #: what the start found in its compile caches, from its own evidence: cold (it compiled: torch.compile's
+    #: "Compiling a graph", a JIT compiler, compiled output written) | warm (it loaded its compiled graphs and
+    #: compiled nothing) | "" (not known: older records)
     cache_state: str = ""
     #: silent sub-phases seen (``flashinfer_jit``, ``triton_ptxas`` ...) and how long each lasted, seconds
     subphases: tuple[tuple[str, float], ...] = ()
@@ -147,6 +149,10 @@ class StartupHistory:
                 continue
             out.append(rec)
         return out
+
+    def started_before(self, key: str, server: str) -> bool:
+        """Whether this host has started the plan's server before (its compile caches then hold its own keys)."""
+        return any(r.key == key and r.server == server for r in self.records())
 
     def expected(self, key: str, server: str, cache_state: str | None = None) -> Expected | None:
         """The median of the last starts of the plan's server; with ``cache_state``, of starts in that state only

@@ -132,6 +132,8 @@ class Launch:
         self.subtrackers: dict[str, subphases.SubPhaseTracker] = {}
         self.progress_at: dict[str, float] = {}  # server -> last time a compiler worked or a cache grew
         self.cache_states: dict[str, str] = {}  # server -> cold | warm, judged before it starts
+        #: server -> what its own log says it compiled or loaded (the cache state its start is remembered with)
+        self.evidence: dict[str, subphases.CompileEvidence] = {}
         self.envs: dict[str, dict[str, str]] = {}
         #: what the servers say is redacted before it is published, matched or kept (the real logs stay as written)
         self.redactor = plan_redactor(plan)
@@ -272,6 +274,7 @@ class Launch:
         self._save()
         self.trackers[item.name] = PhaseTracker()
         self.subtrackers[item.name] = subphases.SubPhaseTracker()
+        self.evidence[item.name] = subphases.CompileEvidence()
         follower.follow(item.name, log)
         found = self.expected.get(item.name)
         self.bus.publish_threadsafe(ServerLaunched(
@@ -285,6 +288,10 @@ class Launch:
         env = dict(item.cmd.env)
         self.envs[item.name] = env
         state = subphases.cache_state(env, item.shown_argv)
+        if state == "warm" and not self.history.started_before(plan_key(self.plan), item.name):
+            # torch.compile keys its cache by the configuration: one never started here finds no entry of its own
+            # in a folder that other configurations filled
+            state = "cold"
         self.cache_states[item.name] = state
         found = expected_startup(self.history, self.plan, item.name, sim_startup_s=self.host.sim_startup_s(),
                                  cache_state=state)
@@ -358,6 +365,9 @@ class Launch:
         """In the follower thread: phases, log lines and hooks (the playbook matcher), on the redacted line."""
         text = self.redactor.text(text)
         self.bus.publish_threadsafe(LogLine(server=name, lineno=lineno, text=text))
+        evidence = self.evidence.get(name)
+        if evidence is not None:
+            evidence.feed(text)
         tracker = self.trackers.get(name)
         if tracker is not None:
             update = tracker.feed(text)
@@ -448,9 +458,13 @@ class Launch:
         if tracker is not None:
             tracker.finish(elapsed)
             subs = tuple((k, round(b - a, 3)) for k, a, b in tracker.history)
+        # the class this start is learnt as comes from what it did (compiled, or loaded its compiled graphs), not
+        # from the folders before it (a non-empty torch.compile cache may hold other configurations' keys only)
+        evidence = self.evidence.get(name, subphases.CompileEvidence())
+        state = evidence.cache_state((k for k, _ in subs), self.cache_states.get(name, ""))
         record = StartupRecord(key=plan_key(self.plan), server=name, startup_s=elapsed, simulated=self.host.simulated,
                                phases=tuple(sorted(self.phase_at.get(name, {}).items(), key=lambda kv: kv[1])),
-                               cache_state=self.cache_states.get(name, ""), subphases=subs)
+                               cache_state=state, subphases=subs)
         with contextlib.suppress(OSError):
             self.history.append(record)
 

@@ -296,6 +296,44 @@ def cache_state(env: Mapping[str, str], argv: Sequence[str]) -> str:
     return "warm" if all(needs) else "cold"
 
 
+#: what vLLM 0.24 logs when torch.compile compiles (a cache miss) or loads its compiled graphs (a hit): §5
+_COMPILED = re.compile(r"Compiling a graph for compile range \S.{0,60} takes [\d.]+ s|saved AOT compiled function to ")
+_LOADED = re.compile(r"Directly load the compiled graph\(s\) for compile range .{1,80} from the cache|"
+                     r"Directly load AOT compilation from path ")
+#: sub-phases that are compiles: a start that had one was not warm
+COMPILE_SUBPHASES = ("flashinfer_jit", "triton_ptxas", "inductor_compile", "nvcc", "cache_flashinfer", "cache_vllm",
+                     "cache_triton")
+
+
+@dataclass
+class CompileEvidence:
+    """What one start's own log and sub-phases say of its compile caches: ``cold`` when it compiled (torch.compile
+    "Compiling a graph for compile range … takes" / "saved AOT compiled function", a JIT compiler in its tree,
+    compiled output written), ``warm`` when torch.compile loaded from its cache ("Directly load …") and nothing was
+    compiled. A non-empty cache folder says neither: each configuration has its own torch.compile cache key."""
+
+    torch_compile: str = ""  # "" (not said) | miss | hit
+
+    def feed(self, line: str) -> None:
+        if "Directly load" in line and _LOADED.search(line[:4096]):
+            if self.torch_compile != "miss":
+                self.torch_compile = "hit"
+        elif ("Compiling a graph" in line or "saved AOT compiled" in line) and _COMPILED.search(line[:4096]):
+            self.torch_compile = "miss"
+
+    def cache_state(self, subphases: Iterable[str], before: str = "") -> str:
+        """The start's cache state from its evidence; ``before`` (the judgment from the folders before it started)
+        when it neither compiled nor loaded anything (``--enforce-eager`` with the sampler off)."""
+        seen = set(subphases)
+        if self.torch_compile == "hit":  # its log says it loaded: what it wrote there is no compile of its own
+            seen.discard("cache_vllm")
+        if self.torch_compile == "miss" or seen & set(COMPILE_SUBPHASES):
+            return "cold"
+        if self.torch_compile == "hit":
+            return "warm"
+        return before
+
+
 # --- the fixture's capture format (a sampled start, every 3 s) ------------------------------------------------
 
 
