@@ -3,8 +3,13 @@
 ``make_console`` is the one factory the CLI, the tests and the benchmarks use. The app owns one ``EventBus``;
 every source publishes on it (the GPU sampler thread and the server poller of ``LiveTelemetry``, the
 ``LayoutFollower`` thread for launches and logs, the benchmark runner, or a recording), the ``ConsoleModel`` folds
-each event in as it arrives (cheap), and a 4 Hz timer draws what changed on the screen that is visible. Long work
-runs in workers; their failures reach one handler that turns them into a notification.
+each event in as it arrives (cheap), and a 4 Hz timer draws what changed on the screen that is visible.
+
+Attributes down, messages up: the app makes each mode's screen with the console's context and state; a screen
+never reaches into the app, it posts what the operator asks for (:mod:`tui.console.messages`) and the app, which
+owns the jobs, the benchmark it follows, the recording and the state, handles it. Long work runs in workers; the
+failure of any of them (the app's, or a screen's, forwarded as ``WorkerFailed``) and every refusal reach the
+operator as one notification with a title and a hint.
 """
 
 from __future__ import annotations
@@ -12,22 +17,39 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any, ClassVar
 
 from textual import work
-from textual.app import App, ScreenStackError
+from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
+from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from tui.console.argv import LaunchKnobs, down_argv
-from tui.console.benchjob import BenchJob, running_benches
+from tui.console.argv import again_request, down_argv, launch_argv, run_argv
+from tui.console.benchjob import BenchJob, running_benches, start_bench
 from tui.console.campaigns import campaigns
 from tui.console.commands import ConsoleCommands
+from tui.console.context import ConsoleContext
 from tui.console.jobs import Job, start_job
+from tui.console.messages import (
+    BenchRequested,
+    BenchStopRequested,
+    CampaignChoice,
+    CampaignRequested,
+    CampaignResumeRequested,
+    DismissRequested,
+    FixRequested,
+    LaunchRequested,
+    PlaybookChanged,
+    RestartRequested,
+    StopRequested,
+    WorkerFailed,
+)
 from tui.console.model import ConsoleModel
+from tui.console.screens.base import ConsoleScreen
 from tui.console.screens.bench import BenchScreen
 from tui.console.screens.campaign import CampaignScreen
 from tui.console.screens.dashboard import DashboardScreen
@@ -35,12 +57,13 @@ from tui.console.screens.launch import LaunchScreen
 from tui.console.screens.playbook import PlaybookScreen
 from tui.console.screens.results import ResultsScreen
 from tui.core.errors import AppError
-from tui.core.events import Event, EventBus, Notice
+from tui.core.events import Event, Notice
 from tui.core.follow import LayoutFollower
 from tui.core.host.base import Host, HostOptions
 from tui.core.launch.history import StartupHistory
 from tui.core.launch.state import StateStore
-from tui.core.models import Catalog
+from tui.core.models import Catalog, Workload
+from tui.core.plan.request import LaunchRequest
 from tui.core.playbook import Playbook, load_playbook
 from tui.core.record.present import SessionPresent
 
@@ -49,23 +72,9 @@ FREEZE_AFTER_S = 2.0
 LAYOUT_RECHECK_S = 2.0
 
 
-@dataclass
-class ConsoleContext:
-    """What the console drives: the host (real or simulated), profiles, the state file, the playbook."""
-
-    options: HostOptions
-    host: Host | None
-    catalog: Catalog
-    store: StateStore
-    book: Playbook | None
-    bus: EventBus = field(default_factory=EventBus)
-    live: bool = True
-    #: label of a replayed recording (None: live)
-    replay: str | None = None
-    #: ports for the layouts this console launches (endpoint, first server, first side channel); None: defaults
-    ports: tuple[int, int, int] | None = None
-    #: record the session (a live console does by default)
-    record: bool = True
+#: a layout in one of these states is up (what stop, the quit dialog and "one layout at a time" look at)
+UP = ("starting", "ready", "degraded")
+__all__ = ["ConsoleApp", "ConsoleContext", "make_console"]
 
 
 def make_console(options: HostOptions | None = None, *, live: bool = True, clock: Callable[[], float] | None = None,
@@ -92,10 +101,13 @@ class ConsoleApp(App[int]):
     TITLE = "disagg-tui"
     ENABLE_COMMAND_PALETTE = True
     COMMANDS: ClassVar[set[Any]] = App.COMMANDS | {ConsoleCommands}
-    MODES: ClassVar[dict[str, Any]] = {
+    #: each mode's screen, made once by the app with the console's context and state (see ``_make_screen``)
+    SCREENS_OF_MODES: ClassVar[dict[str, type[ConsoleScreen]]] = {
         "dashboard": DashboardScreen, "launch": LaunchScreen, "bench": BenchScreen, "results": ResultsScreen,
         "campaign": CampaignScreen, "playbook": PlaybookScreen,
     }
+    #: the modes a replay does not offer (it launches nothing)
+    LIVE_MODES: ClassVar[frozenset[str]] = frozenset({"launch", "campaign"})
     DEFAULT_MODE: ClassVar[str] = "dashboard"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "mode('launch')", "launch"),
@@ -105,8 +117,10 @@ class ConsoleApp(App[int]):
         Binding("p", "mode('playbook')", "playbook"),
         Binding("escape", "mode('dashboard')", "dashboard", show=False),
         Binding("ctrl+t", "toggle_recording", "rec on/off"),
+        Binding("question_mark,f1", "help", "help", show=False),
         Binding("q", "quit_console", "quit"),
-        Binding("ctrl+c", "quit_console", "quit", show=False, priority=True),
+        # quitting always asks (the dialog): ctrl+c and ctrl+q too, never an exit at once
+        Binding("ctrl+c,ctrl+q", "quit_console", "quit", show=False, priority=True),
     ]
 
     def __init__(self, ctx: ConsoleContext, *, clock: Callable[[], float] | None = None) -> None:
@@ -120,8 +134,8 @@ class ConsoleApp(App[int]):
         self.jobs: list[Job] = []
         #: the benchmark this console follows (started here, or found running): its process is not this one
         self.bench_job: BenchJob | None = None
-        #: (profile, topology, knobs) of the last launch from this console (what apply-fix and restart repeat)
-        self.last_launch: tuple[str, str, LaunchKnobs] | None = None
+        #: the last launch from this console (what apply-fix and restart repeat)
+        self.last_launch: LaunchRequest | None = None
         self.draws = 0
         self.last_draw_ms = 0.0
         #: the modes whose screens were made and frozen out of the garbage collector (see on_mount)
@@ -131,6 +145,20 @@ class ConsoleApp(App[int]):
         self.recording_path: str = ""
         #: what the session shows now, kept from its start for a recording that begins later (issue 22, 9)
         self.present = SessionPresent(ctx.bus)
+        #: the screens made so far (each mode's, once): the app hands them a new state when a replay seeks
+        self._screens: list[ConsoleScreen] = []
+        for mode, screen_class in self.SCREENS_OF_MODES.items():
+            self.add_mode(mode, partial(self._make_screen, screen_class))
+
+    def _make_screen(self, screen_class: type[ConsoleScreen]) -> ConsoleScreen:
+        screen = screen_class(self.ctx, self.model)
+        self._screens.append(screen)
+        return screen
+
+    def hand_down_state(self) -> None:
+        """Give every screen made so far the console's state (a replay's seek made a new one)."""
+        for screen in self._screens:
+            screen.state = self.model
 
     # --- modes -------------------------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -158,8 +186,19 @@ class ConsoleApp(App[int]):
                 self._frozen_modes.add(mode)
                 self.set_timer(FREEZE_AFTER_S, self._freeze_startup_objects)
 
-    def replay_label(self) -> str | None:
-        """What the header says of a replay (None: live). The replay console adds its clock and timeline."""
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A replay offers only what shows the recording: no launch or campaign screen, no recording of its own
+        (hidden from the footer and the palette, and the keys do nothing)."""
+        if self.ctx.replay is not None:
+            if action == "mode" and parameters and parameters[0] in self.LIVE_MODES:
+                return False
+            if action == "toggle_recording":
+                return False
+        return True
+
+    def replay_label(self, width: int = 160) -> str | None:
+        """What the header says of a replay (None: live), for a header ``width`` columns wide. The replay console
+        adds its clock and timeline."""
         return self.ctx.replay
 
     def refuse_in_replay(self) -> bool:
@@ -316,6 +355,8 @@ class ConsoleApp(App[int]):
         if draw is None:
             return
         t0 = time.perf_counter()
+        self.model.replay_label = self.replay_label(self.size.width)
+        self.model.recording = self.recorder is not None
         try:
             with self.batch_update():
                 draw(self.model)
@@ -350,25 +391,158 @@ class ConsoleApp(App[int]):
     def stop_layout(self) -> None:
         self.run_job("down", down_argv(self.ctx.options), "every server of the layout stopped")
 
+    # --- what the screens ask for (messages up) -----------------------------------------------------------------
+    def _layout_up(self) -> bool:
+        lay = self.model.layout
+        return lay is not None and lay.status in (*UP, "stopping")
+
+    def on_launch_requested(self, message: LaunchRequested) -> None:
+        if self.refuse_in_replay():
+            return
+        lay = self.model.layout
+        if lay is not None and self._layout_up() and not message.request.replace:
+            self.notify(f"{lay.topology} of {lay.profile_id} is {lay.status}: stop it first (s on the dashboard)",
+                        title="one layout at a time", severity="warning", timeout=6)
+            return
+        self.last_launch = message.request
+        self.run_job("up", launch_argv(message.request, self.ctx.options))
+        self.action_mode("dashboard")
+
+    def on_stop_requested(self, _: StopRequested) -> None:
+        if self.refuse_in_replay():
+            return
+        if self.model.layout is None:
+            self.notify("no layout is up", timeout=3)
+            return
+        self.stop_layout()
+
+    def on_restart_requested(self, _: RestartRequested) -> None:
+        self._launch_again()
+
+    def on_fix_requested(self, message: FixRequested) -> None:
+        d = self.model.active_diagnosis()
+        if d is None or d.entry_id != message.entry_id:
+            self.notify("no diagnosis to fix", timeout=3)
+            return
+        if not d.fixable:
+            self.notify(f"{d.entry_id} has no fix to apply: {d.fix}", title="no automatic fix", timeout=8)
+            return
+        if self.refuse_in_replay():
+            return
+        self.model.dismiss(d)
+        self._launch_again(apply_fix=d.entry_id)
+
+    def on_dismiss_requested(self, _: DismissRequested) -> None:
+        model = self.model
+        d = model.active_diagnosis()
+        if d is not None:
+            model.dismiss(d)
+        elif model.layout is not None and model.layout.status == "failed" and self.follower is not None:
+            self.follower.dismiss(model.layout.id)
+        self.flush()
+
+    def _launch_again(self, apply_fix: str | None = None) -> None:
+        """Launch the layout shown again (as this console last launched it), replacing it when it is up."""
+        if self.refuse_in_replay():
+            return
+        lay = self.model.layout
+        request = again_request(self.last_launch, lay.profile_id if lay else None, lay.topology if lay else None,
+                                ports=self.ctx.ports, apply_fix=apply_fix,
+                                replace=lay is not None and lay.status in ("starting", "ready"))
+        if request is None:
+            self.notify("no layout to launch again: press l to launch one", timeout=4)
+            return
+        if lay is not None and lay.status == "failed" and self.follower is not None:
+            self.follower.dismiss(lay.id)
+        self.last_launch = request
+        self.run_job("up", launch_argv(request, self.ctx.options))
+
+    def on_bench_requested(self, message: BenchRequested) -> None:
+        if self.refuse_in_replay():
+            return
+        if self.model.bench.running or self.bench_job is not None:
+            self.notify("a benchmark is running: ctrl+x stops it", severity="warning", timeout=4)
+            return
+        self.run_benchmark(message.workload, message.slo, message.runner)
+
+    @work(exclusive=True, group="bench", exit_on_error=False, description="starting a benchmark")
+    async def run_benchmark(self, workload: Workload, slo: dict[str, float], runner: str) -> None:
+        """``disagg-tui bench`` started detached against the active layout, then followed; why not, if not."""
+        bench = await asyncio.to_thread(start_bench, self.ctx.store, self.ctx.options, workload, slo, runner)
+        assert bench.job is not None
+        self.jobs.append(bench.job)
+        self.operator("bench", argv=bench.job.argv)
+        self.follow_bench(bench)
+
+    def on_bench_stop_requested(self, _: BenchStopRequested) -> None:
+        stopped = self.stop_bench()
+        self.notify("stopping: what was measured is kept" if stopped else "no benchmark is running", timeout=4)
+
+    def _run_campaign(self, choice: CampaignChoice, name: str | None = None) -> None:
+        argv = run_argv(choice.model, choice.topologies, choice.workloads, self.ctx.options, rates=choice.rates,
+                        repeat=choice.repeat, campaign=name, num_prompts=choice.num_prompts, runner=choice.runner,
+                        ports=self.ctx.ports)
+        self.run_job("run", argv, "the campaign finished")
+
+    def on_campaign_requested(self, message: CampaignRequested) -> None:
+        if self.refuse_in_replay():
+            return
+        if self._layout_up():
+            self.notify("a layout is up: the campaign brings up its own; stop this one first (s on the dashboard)",
+                        title="one layout at a time", severity="warning", timeout=6)
+            return
+        self._run_campaign(message.choice)
+
+    def on_campaign_resume_requested(self, message: CampaignResumeRequested) -> None:
+        if not self.refuse_in_replay():
+            self._run_campaign(message.choice, message.name)
+
+    def on_playbook_changed(self, message: PlaybookChanged) -> None:
+        """The operator's playbook was written: the starts to come are matched against it, the screens show it."""
+        self.ctx.book = message.book
+        if self.follower is not None:
+            self.follower.book = message.book
+
     # --- errors ------------------------------------------------------------------------------------------------
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The failure of one of the app's own workers."""
+        if event.state == WorkerState.ERROR and event.worker.error is not None:
+            self.tell_failure(event.worker.description or event.worker.group, event.worker.error)
+
+    def on_worker_failed(self, message: WorkerFailed) -> None:
+        """The failure of a screen's or a dialog's worker (forwarded: Worker.StateChanged does not bubble)."""
+        self.tell_failure(message.what, message.error)
+
+    def tell_failure(self, what: str, err: BaseException) -> None:
         """Every worker's failure becomes one notification with a title and a hint; never a traceback."""
-        if event.state != WorkerState.ERROR:
-            return
-        err = event.worker.error
         if isinstance(err, AppError):
             self.notify(err.hint or "", title=err.title, severity="error", timeout=10)
         else:
-            what = event.worker.description or event.worker.group
             self.notify(f"{type(err).__name__}: {err}", title=f"{what} failed", severity="error", timeout=10)
+
+    # --- help and the palette -----------------------------------------------------------------------------------
+    def get_system_commands(self, screen: Screen[Any]) -> Iterator[SystemCommand]:
+        """Textual's own commands, less its Quit (the console's asks first, and is listed once)."""
+        for c in super().get_system_commands(screen):
+            if c.title != "Quit":
+                yield c
+
+    def action_help(self) -> None:
+        """``?``/F1: every key this screen offers now, and where the rest are (the palette)."""
+        from tui.console.commands import help_text
+        from tui.console.screens.modals import TextModal
+
+        self.push_screen(TextModal("keys", help_text(self)))
 
     # --- quitting --------------------------------------------------------------------------------------------
     def action_quit_console(self) -> None:
+        """Quitting asks once (a key typed by accident never ends the console): leave the servers running (the
+        default) or stop them when a layout is up; a replay has no layout of its own to stop."""
         from tui.console.screens.modals import QuitModal
 
-        if self.model.layout is None or self.model.layout.status not in ("starting", "ready", "degraded"):
-            self.exit(0)
+        if isinstance(self.screen, QuitModal):
             return
+        offer_stop = self.ctx.replay is None and self.model.layout is not None and self.model.layout.status in UP
 
         def answer(choice: str | None) -> None:
             if choice == "leave":
@@ -378,7 +552,7 @@ class ConsoleApp(App[int]):
                 self.run_job("down", down_argv(self.ctx.options))
                 self.set_timer(0.5, lambda: self.exit(0))
 
-        self.push_screen(QuitModal(self.model), answer)
+        self.push_screen(QuitModal(self.model, offer_stop=offer_stop, replay=self.ctx.replay is not None), answer)
 
     def on_unmount(self) -> None:
         self._unsubscribe()

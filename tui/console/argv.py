@@ -1,13 +1,16 @@
-"""The command lines of the detached commands the console starts (``down``, ``run``, ``bench``), with the
-console's host options as the CLI's global flags, so that a detached command sees the same host."""
+"""The command lines of the detached commands the console starts (``up``, ``down``, ``run``, ``bench``), with the
+console's host options as the CLI's global flags, so that a detached command sees the same host; and the launch a
+restart or an applied fix repeats."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tui.core.host.base import HostOptions
+from tui.core.plan.request import LaunchRequest
 
 
 def port_args(ports: tuple[int, int, int] | None) -> list[str]:
@@ -77,14 +80,26 @@ def bench_argv(workload_file: Path, events: Path, slo: dict[str, float], runner:
     return [*argv, *global_args(options)]
 
 
-def up_argv(model: str, topology: str, knobs: LaunchKnobs, options: HostOptions, *,
-            apply_fix: str | None = None, replace: bool = False) -> list[str]:
-    argv = ["up", "--model", model, "--topology", topology, *knobs.args()]
-    if apply_fix:
-        argv += ["--apply-fix", apply_fix]
-    if replace:
-        argv.append("--replace")
-    return [*argv, *global_args(options)]
+def launch_argv(request: LaunchRequest, options: HostOptions) -> list[str]:
+    """``disagg-tui up`` of a launch request (``request.to_argv()``), on the console's host."""
+    return ["up", *request.to_argv(), *global_args(options)]
+
+
+def again_request(last: LaunchRequest | None, profile_id: str | None, topology: str | None, *,
+                  ports: tuple[int, int, int] | None, apply_fix: str | None = None,
+                  replace: bool = False) -> LaunchRequest | None:
+    """What a restart (or an applied fix) launches: the last launch from this console when it is of the layout
+    shown (``profile_id``, ``topology``; None when none is shown), else that layout as planned by default on the
+    console's ports; None when there is nothing to launch again."""
+    if last is not None and (profile_id is None or (last.model, last.topology) == (profile_id, topology)):
+        base = last
+    elif profile_id is not None and topology is not None:
+        base = LaunchRequest(model=profile_id, topology=topology)
+        if ports is not None:
+            base = dataclasses.replace(base, port=ports[0], server_port=ports[1], side_channel_port=ports[2])
+    else:
+        return None
+    return dataclasses.replace(base, apply_fix=apply_fix, replace=replace)
 
 
 def down_argv(options: HostOptions, *, all_layouts: bool = False) -> list[str]:

@@ -8,16 +8,21 @@ never slows the run and the run goes on when the console quits. No Textual here:
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tui.console.jobs import JOBS_DIR, Job, jobs_folder
+from tui.console.argv import bench_argv
+from tui.console.jobs import JOBS_DIR, Job, jobs_folder, start_job
 from tui.core import paths, yamlio
 from tui.core.bench.events import BenchDone, BenchStarted
 from tui.core.bench.eventsfile import EventsTail
+from tui.core.errors import AppError
 from tui.core.events import Event
+from tui.core.host.base import HostOptions
+from tui.core.launch.state import StateStore
 from tui.core.models import Workload
 
 #: a benchmark the console started: its workload file and the events file it follows (``bench --events-to``)
@@ -38,6 +43,26 @@ def write_workload(path: Path, workload: Workload) -> None:
     from tui.core.record.bundle import workload_to_dict
 
     path.write_text(yamlio.dump({"name": workload.name, **workload_to_dict(workload)}), encoding="utf-8")
+
+
+def start_bench(store: StateStore, options: HostOptions, workload: Workload, slo: dict[str, float],
+                runner: str) -> BenchJob:
+    """``disagg-tui bench`` started detached against the active layout, to be followed; AppError saying why not
+    (nothing up, a layout not ready yet, no ``vllm`` for ``vllm bench serve``). Blocking: call it from a thread."""
+    layout = store.active()
+    if layout is None or not layout.endpoint:
+        raise AppError("nothing is up to benchmark", hint="launch a layout first (l)")
+    if layout.status != "ready":
+        raise AppError(f"the layout is {layout.status}", hint="benchmark it once it is ready")
+    if runner == "vllm":
+        exe = options.vllm or "vllm"
+        if shutil.which(exe) is None:
+            raise AppError(f"{exe!r} is not an executable here",
+                           hint="start the console with --vllm /path/to/venv/bin/vllm for vllm bench serve")
+    workload_file, events = bench_files()
+    write_workload(workload_file, workload)
+    job = start_job("bench", bench_argv(workload_file, events, slo, runner, options))
+    return BenchJob(events, job)
 
 
 def running_benches(jobs_dir: Path | None = None, limit: int = 20) -> list[Path]:

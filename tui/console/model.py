@@ -21,6 +21,7 @@ from tui.core.events import Event, Notice
 from tui.core.launch.events import (
     LayoutChanged,
     LogLine,
+    PlanLaunched,
     ServerDeferred,
     ServerExited,
     ServerLaunched,
@@ -39,6 +40,8 @@ GPU_HISTORY = 240
 #: a bench chart's window: 10 minutes of 4 Hz ticks
 BENCH_HISTORY = 2400
 LOG_LINES = 1000
+#: finished runs kept (a long campaign has a few hundred)
+RUNS_KEPT = 2000
 #: a reading older than this many of its periods is stale (drawn grey, with its age)
 STALE_PERIODS = 4.0
 GPU_PERIOD_S = 0.25
@@ -114,6 +117,23 @@ class LayoutView:
     simulated: bool
     note: str = ""
     since: float = 0.0
+    #: the playbook fixes its plan carries: (entry id, the changes it made), from ``PlanLaunched``
+    fixes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def plan_fixes(plan: dict[str, object]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The fixes a plan (``LaunchPlan.to_dict()``, perhaps a recording's: checked) was launched with, each with the
+    changes it made (its workarounds sourced ``fix:ENTRY``)."""
+    ids = plan.get("fixes_applied")
+    if not isinstance(ids, list):
+        return ()
+    changes: dict[str, list[str]] = {}
+    works = plan.get("workarounds")
+    for w in works if isinstance(works, list) else ():
+        if isinstance(w, dict) and isinstance(w.get("source"), str) and isinstance(w.get("change"), str) \
+                and w["source"].startswith("fix:"):
+            changes.setdefault(w["source"][4:], []).append(printable(w["change"][:200]))
+    return tuple((printable(i[:80]), tuple(changes.get(i, ())[:8])) for i in ids[:8] if isinstance(i, str))
 
 
 @dataclass
@@ -157,6 +177,13 @@ class ConsoleModel:
         self.bench = BenchView()
         self.campaign = CampaignView()
         self.notices: deque[Notice] = deque(maxlen=50)
+        #: the runs that ended in this session, as their events told (a replay's results are the recording's)
+        self.runs_done: deque[BenchDone] = deque(maxlen=RUNS_KEPT)
+        #: set by the app before each draw: the header's words for a replay (None: live), a recording going on
+        self.replay_label: str | None = None
+        self.recording = False
+        #: the fixes of the plan last launched, and its layout (``PlanLaunched`` may come before its layout)
+        self._plan: tuple[str, tuple[tuple[str, tuple[str, ...]], ...]] = ("", ())
         self.dirty: set[str] = {GPUS, SERVERS, BAND, LOG, HEADER, BENCH, CAMPAIGN}
         self.events = 0
 
@@ -215,19 +242,32 @@ class ConsoleModel:
         self.dirty.add(SERVERS)
 
     def _layout(self, ev: LayoutChanged) -> None:
-        if self.layout is None or self.layout.id != ev.layout_id:
+        same = self.layout is not None and self.layout.id == ev.layout_id
+        if not same:
             self.servers = {}
             self.diagnoses = []
+            if not self.bench.running:  # a finished run was the previous layout's: a new one has none yet
+                self.bench = BenchView()
+                self.dirty.add(BENCH)
             self.dirty.update((LOG, SERVERS))
-        since = self.layout.since if self.layout is not None and self.layout.id == ev.layout_id \
-            and self.layout.status == ev.status else ev.ts
+        since = self.layout.since if self.layout is not None and same and self.layout.status == ev.status else ev.ts
+        fixes = self.layout.fixes if self.layout is not None and same else \
+            self._plan[1] if self._plan[0] == ev.layout_id else ()
         self.layout = LayoutView(id=ev.layout_id, status=ev.status, topology=ev.topology, profile_id=ev.profile_id,
-                                 endpoint=ev.endpoint, simulated=ev.simulated, note=ev.note, since=since)
+                                 endpoint=ev.endpoint, simulated=ev.simulated, note=ev.note, since=since,
+                                 fixes=fixes)
         if ev.status == "stopped":
             self.layout = None
             self.servers = {}
             self.diagnoses = []
         self.dirty.update((HEADER, BAND, SERVERS))
+
+    def _plan_launched(self, ev: PlanLaunched) -> None:
+        fixes = plan_fixes(ev.plan)
+        self._plan = (ev.layout_id, fixes)  # before or after its layout's first LayoutChanged
+        if self.layout is not None and self.layout.id == ev.layout_id:
+            self.layout.fixes = fixes
+            self.dirty.add(BAND)
 
     def _launched(self, ev: ServerLaunched) -> None:
         v = self.server(ev.server)
@@ -322,6 +362,7 @@ class ConsoleModel:
 
     def _bench_done(self, ev: BenchDone) -> None:
         self.bench.done = ev
+        self.runs_done.append(ev)
         self.dirty.update((BENCH, BAND))
 
     def _bench_line(self, ev: BenchLine) -> None:
@@ -383,6 +424,7 @@ _HANDLERS: dict[type[Event], Callable[[ConsoleModel, Event], None]] = {
     ServerHealth: ConsoleModel._health,  # type: ignore[dict-item]
     ServerMetrics: ConsoleModel._metrics,  # type: ignore[dict-item]
     LayoutChanged: ConsoleModel._layout,  # type: ignore[dict-item]
+    PlanLaunched: ConsoleModel._plan_launched,  # type: ignore[dict-item]
     ServerLaunched: ConsoleModel._launched,  # type: ignore[dict-item]
     LogLine: ConsoleModel._log,  # type: ignore[dict-item]
     ServerPhase: ConsoleModel._phase,  # type: ignore[dict-item]

@@ -4,8 +4,9 @@ The screens are the live console's; only the source differs: a ``ReplaySource`` 
 on the console's bus at the recording's pace, and the console's clock is the recording's, so ages, ETAs and the
 header's time are those of the moment replayed. The header carries the replay's state and a timeline with the
 markers (phase changes, diagnoses, finished runs, failures). A seek rebuilds the console's state from the start of
-the recording up to the new time (off the event loop) before the pump goes on from there. Nothing is launched,
-stopped or measured from a replay.
+the recording up to the new time (off the event loop) before the pump goes on from there, and the app hands the new
+state to every screen. Nothing is launched, stopped or measured from a replay: the footer, the palette and the keys
+offer only what shows the recording (the screens' ``LIVE_ACTIONS`` and the app's ``LIVE_MODES`` are left out).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rich.text import Text
 from textual import work
 from textual.binding import Binding, BindingType
 
-from tui.console.app import ConsoleApp, ConsoleContext
+from tui.console.app import ConsoleApp
+from tui.console.context import ConsoleContext
 from tui.console.model import ConsoleModel
 from tui.core.host.base import HostOptions
 from tui.core.launch.state import StateStore
@@ -28,12 +29,14 @@ from tui.core.record import Recording, ReplaySource
 
 SPEEDS = (0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)
 SEEK_S = 30.0
+#: how long a jump's notice shows (the next jump replaces it)
+JUMP_NOTICE_S = 4.0
 MARK = {"phase": "│", "diagnosis": "✖", "run": "●", "failure": "!", "operator": "·"}
 
 
 class ReplayConsoleApp(ConsoleApp):
+    # the replay's own keys first: an 80-column footer shows them before the screens' keys
     BINDINGS: ClassVar[list[BindingType]] = [
-        *ConsoleApp.BINDINGS,
         Binding("space", "toggle_pause", "pause/play"),
         Binding("plus,equals_sign", "speed(1)", "faster"),
         Binding("minus", "speed(-1)", "slower"),
@@ -46,6 +49,7 @@ class ReplayConsoleApp(ConsoleApp):
         Binding("2", "next_marker('diagnosis')", "next diagnosis", show=False),
         Binding("3", "next_marker('run')", "next run", show=False),
         Binding("m", "markers", "markers"),
+        *ConsoleApp.BINDINGS,
     ]
 
     def __init__(self, ctx: ConsoleContext, recording: Recording, *, speed: float = 1.0) -> None:
@@ -53,6 +57,8 @@ class ReplayConsoleApp(ConsoleApp):
         self.source: ReplaySource | None = None
         self._speed = speed
         self._was_paused = False
+        #: until when (monotonic) a notice other than a jump's shows: a jump clears only its own kind
+        self._other_notice_until = 0.0
         super().__init__(ctx, clock=self._now)
 
     def _now(self) -> float:
@@ -87,7 +93,9 @@ class ReplayConsoleApp(ConsoleApp):
         await self.source.run()
 
     # --- the header ------------------------------------------------------------------------------------------
-    def replay_label(self) -> str | None:
+    def replay_label(self, width: int = 160) -> str | None:
+        """The recording's name (wide headers only), the replay's state and clock, its timeline with the markers,
+        and how far it is: at 80 columns without the name and on a shorter timeline, so the header is not cut."""
         src = self.source
         rec = self.recording
         name = Path(str(self.ctx.replay)).name
@@ -95,17 +103,19 @@ class ReplayConsoleApp(ConsoleApp):
             return name
         span = max(rec.end - rec.start, 1e-9)
         pos = (src.now() - rec.start) / span
-        width = 24
-        cells = [" "] * width
+        wide = width >= 140
+        cells_n = 24 if wide else 12
+        cells = [" "] * cells_n
         for m in rec.markers_of(None):
-            i = min(int((m.ts - rec.start) / span * width), width - 1)
+            i = min(int((m.ts - rec.start) / span * cells_n), cells_n - 1)
             if cells[i] == " " or m.kind in ("failure", "diagnosis"):
                 cells[i] = MARK.get(m.kind, "·")
-        at = min(int(pos * width), width - 1)
+        at = min(int(pos * cells_n), cells_n - 1)
         cells[at] = "▶" if not src.paused else "⏸"
         state = "paused" if src.paused else ("end" if src.at_end else f"{src.speed:g}×")
         clock = time.strftime("%H:%M:%S", time.localtime(src.now()))
-        return f"{name} {state} {clock} [{''.join(cells)}] {pos * 100:.0f}%"
+        line = f"{state} {clock} [{''.join(cells)}] {pos * 100:.0f}%"
+        return f"{name} {line}" if wide else line
 
     # --- controls ------------------------------------------------------------------------------------------
     def action_toggle_pause(self) -> None:
@@ -128,25 +138,38 @@ class ReplayConsoleApp(ConsoleApp):
         if self.source is not None:
             self.source.seek(self.source.now() + seconds)
 
+    def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
+               markup: bool = True) -> None:
+        """As Textual's; a notice that is not a jump's is kept when the next jump clears the last one."""
+        self._other_notice_until = max(self._other_notice_until,
+                                       time.monotonic() + (timeout or self.NOTIFICATION_TIMEOUT))
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    def _jump_notice(self, message: str, title: str) -> None:
+        """One jump's notice at a time: the previous one goes (others stay while they last)."""
+        if time.monotonic() >= self._other_notice_until:
+            self.clear_notifications()
+        super().notify(message, title=title, timeout=JUMP_NOTICE_S)
+
     def action_next_marker(self, kind: str) -> None:
         if self.source is None:
             return
         m = self.source.next_marker(kind or None)
         if m is None:
-            self.notify(f"no {kind or 'marker'} after this point", timeout=3)
+            self._jump_notice(f"no {kind or 'marker'} after this point", "replay")
         else:
-            self.notify(m.label, title=f"{m.kind} at {time.strftime('%H:%M:%S', time.localtime(m.ts))}",
-                        timeout=4)
+            self._jump_notice(m.label, f"{m.kind} at {time.strftime('%H:%M:%S', time.localtime(m.ts))}")
 
     def action_markers(self) -> None:
-        from tui.console.screens.modals import TextModal
+        """The recording's markers; Enter jumps to the one highlighted."""
+        from tui.console.screens.markers import MarkersModal
 
-        body = Text()
-        for m in self.recording.markers_of(None):
-            body.append(time.strftime("%H:%M:%S ", time.localtime(m.ts)), style="dim")
-            body.append(f"{m.kind:<10}", style="bold red" if m.kind in ("failure", "diagnosis") else "bold")
-            body.append(f" {m.label}\n")
-        self.push_screen(TextModal(f"markers of {Path(str(self.ctx.replay)).name} (n jumps to the next)", body))
+        def jump(ts: float | None) -> None:
+            if ts is not None and self.source is not None:
+                self.source.seek(ts)
+
+        self.push_screen(MarkersModal(f"markers of {Path(str(self.ctx.replay)).name}",
+                                      self.recording.markers_of(None), self._now()), jump)
 
     # --- seeking ---------------------------------------------------------------------------------------------
     def _rebuild(self, t: float) -> None:
@@ -171,6 +194,7 @@ class ReplayConsoleApp(ConsoleApp):
         self._unsubscribe()
         self.model = model
         self._unsubscribe = self.ctx.bus.subscribe(self.model.apply)
+        self.hand_down_state()
         del old
         if self.source is not None and not self._was_paused:
             self.source.resume()

@@ -13,34 +13,28 @@ view from their ``/metrics``.
 from __future__ import annotations
 
 import math
-import shutil
 from dataclasses import replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from tui.console import fmt
-from tui.console.argv import bench_argv
-from tui.console.benchjob import BenchJob, bench_files, write_workload
-from tui.console.jobs import start_job
+from tui.console.context import ConsoleContext
+from tui.console.messages import BenchRequested, BenchStopRequested
 from tui.console.model import BENCH, ConsoleModel
+from tui.console.screens.base import ConsoleScreen
 from tui.console.widgets.charts import TimeSeriesChart
 from tui.console.widgets.header import HeaderBar
 from tui.core.bench.metrics import parse_goodput
 from tui.core.errors import AppError, InputError
-from tui.core.launch.state import StateStore
 from tui.core.models import Workload, parse_rate
-
-if TYPE_CHECKING:
-    from tui.console.app import ConsoleApp
 
 FIELDS = (("input_len", "input tokens"), ("output_len", "output tokens"), ("num_prompts", "prompts"),
           ("request_rate", "rate req/s (inf)"), ("max_concurrency", "max concurrency"),
@@ -72,7 +66,7 @@ def workload_from_form(base: Workload, values: dict[str, str]) -> tuple[Workload
     return w, parse_goodput(slo_parts)
 
 
-class BenchScreen(Screen[None]):
+class BenchScreen(ConsoleScreen):
     AUTO_FOCUS = "#workloads"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "start", "start", priority=True),
@@ -80,14 +74,13 @@ class BenchScreen(Screen[None]):
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
+    #: what a replay does not offer (it measures nothing)
+    LIVE_ACTIONS: ClassVar[frozenset[str]] = frozenset({"start", "stop"})
+
+    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+        super().__init__(ctx, state)
         self.workload_name: str | None = None
         self._tick = 0
-
-    @property
-    def console(self) -> ConsoleApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -119,17 +112,17 @@ class BenchScreen(Screen[None]):
         for i in self.query(Input):  # no blinking cursor: no repaint twice a second over SSH
             i.cursor_blink = False
         ol = self.query_one("#workloads", OptionList)
-        for name, w in sorted(self.console.ctx.catalog.workloads.items()):
+        for name, w in sorted(self.ctx.catalog.workloads.items()):
             rate = "inf" if math.isinf(w.request_rate) else f"{w.request_rate:g}/s"
             ol.add_option(Option(Text.assemble((f"{name:<15}", "bold"),
                                                f" {w.input_len}→{w.output_len} ×{w.num_prompts} @ {rate}"), id=name))
         if ol.option_count:
             ol.highlighted = 0
             self.workload_name = ol.get_option_at_index(0).id
-        self.draw(self.console.model, full=True)
+        self.draw(self.state, full=True)
 
     def on_screen_resume(self) -> None:
-        self.draw(self.console.model, full=True)
+        self.draw(self.state, full=True)
 
     @on(OptionList.OptionHighlighted, "#workloads")
     def _pick(self, event: OptionList.OptionHighlighted) -> None:
@@ -146,7 +139,7 @@ class BenchScreen(Screen[None]):
     # --- drawing -----------------------------------------------------------------------------------------------
     def draw(self, model: ConsoleModel, *, full: bool = False) -> None:
         self._tick += 1
-        self.query_one(HeaderBar).draw(model, replay=self.console.replay_label(), screen="bench")
+        self.query_one(HeaderBar).draw(model, screen="bench")
         if not (full or BENCH in model.dirty or self._tick % 4 == 0):
             return
         b = model.bench
@@ -238,10 +231,8 @@ class BenchScreen(Screen[None]):
         return {key: self.query_one(f"#f-{key}", Input).value for key, _ in FIELDS}
 
     def action_start(self) -> None:
-        console = self.console
-        if self.console.refuse_in_replay():
-            return
-        if console.model.bench.running:
+        """The workload as edited, asked of the app (which starts and follows it, or says why not)."""
+        if self.state.bench.running:
             self.notify("a benchmark is running: ctrl+x stops it", severity="warning", timeout=4)
             return
         # the list's highlight as it is now: ctrl+s is a priority key, handled before the highlight message of a
@@ -252,41 +243,12 @@ class BenchScreen(Screen[None]):
         if self.workload_name is None:
             return
         try:
-            base = console.ctx.catalog.workload(self.workload_name)
+            base = self.ctx.catalog.workload(self.workload_name)
             workload, slo = workload_from_form(base, self._values())
         except AppError as err:
             self.notify(err.hint or "", title=err.one_line(), severity="error", timeout=8)
             return
-        runner = str(self.query_one("#runner", Select).value)
-        self.run_benchmark(workload, slo, runner)
+        self.post_message(BenchRequested(workload, slo, str(self.query_one("#runner", Select).value)))
 
     def action_stop(self) -> None:
-        stopped = self.console.stop_bench()
-        self.notify("stopping: what was measured is kept" if stopped else "no benchmark is running", timeout=4)
-
-    @work(exclusive=True, group="bench", exit_on_error=False, description="starting a benchmark")
-    async def run_benchmark(self, workload: Workload, slo: dict[str, float], runner: str) -> None:
-        """Start ``disagg-tui bench`` detached against the active layout and follow it."""
-        import asyncio
-
-        console = self.console
-        if console.bench_job is not None:
-            raise AppError("a benchmark is running", hint="ctrl+x stops it; what it measured is kept")
-        store = console.ctx.store or StateStore()
-        layout = await asyncio.to_thread(store.active)
-        if layout is None or not layout.endpoint:
-            raise AppError("nothing is up to benchmark", hint="launch a layout first (l)")
-        if layout.status != "ready":
-            raise AppError(f"the layout is {layout.status}", hint="wait until it is ready")
-        if runner == "vllm":
-            exe = console.ctx.options.vllm or "vllm"
-            if await asyncio.to_thread(shutil.which, exe) is None:  # it stats every PATH entry
-                raise AppError(f"{exe!r} is not an executable here",
-                               hint="start the console with --vllm /path/to/venv/bin/vllm for vllm bench serve")
-        workload_file, events = await asyncio.to_thread(bench_files)
-        await asyncio.to_thread(write_workload, workload_file, workload)
-        argv = bench_argv(workload_file, events, slo, runner, console.ctx.options)
-        job = await asyncio.to_thread(start_job, "bench", argv)
-        console.jobs.append(job)
-        console.operator("bench", argv=argv)
-        console.follow_bench(BenchJob(events, job))
+        self.post_message(BenchStopRequested())

@@ -9,7 +9,7 @@ the same campaign again skips the cells already complete.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -17,20 +17,18 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, OptionList, SelectionList, Static
 from textual.widgets.option_list import Option
 
 from tui.console import fmt
-from tui.console.argv import run_argv
 from tui.console.campaigns import CampaignState, campaigns
+from tui.console.context import ConsoleContext
+from tui.console.messages import CampaignChoice, CampaignRequested, CampaignResumeRequested
 from tui.console.model import ConsoleModel
+from tui.console.screens.base import ConsoleScreen
 from tui.console.screens.launch import candidate_topologies
 from tui.console.widgets.header import HeaderBar
 from tui.core import paths
-
-if TYPE_CHECKING:
-    from tui.console.app import ConsoleApp
 
 REFRESH_S = 2.0
 STATUS_STYLE = {"complete": fmt.OK, "failed": fmt.BAD, "incomplete": fmt.WARN, "running": fmt.BUSY}
@@ -70,7 +68,7 @@ def grid(state: CampaignState) -> Table:
     return t
 
 
-class CampaignScreen(Screen[None]):
+class CampaignScreen(ConsoleScreen):
     AUTO_FOCUS = "#c-topologies"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "start", "start campaign", priority=True),
@@ -78,14 +76,13 @@ class CampaignScreen(Screen[None]):
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
+    #: what a replay does not offer (it launches nothing)
+    LIVE_ACTIONS: ClassVar[frozenset[str]] = frozenset({"start", "resume"})
+
+    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+        super().__init__(ctx, state)
         self.states: list[CampaignState] = []
         self.selected: str | None = None
-
-    @property
-    def console(self) -> ConsoleApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -115,16 +112,16 @@ class CampaignScreen(Screen[None]):
     def on_mount(self) -> None:
         for i in self.query(Input):  # no blinking cursor: no repaint twice a second over SSH
             i.cursor_blink = False
-        ctx = self.console.ctx
+        ctx = self.ctx
         models = self.query_one("#c-model", OptionList)
         for mid in sorted(ctx.catalog.models):
             models.add_option(Option(mid, id=mid))
-        lay = self.console.model.layout
+        lay = self.state.layout
         ids = sorted(ctx.catalog.models)
         if ids:
             models.highlighted = ids.index(lay.profile_id) if lay is not None and lay.profile_id in ids else 0
         # the GPU count the telemetry saw (host.facts may run `vllm --version` on a real host: not on the loop)
-        gpus = len(self.console.model.gpus) or (len(ctx.host.facts.gpus) if ctx.host is not None and
+        gpus = len(self.state.gpus) or (len(ctx.host.facts.gpus) if ctx.host is not None and
                                                  ctx.host.simulated else 2)
         topos = self.query_one("#c-topologies", SelectionList)
         for t in candidate_topologies(gpus):
@@ -136,7 +133,7 @@ class CampaignScreen(Screen[None]):
         self.set_interval(REFRESH_S, self.refresh_list)
 
     def draw(self, model: ConsoleModel) -> None:
-        self.query_one(HeaderBar).draw(model, replay=self.console.replay_label(), screen="campaign")
+        self.query_one(HeaderBar).draw(model, screen="campaign")
         self.query_one("#c-current", Static).update(self._current(model))
 
     # --- the campaigns ---------------------------------------------------------------------------------------
@@ -208,15 +205,13 @@ class CampaignScreen(Screen[None]):
         self.action_start()
 
     def action_start(self) -> None:
-        ctx = self.console.ctx
-        if self.console.refuse_in_replay():
-            return
+        """The campaign the form describes, asked of the app (which starts ``disagg-tui run``, or says why not)."""
         ol = self.query_one("#c-model", OptionList)
         if ol.highlighted is None:
             return
         model = ol.get_option_at_index(ol.highlighted).id
-        topos = list(self.query_one("#c-topologies", SelectionList).selected)
-        wls = list(self.query_one("#c-workloads", SelectionList).selected)
+        topos = tuple(self.query_one("#c-topologies", SelectionList).selected)
+        wls = tuple(self.query_one("#c-workloads", SelectionList).selected)
         if not topos or not wls or model is None:
             self.notify("choose at least one topology and one workload", severity="warning", timeout=4)
             return
@@ -225,20 +220,13 @@ class CampaignScreen(Screen[None]):
         if not repeat_text.isdigit() or int(repeat_text) < 1 or (prompts_text and not prompts_text.isdigit()):
             self.notify("repeats and prompts are positive integers", severity="error", timeout=5)
             return
-        lay = self.console.model.layout
-        if lay is not None and lay.status in ("starting", "ready"):
-            self.notify("a layout is up: the campaign brings up its own; stop this one first (s on the dashboard)",
-                        title="one layout at a time", severity="warning", timeout=6)
-            return
         rates = self.query_one("#c-rates", Input).value.strip() or None
-        argv = run_argv(model, topos, wls, ctx.options, rates=rates, repeat=int(repeat_text),
-                        num_prompts=int(prompts_text) if prompts_text else None,
-                        ports=ctx.ports)
-        self._spawn(argv)
+        self.post_message(CampaignRequested(CampaignChoice(
+            model=model, topologies=topos, workloads=wls, rates=rates, repeat=int(repeat_text),
+            num_prompts=int(prompts_text) if prompts_text else None)))
+        self.set_timer(1.5, self._read)  # the list shows it once it has written its campaign file
 
     def action_resume(self) -> None:
-        if self.console.refuse_in_replay():
-            return
         state = next((s for s in self.states if s.name == self.selected), None)
         if state is None:
             return
@@ -247,18 +235,11 @@ class CampaignScreen(Screen[None]):
             return
         spec = state.spec
         rates = spec.get("rates")
-        argv = run_argv(str(spec.get("model", "")), list(spec.get("topologies", [])),
-                        list(spec.get("workloads", [])), self.console.ctx.options,
-                        rates=",".join(rates) if isinstance(rates, list) else rates,
-                        repeat=int(spec.get("repeat", 1) or 1), campaign=state.name,
-                        num_prompts=spec.get("num_prompts"), runner=str(spec.get("client", "ours")),
-                        ports=self.console.ctx.ports)
-        self._spawn(argv)
-
-    def _spawn(self, argv: list[str]) -> None:
-        """``disagg-tui run`` detached, through the app's one path for jobs (recorded as the operator's action, its
-        failure told with its own error line); the list shows it once it has written its campaign file."""
-        self.console.run_job("run", argv, "the campaign finished")
+        self.post_message(CampaignResumeRequested(state.name, CampaignChoice(
+            model=str(spec.get("model", "")), topologies=tuple(spec.get("topologies", [])),
+            workloads=tuple(spec.get("workloads", [])),
+            rates=",".join(rates) if isinstance(rates, list) else rates, repeat=int(spec.get("repeat", 1) or 1),
+            num_prompts=spec.get("num_prompts"), runner=str(spec.get("client", "ours")))))
         self.set_timer(1.5, self._read)
 
 

@@ -3,27 +3,25 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.widgets import Footer
 
-from tui.console.argv import LaunchKnobs, up_argv
+from tui.console.context import ConsoleContext
+from tui.console.messages import DismissRequested, FixRequested, RestartRequested, StopRequested
 from tui.console.model import BAND, GPUS, HEADER, LOG, SERVERS, ConsoleModel
+from tui.console.screens.base import ConsoleScreen
 from tui.console.widgets.band import Band
 from tui.console.widgets.gpus import GpuPanel
 from tui.console.widgets.header import HeaderBar
 from tui.console.widgets.logpane import LogPane, LogView
 from tui.console.widgets.servers import ServerTable
 
-if TYPE_CHECKING:
-    from tui.console.app import ConsoleApp
 
-
-class DashboardScreen(Screen[None]):
+class DashboardScreen(ConsoleScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "stop", "stop layout"),
         Binding("a", "apply_fix", "apply fix", show=False),
@@ -37,14 +35,21 @@ class DashboardScreen(Screen[None]):
         Binding("o", "log_polls", "show polls", show=False),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
+    #: what a replay does not offer (it launches and stops nothing)
+    LIVE_ACTIONS: ClassVar[frozenset[str]] = frozenset({"stop", "apply_fix", "restart"})
+
+    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+        super().__init__(ctx, state)
         self._tick = 0
         self._diag_key: tuple[str, str] | None = None
+        self._layout_status: str | None = None
 
-    @property
-    def console(self) -> ConsoleApp:
-        return self.app  # type: ignore[return-value]
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop":  # offered only when there is a layout to stop
+            lay = self.state.layout
+            if lay is None or lay.status == "stopping":
+                return False
+        return super().check_action(action, parameters)
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -59,18 +64,22 @@ class DashboardScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.draw(self.console.model, full=True)
+        self.draw(self.state, full=True)
 
     def on_screen_resume(self) -> None:
-        self.draw(self.console.model, full=True)
+        self.draw(self.state, full=True)
 
     def draw(self, model: ConsoleModel, *, full: bool = False) -> None:
         """Called by the app's 4 Hz flush; ages and clocks move once a second even when nothing changed."""
         self._tick += 1
         second = self._tick % 4 == 0
         dirty = model.dirty
+        status = model.layout.status if model.layout is not None else None
+        if status != self._layout_status:  # what the footer offers follows the layout (s only with one up)
+            self._layout_status = status
+            self.refresh_bindings()
         if full or second or HEADER in dirty:
-            self.query_one(HeaderBar).draw(model, replay=self.console.replay_label())
+            self.query_one(HeaderBar).draw(model)
         if full or second or (GPUS in dirty and self._tick % 2 == 0):  # 2 Hz: the newest of the 4 Hz samples
             self.query_one(GpuPanel).draw(model)
         table = self.query_one(ServerTable)
@@ -91,61 +100,29 @@ class DashboardScreen(Screen[None]):
 
     # --- selection ---------------------------------------------------------------------------------------------
     def on_server_table_highlighted(self, event: ServerTable.Highlighted) -> None:
-        self.query_one(LogPane).show(self.console.model, event.name)
+        self.query_one(LogPane).show(self.state, event.name)
 
     # --- actions -----------------------------------------------------------------------------------------------
     def action_stop(self) -> None:
-        if self.console.model.layout is None:
-            self.notify("no layout is up", timeout=3)
-            return
-        self.console.stop_layout()
-
-    def _launch_again(self, apply_fix: str | None = None) -> None:
-        model = self.console.model
-        lay = model.layout
-        last = self.console.last_launch
-        if lay is None and last is None:
-            self.notify("no layout to launch again: press l to launch one", timeout=4)
-            return
-        if last is not None and (lay is None or (last[0], last[1]) == (lay.profile_id, lay.topology)):
-            profile, topology, knobs = last
-        else:
-            assert lay is not None
-            profile, topology, knobs = lay.profile_id, lay.topology, LaunchKnobs(ports=self.console.ctx.ports)
-        replace = lay is not None and lay.status in ("starting", "ready")
-        argv = up_argv(profile, topology, knobs, self.console.ctx.options, apply_fix=apply_fix, replace=replace)
-        if lay is not None and lay.status == "failed" and self.console.follower is not None:
-            self.console.follower.dismiss(lay.id)
-        self.console.last_launch = (profile, topology, knobs)
-        self.console.run_job("up", argv)
+        self.post_message(StopRequested())
 
     def action_apply_fix(self) -> None:
-        d = self.console.model.active_diagnosis()
+        d = self.state.active_diagnosis()
         if d is None:
             self.notify("no diagnosis to fix", timeout=3)
             return
-        if not d.fixable:
-            self.notify(f"{d.entry_id} has no fix to apply: {d.fix}", title="no automatic fix", timeout=8)
-            return
-        self.console.model.dismiss(d)
-        self._launch_again(apply_fix=d.entry_id)
+        self.post_message(FixRequested(d.entry_id))
 
     def action_restart(self) -> None:
-        self._launch_again()
+        self.post_message(RestartRequested())
 
     def action_dismiss(self) -> None:
-        model = self.console.model
-        d = model.active_diagnosis()
-        if d is not None:
-            model.dismiss(d)
-        elif model.layout is not None and model.layout.status == "failed" and self.console.follower is not None:
-            self.console.follower.dismiss(model.layout.id)
-        self.draw(model, full=True)
+        self.post_message(DismissRequested())
 
     def action_details(self) -> None:
         from tui.console.screens.modals import TextModal
 
-        d = self.console.model.active_diagnosis()
+        d = self.state.active_diagnosis()
         if d is None:
             self.notify("no diagnosis", timeout=3)
             return
@@ -179,7 +156,7 @@ class DashboardScreen(Screen[None]):
     def action_add_entry(self) -> None:
         from tui.console.screens.playbook import AddEntryModal
 
-        model = self.console.model
+        model = self.state
         name = self.query_one(LogPane).server
         view = model.servers.get(name) if name else None
         if view is None or not view.logs:

@@ -11,28 +11,28 @@ from __future__ import annotations
 import contextlib
 import shlex
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from tui.console.argv import LaunchKnobs, up_argv
+from tui.console.argv import LaunchKnobs
+from tui.console.context import ConsoleContext
+from tui.console.messages import LaunchRequested
 from tui.console.model import ConsoleModel
+from tui.console.screens.base import ConsoleScreen
 from tui.console.widgets.header import HeaderBar
 from tui.core.errors import AppError
 from tui.core.models.modelsrc import ModelEntry, list_models
 from tui.core.plan.planner import PlanOptions, plan
 from tui.core.plan.preflight import FAIL, WARN, Check, preflight
+from tui.core.plan.request import LaunchRequest
 from tui.core.plan.spec import LaunchPlan
-
-if TYPE_CHECKING:
-    from tui.console.app import ConsoleApp
 
 
 def candidate_topologies(gpus: int) -> list[str]:
@@ -109,7 +109,7 @@ def knobs_from(gmu: str, mml: str, args: str, env: str) -> LaunchKnobs:
                        extra_env=pairs)
 
 
-class LaunchScreen(Screen[None]):
+class LaunchScreen(ConsoleScreen):
     AUTO_FOCUS = "#model-filter"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+l", "launch", "launch", priority=True),
@@ -117,8 +117,11 @@ class LaunchScreen(Screen[None]):
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
+    #: what a replay does not offer (it launches nothing)
+    LIVE_ACTIONS: ClassVar[frozenset[str]] = frozenset({"launch"})
+
+    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+        super().__init__(ctx, state)
         self.choices: list[TopologyChoice] = []
         self.model_id: str | None = None
         self.topology: str | None = None
@@ -128,10 +131,6 @@ class LaunchScreen(Screen[None]):
         self.entries: list[ModelEntry] = []
         self._gen = 0
         self._checks: dict[str, list[Check]] = {}
-
-    @property
-    def console(self) -> ConsoleApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -166,7 +165,7 @@ class LaunchScreen(Screen[None]):
 
     @work(exclusive=True, group="models", thread=True, exit_on_error=False, description="listing models")
     def _list_models(self) -> None:
-        entries = list_models(self.console.ctx.catalog)
+        entries = list_models(self.ctx.catalog)
         self.app.call_from_thread(self._show_models, entries)
 
     def _show_models(self, entries: list[ModelEntry]) -> None:
@@ -191,7 +190,7 @@ class LaunchScreen(Screen[None]):
                 label.append(f"  {e.problem}"[:70], style="red")
             models.add_option(Option(label, id=e.ref, disabled=e.problem is not None))
         ok = [i for i, e in enumerate(entries) if e.problem is None]
-        lay = self.console.model.layout
+        lay = self.state.layout
         pick = next((i for i in ok if lay is not None and entries[i].id == lay.profile_id), ok[0] if ok else None)
         if pick is not None:
             models.highlighted = pick
@@ -200,7 +199,7 @@ class LaunchScreen(Screen[None]):
                 self.replan()
 
     def draw(self, model: ConsoleModel) -> None:
-        self.query_one(HeaderBar).draw(model, replay=self.console.replay_label(), screen="launch")
+        self.query_one(HeaderBar).draw(model, screen="launch")
 
     # --- choices -----------------------------------------------------------------------------------------------
     @on(OptionList.OptionHighlighted, "#models")
@@ -243,13 +242,13 @@ class LaunchScreen(Screen[None]):
         knobs = self._read_knobs()
         if knobs is None or self.model_id is None:
             return
-        self.knobs = replace(knobs, ports=self.console.ctx.ports)
+        self.knobs = replace(knobs, ports=self.ctx.ports)
         self._gen += 1
         self._plan_all(self.model_id, self.knobs, self._gen)
 
     @work(exclusive=True, group="plan", thread=True, exit_on_error=False, description="planning")
     def _plan_all(self, model_id: str, knobs: LaunchKnobs, gen: int) -> None:
-        ctx = self.console.ctx
+        ctx = self.ctx
         host = ctx.host
         if host is None:
             return
@@ -323,9 +322,6 @@ class LaunchScreen(Screen[None]):
             self.notify("the plan's shell is on the clipboard (OSC 52)", timeout=3)
 
     def action_launch(self) -> None:
-        console = self.console
-        if self.console.refuse_in_replay():
-            return
         if self.current is None or self.model_id is None or self.topology is None:
             self.notify("pick a model and a topology the planner accepts", severity="warning", timeout=4)
             return
@@ -334,12 +330,15 @@ class LaunchScreen(Screen[None]):
             self.notify("; ".join(f"{c.name}: {c.reason}" for c in bad), title="preflight fails",
                         severity="error", timeout=8)
             return
-        lay = console.model.layout
+        lay = self.state.layout
         if lay is not None and lay.status in ("starting", "ready", "stopping"):
             self.notify(f"{lay.topology} of {lay.profile_id} is {lay.status}: stop it first (s on the dashboard)",
                         title="one layout at a time", severity="warning", timeout=6)
             return
-        argv = up_argv(self.model_id, self.topology, self.knobs, console.ctx.options)
-        console.last_launch = (self.model_id, self.topology, self.knobs)
-        console.run_job("up", argv)
-        console.action_mode("dashboard")
+        try:
+            request = LaunchRequest.from_argv(["--model", self.model_id, "--topology", self.topology,
+                                               *self.knobs.args()])
+        except AppError as err:
+            self.notify(err.hint or "", title=err.one_line(), severity="error", timeout=8)
+            return
+        self.post_message(LaunchRequested(request))

@@ -1,5 +1,5 @@
-"""Modal dialogs: quitting (leave the servers running, the default, or stop them), and a text viewer for
-details (a diagnosis in full, a plan as shell) that copies its text with ``c``."""
+"""Modal dialogs: quitting (it always asks: leave the servers running, the default, or stop them when a layout
+is up), and a text viewer for details (a diagnosis in full, a plan as shell) that copies its text with ``c``."""
 
 from __future__ import annotations
 
@@ -16,17 +16,37 @@ from tui.console.model import ConsoleModel
 
 
 class QuitModal(ModalScreen[str | None]):
+    """Quit the console? With a layout of this host up (``offer_stop``): leave it running (``l``, ``q`` again,
+    the default) or stop its servers (``s``); otherwise (nothing up, or a replay) ``q`` again quits."""
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "choose(None)", "cancel"),
+        Binding("q", "choose('leave')", "quit"),
         Binding("l", "choose('leave')", "leave running"),
         Binding("s", "choose('stop')", "stop servers"),
     ]
 
-    def __init__(self, model: ConsoleModel) -> None:
+    def __init__(self, model: ConsoleModel, *, offer_stop: bool = True, replay: bool = False) -> None:
         super().__init__()
         self.model = model
+        self.offer_stop = offer_stop
+        self.replay = replay
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Stopping the servers is offered only when a layout of this host is up."""
+        return self.offer_stop or not (action == "choose" and parameters == ("stop",))
 
     def compose(self) -> ComposeResult:
+        if not self.offer_stop:
+            with Vertical(id="quit-dialog", classes="dialog"):
+                yield Label(Text.assemble(("Quit the replay?" if self.replay else "Quit the console?", "bold")))
+                yield Static("The recording is left as it is." if self.replay else
+                             "No layout of this host is up; whatever runs detached (a campaign, a benchmark) "
+                             "goes on, and a console opened later finds it.")
+                with Horizontal(classes="buttons"):
+                    yield Button("Quit (q)", id="leave", variant="primary")
+                    yield Button("Cancel (esc)", id="cancel")
+            return
         lay = self.model.layout
         what = f"{lay.topology} of {lay.profile_id} ({lay.status})" if lay else "the layout"
         with Vertical(id="quit-dialog", classes="dialog"):
@@ -38,7 +58,7 @@ class QuitModal(ModalScreen[str | None]):
                 yield Static("A benchmark runs against it: left running, it goes on (its results are stored); "
                              "stopping the servers stops it first, keeping what it measured.")
             with Horizontal(classes="buttons"):
-                yield Button("Leave running (l)", id="leave", variant="primary")
+                yield Button("Leave running (l, q)", id="leave", variant="primary")
                 yield Button("Stop servers (s)", id="stop", variant="error")
                 yield Button("Cancel (esc)", id="cancel")
 

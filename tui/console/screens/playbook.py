@@ -4,26 +4,25 @@ learned from a log line (the ``playbook add`` path: the line generalised, checke
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
+from tui.console.context import ConsoleContext
+from tui.console.messages import PlaybookChanged
 from tui.console.model import BAND, ConsoleModel
+from tui.console.screens.base import ConsoleModal, ConsoleScreen
 from tui.console.widgets.header import HeaderBar
 from tui.core.errors import AppError
 from tui.core.playbook import Entry, load_playbook
 from tui.core.playbook.learn import learn_line
 from tui.core.playbook.loader import shipped_playbook_path
-
-if TYPE_CHECKING:
-    from tui.console.app import ConsoleApp
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -58,20 +57,16 @@ def _source(path: str) -> str:
         return path
 
 
-class PlaybookScreen(Screen[None]):
+class PlaybookScreen(ConsoleScreen):
     AUTO_FOCUS = "#pb-entries"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "search", "search"),
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+        super().__init__(ctx, state)
         self.entries: list[Entry] = []
-
-    @property
-    def console(self) -> ConsoleApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -97,11 +92,11 @@ class PlaybookScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         self._load()
-        self.draw(self.console.model, full=True)
+        self.draw(self.state, full=True)
 
     @work(exclusive=True, group="playbook", thread=True, exit_on_error=False, description="reading the playbook")
     def _load(self) -> None:
-        book = self.console.ctx.book or load_playbook()
+        book = self.ctx.book or load_playbook()
         self.app.call_from_thread(self._show, list(book.entries))
 
     def _show(self, entries: list[Entry]) -> None:
@@ -135,7 +130,7 @@ class PlaybookScreen(Screen[None]):
         self.query_one("#pb-search", Input).focus()
 
     def draw(self, model: ConsoleModel, *, full: bool = False) -> None:
-        self.query_one(HeaderBar).draw(model, replay=self.console.replay_label(), screen="playbook")
+        self.query_one(HeaderBar).draw(model, screen="playbook")
         if not (full or BAND in model.dirty):
             return
         t = Text()
@@ -149,7 +144,7 @@ class PlaybookScreen(Screen[None]):
         self.query_one("#pb-diagnoses", Static).update(t)
 
 
-class AddEntryModal(ModalScreen[None]):
+class AddEntryModal(ConsoleModal[None]):
     """A new playbook entry from one log line: a title, what it means, how severe; saved to the operator's book."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel")]
@@ -208,14 +203,6 @@ class AddEntryModal(ModalScreen[None]):
         for w in learned.warnings:
             note += f"; {w}"
         book = load_playbook()  # with the new entry: the playbook screen, and the matchers of the starts to come
-
-        def use() -> None:
-            app = self.app
-            app.ctx.book = book  # type: ignore[attr-defined]
-            follower = getattr(app, "follower", None)
-            if follower is not None:
-                follower.book = book
-
-        self.app.call_from_thread(use)
+        self.app.post_message(PlaybookChanged(book))  # the app, not this dialog: it closes below
         self.app.call_from_thread(self.notify, note, title="playbook entry added", timeout=6)
         self.app.call_from_thread(self.dismiss, None)

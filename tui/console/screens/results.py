@@ -11,28 +11,27 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from tui.console.context import ConsoleContext
 from tui.console.model import ConsoleModel
+from tui.console.screens.base import ConsoleScreen
 from tui.console.widgets.charts import XYChart
 from tui.console.widgets.header import HeaderBar
 from tui.core import paths, safeio
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import stats, table
-from tui.core.bench.store import Run, find_runs, load_run, read_run_workload
+from tui.core.bench.events import BenchDone
+from tui.core.bench.store import Run, check_summary, find_runs, load_run, read_meta_dict, read_run_workload
 from tui.core.errors import AppError, InputError
 from tui.core.models import Catalog, Workload
-
-if TYPE_CHECKING:
-    from tui.console.app import ConsoleApp
 
 REFRESH_S = 5.0
 
@@ -80,14 +79,35 @@ def plan_shell(plan_file: Path) -> tuple[str, bool]:
     return "\n".join(safeio.shown(line, 2000) for line in text.split("\n")), True
 
 
-def load_results(catalog: Catalog, gpus: int | None, root: Path | None = None) -> ResultsData:
-    """Every stored run, its comparison cells and the recommendation (blocking: call from a thread)."""
-    data = ResultsData()
-    for p in find_runs([], root):
+def recorded_runs(done: list[BenchDone]) -> tuple[list[Run], list[str]]:
+    """The runs a recording holds: each finished run's record and summary, as its ``BenchDone`` carried them
+    (checked as a stored run's files are); the ones that do not read, each as its one-line error."""
+    runs: list[Run] = []
+    errors: list[str] = []
+    for d in done:
+        if not d.meta:
+            continue
         try:
-            data.runs.append(load_run(p))
+            runs.append(Run(Path(d.run_dir or "."), read_meta_dict(d.meta, f"the recorded run {d.run_id}"),
+                            check_summary(dict(d.summary), f"the recorded run {d.run_id}")))
         except AppError as err:
-            data.errors.append(err.one_line())
+            errors.append(err.one_line())
+    return runs, errors
+
+
+def load_results(catalog: Catalog, gpus: int | None, root: Path | None = None, *,
+                 recorded: list[BenchDone] | None = None) -> ResultsData:
+    """Every stored run (or, with ``recorded``, the runs of a recording), its comparison cells and the
+    recommendation (blocking: call from a thread)."""
+    data = ResultsData()
+    if recorded is not None:
+        data.runs, data.errors = recorded_runs(recorded)
+    else:
+        for p in find_runs([], root):
+            try:
+                data.runs.append(load_run(p))
+            except AppError as err:
+                data.errors.append(err.one_line())
     if not data.runs:
         return data
     data.cells = table.build_cells(data.runs)
@@ -125,7 +145,7 @@ def request_distribution(run: Run) -> str:
     return "\n".join(lines)
 
 
-class ResultsScreen(Screen[None]):
+class ResultsScreen(ConsoleScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "reload", "reload"),
         Binding("ctrl+e", "export('csv')", "export CSV"),
@@ -134,14 +154,10 @@ class ResultsScreen(Screen[None]):
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+        super().__init__(ctx, state)
         self.data = ResultsData()
         self._keys: list[table.Cell] = []
-
-    @property
-    def console(self) -> ConsoleApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -164,7 +180,7 @@ class ResultsScreen(Screen[None]):
         self.action_reload()
 
     def draw(self, model: ConsoleModel) -> None:
-        self.query_one(HeaderBar).draw(model, replay=self.console.replay_label(), screen="results")
+        self.query_one(HeaderBar).draw(model, screen="results")
 
     def _maybe_reload(self) -> None:
         if self.is_current:
@@ -172,11 +188,13 @@ class ResultsScreen(Screen[None]):
 
     def action_reload(self) -> None:
         # the GPU count the telemetry saw (host.facts may run `vllm --version` on a real host: not on the loop)
-        self._load(len(self.console.model.gpus) or None)
+        # a replay's results are the recording's runs (those ended by the moment replayed), not this host's
+        recorded = list(self.state.runs_done) if self.replaying else None
+        self._load(len(self.state.gpus) or None, recorded)
 
     @work(exclusive=True, group="results", thread=True, exit_on_error=False, description="reading results")
-    def _load(self, gpus: int | None) -> None:
-        data = load_results(self.console.ctx.catalog, gpus)
+    def _load(self, gpus: int | None, recorded: list[BenchDone] | None) -> None:
+        data = load_results(self.ctx.catalog, gpus, recorded=recorded)
         self.app.call_from_thread(self._show, data)
 
     def _show(self, data: ResultsData) -> None:
@@ -189,8 +207,14 @@ class ResultsScreen(Screen[None]):
         t.clear(columns=True)
         rec_text = self.query_one("#rec-text", Static)
         if data.frame is None:
-            t.add_column("no runs stored yet")
-            rec_text.update(Text("Run a benchmark (b) or a campaign (c): their results appear here.", style="dim"))
+            if self.replaying:
+                t.add_column("no run of the recording has ended by the moment replayed")
+                rec_text.update(Text("The recording's runs appear here as the replay reaches their end.",
+                                     style="dim"))
+            else:
+                t.add_column("no runs stored yet")
+                rec_text.update(Text("Run a benchmark (b) or a campaign (c): their results appear here.",
+                                     style="dim"))
             return
         lead = ["topology", *(["setup"] if "setup" in data.frame.columns else []), "workload", "rate"]
         for k in lead:

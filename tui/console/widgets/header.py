@@ -16,10 +16,11 @@ STATUS_STYLE = {"ready": fmt.OK, "starting": fmt.BUSY, "failed": fmt.BAD, "degra
 class HeaderBar(TextPanel):
     DEFAULT_CSS = "HeaderBar { height: 1; }"
 
-    def draw(self, model: ConsoleModel, *, replay: str | None = None, screen: str = "") -> None:
+    def draw(self, model: ConsoleModel, *, screen: str = "") -> None:
+        """The header of ``screen`` from the console's state (its replay words and recording set by the app)."""
         width = self.size.width or self.app.size.width
-        recording = getattr(self.app, "recorder", None) is not None
-        self.set_text(render_header(model, width, replay=replay, screen=screen, recording=recording))
+        self.set_text(render_header(model, width, replay=model.replay_label, screen=screen,
+                                    recording=model.recording))
 
 
 def render_header(model: ConsoleModel, width: int, *, replay: str | None = None, screen: str = "",

@@ -1,0 +1,34 @@
+"""What the console drives (the host, the profiles, the state file, the playbook, the bus) and how it was opened.
+
+The app owns it; the screens get it as an attribute set on them when the app makes them (attributes down) and read
+it, never write it: what changes it (a new playbook) reaches the app as a message. No Textual here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tui.core.events import EventBus
+from tui.core.host.base import Host, HostOptions
+from tui.core.launch.state import StateStore
+from tui.core.models import Catalog
+from tui.core.playbook import Playbook
+
+
+@dataclass
+class ConsoleContext:
+    """What the console drives: the host (real or simulated), profiles, the state file, the playbook."""
+
+    options: HostOptions
+    host: Host | None
+    catalog: Catalog
+    store: StateStore
+    book: Playbook | None
+    bus: EventBus = field(default_factory=EventBus)
+    live: bool = True
+    #: label of a replayed recording (None: live)
+    replay: str | None = None
+    #: ports for the layouts this console launches (endpoint, first server, first side channel); None: defaults
+    ports: tuple[int, int, int] | None = None
+    #: record the session (a live console does by default)
+    record: bool = True
