@@ -80,6 +80,20 @@ def test_bench_defaults_to_decode_heavy_and_repeats(capsys: pytest.CaptureFixtur
     assert "Serving Benchmark Result" in out and "Total input tokens:                      1536" in out
 
 
+def test_the_live_line_keeps_its_ttft_once_every_request_has_started() -> None:
+    """Issue 22, finding 15: a run whose requests had all had their first token (a long decode) went from showing
+    TTFT figures to "TTFT p50/p99 -/- ms" once those first tokens were older than the TTFT window."""
+    lw = LiveWindow(run_id="c/r", total=4, window_s=1.0)
+    first = lw.update({"phase": "run", "el": 0.5, "chunks": 40, "ttfts": [0.2, 0.4], "sent": 4, "inflight": 4})
+    assert first.ttft_p50_ms == pytest.approx(300.0)
+    later = [lw.update({"phase": "run", "el": 0.5 + 0.25 * i, "chunks": 40 + 100 * i, "sent": 4, "inflight": 4})
+             for i in range(1, 120)]  # 30 s of decoding, no new first token
+    assert all(t.ttft_p50_ms == pytest.approx(300.0) and t.ttft_p99_ms is not None for t in later)
+    assert "TTFT p50/p99 -/-" not in later[-1].line()
+    newer = lw.update({"phase": "run", "el": 31.0, "chunks": 12000, "ttfts": [1.0], "sent": 4, "inflight": 4})
+    assert newer.ttft_p50_ms == pytest.approx(1000.0)  # a new first token: the window's figures again
+
+
 def test_live_window_and_events_round_trip() -> None:
     lw = LiveWindow(run_id="c/r", total=10, window_s=1.0)
     lw.update({"phase": "run", "el": 0.0, "chunks": 0, "ttfts": [0.2], "gaps": [], "req_gaps": []})

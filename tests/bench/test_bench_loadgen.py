@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -134,3 +135,20 @@ async def test_server_counters_exclude_the_warmup(stub, tmp_path) -> None:
     assert kv is not None and kv["external"] == run.summary["total_input_tokens"] == 320
     assert srv.stats.prompt_tokens > 320  # the warm-up did reach the server
     assert run.meta.triton_jit == [] and (run.path / "logs" / "decode.log").exists()
+
+
+async def test_warm_up_ticks_count_their_own_time(stub) -> None:
+    """Issue 22, finding 12: a warm-up that waited on the server (a JIT compile on the H200) showed "warmup 0/66
+    done · 66 in flight · 0 s" for 8.5 s: every warm-up tick said elapsed 0.0, and the CLI printed the same line."""
+    url, _ = await stub(mode="paced", ms_per_token=5.0, ttft_ms=800.0)  # each first token after 0.8 s
+    ticks: list[BenchTick] = []
+    await run_bench(BenchOptions(workload=_wl(num_prompts=4, output_len=4), warmup=4), BenchTarget(endpoint=url),
+                    on_tick=ticks.append)
+    warm = [t for t in ticks if t.phase == "warmup"]
+    assert warm, "no warm-up tick"
+    assert max(t.elapsed_s for t in warm) >= 0.2  # the first tick comes 0.25 s into the warm-up
+    assert all(b.elapsed_s >= a.elapsed_s for a, b in itertools.pairwise(warm))
+    first = warm[0]
+    assert first.total >= 4 and first.inflight + first.done == first.total  # the burst (and the shapes' requests)
+    assert first.line().endswith(f"{first.elapsed_s:6.1f}s  warm-up: {first.done}/{first.total} done, "
+                                 f"{first.inflight} in flight")

@@ -48,7 +48,7 @@ class BenchTick(Event):
         if self.phase == "setup":
             return f"[{self.run_id}] {self.elapsed_s:6.1f}s  setting up (tokenizer, prompts) …"
         if self.phase == "warmup":
-            counts = f"{self.done}/{self.total} done" if self.total else "…"
+            counts = f"{self.done}/{self.total} done, {self.inflight} in flight" if self.total else "…"
             return f"[{self.run_id}] {self.elapsed_s:6.1f}s  warm-up: {counts}"
         return (f"[{self.run_id}] {self.elapsed_s:6.1f}s  done {self.done}/{self.total}  in flight {self.inflight}"
                 f"  failed {self.failed}  out {tps} tok/s  TTFT p50/p99 {ms(self.ttft_p50_ms)}/"

@@ -30,6 +30,9 @@ class LiveWindow:
     _ttfts: deque[tuple[float, float]] = field(default_factory=deque)  # (elapsed, ttft) kept longer
 
     warmup_total: int = 0
+    #: the TTFT figures of the last window that had first tokens: a run whose requests have all started (a long
+    #: decode) keeps showing them instead of "-/-" (they are the run's latest; the next first token replaces them)
+    _last_ttft: tuple[float | None, float | None] = (None, None)
 
     def update(self, msg: dict[str, Any]) -> BenchTick:
         el = float(msg.get("el") or 0.0)
@@ -61,12 +64,15 @@ class LiveWindow:
         def p(data: list[float], q: float) -> float | None:
             return stats.percentile_sorted(data, q) * 1000 if data else None
 
+        if phase == "run" and ttfts:
+            self._last_ttft = (p(ttfts, 50), p(ttfts, 99))
+        ttft50, ttft99 = self._last_ttft if phase == "run" else (None, None)
         tick = BenchTick(
             run_id=self.run_id, phase=phase, elapsed_s=el,
             total=self.warmup_total if phase == "warmup" else self.total, sent=int(msg.get("sent") or 0),
             done=int(msg.get("done") or 0), failed=int(msg.get("failed") or 0),
             inflight=int(msg.get("inflight") or 0), waiting=int(msg.get("waiting") or 0), output_tps=tps,
-            ttft_p50_ms=p(ttfts, 50), ttft_p99_ms=p(ttfts, 99), tpot_p50_ms=p(req, 50), tpot_p99_ms=p(req, 99),
+            ttft_p50_ms=ttft50, ttft_p99_ms=ttft99, tpot_p50_ms=p(req, 50), tpot_p99_ms=p(req, 99),
             itl_p50_ms=p(gaps, 50), itl_p99_ms=p(gaps, 99), window_s=span,
             loop_lag_ms=float(msg.get("lag_max") or 0.0) * 1000,
         )

@@ -125,6 +125,7 @@ class LoadGenerator:
         self.dispatch_lags: list[float] = []
         self.dispatch_times: list[float] = []
         self.t0 = 0.0
+        self.warm_t0 = 0.0  # when the warm-up began (its ticks count from there; the run's from t0)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.hold = False  # wait for go() between warm-up and the run
         self.go = asyncio.Event()
@@ -179,6 +180,7 @@ class LoadGenerator:
         if not self.warmups:
             return None
         self.phase = "warmup"
+        self.warm_t0 = _perf()
         self.sink({"t": "phase", "phase": "warmup", "n": len(self.warmups)})
         sem = asyncio.Semaphore(self.s.max_concurrency) if self.s.max_concurrency else None
 
@@ -310,9 +312,13 @@ class LoadGenerator:
         self.window = _Window()
         elapsed = _perf() - self.t0 if self.phase == "run" else 0.0
         if self.phase != "run":
-            return {"t": "tick", "phase": self.phase, "el": 0.0, "sent": len(self.warmups), "done": self.warm_done,
-                    "failed": 0, "inflight": len(self.warmups) - self.warm_done, "waiting": 0, "chunks": 0,
-                    "ttfts": [], "gaps": [], "req_gaps": [], "lag_max": max(self.lags[-20:], default=0.0)}
+            # the warm-up's own clock: a warm-up that waits on a server's JIT compile shows its time passing (every
+            # warm-up tick said 0.0 s through an 8.5 s warm-up on the H200)
+            warm_el = _perf() - self.warm_t0 if self.phase == "warmup" and self.warm_t0 else 0.0
+            return {"t": "tick", "phase": self.phase, "el": warm_el, "sent": len(self.warmups),
+                    "done": self.warm_done, "failed": 0, "inflight": len(self.warmups) - self.warm_done,
+                    "waiting": 0, "chunks": 0, "ttfts": [], "gaps": [], "req_gaps": [],
+                    "lag_max": max(self.lags[-20:], default=0.0)}
         return {
             "t": "tick", "phase": self.phase, "el": elapsed, "sent": self.sent, "done": self.done,
             "failed": self.failed, "inflight": self.sent - self.done - self.failed - self.waiting,
