@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 
 from tui.core import safeio
+from tui.core.bench.windows import BenchWindows
 from tui.core.errors import InputError
 from tui.core.events import EventBus, Notice, event_from_dict
 from tui.core.launch import subphases
@@ -41,7 +42,7 @@ from tui.core.launch.events import (
 )
 from tui.core.launch.history import StartupHistory, expected_startup
 from tui.core.launch.lifecycle import assess_layout
-from tui.core.launch.phases import PhaseTracker
+from tui.core.launch.phases import PhaseTracker, logged_at
 from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.launch.supervisor import process_alive
 from tui.core.plan.spec import LaunchPlan
@@ -108,6 +109,10 @@ class LayoutFollower(threading.Thread):
         self._told: set[str] = set()  # the files from outside already said to be unreadable (once each)
         #: a log line is redacted before it is published, matched or kept for an exit's excerpt
         self.redactor = Redactor()
+        #: what the benchmarks on this bus did when (their events): a line is matched as of the phase it was
+        #: logged in (a Triton JIT inside a benchmark's own warm-up is no request the warm-up missed)
+        self.benches = BenchWindows()
+        bus.subscribe(self.benches.feed)
 
     # --- control (any thread) ------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -271,8 +276,16 @@ class LayoutFollower(threading.Thread):
                     server=name, phase=update.phase.key, label=update.phase.label, progress=update.progress,
                     detail=update.detail, elapsed_s=self._elapsed(srv)))
             if srv.matcher is not None:
+                srv.matcher.set_bench_phase(self._bench_phase(text))
                 for d in srv.matcher.feed(text, srv.lineno):
                     self._diagnosis(d)
+
+    def _bench_phase(self, text: str) -> str:
+        """The phase of the benchmark going on when ``text`` was logged (its own stamp, else now)."""
+        now = self.clock()
+        if not self.benches.known():
+            return "none"
+        return self.benches.phase_at(logged_at(text, now, tolerance_s=86400.0) or now)
 
     def _elapsed(self, srv: _Server) -> float:
         return max(self.clock() - srv.record.started, 0.0) if srv.record.started else 0.0

@@ -9,6 +9,7 @@ captured instance, so other numbers, paths, process names and pids match too.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 _PREFIX = re.compile(
@@ -52,6 +53,27 @@ def parse_line(line: str) -> LogRecord:
             return LogRecord(None, None, lm.group("level"), f"{lm.group('file')}:{lm.group('line')}",
                              text[lm.end():])
     return LogRecord(proc, pid, None, None, rest)
+
+
+def logged_at(line: str, now: float, *, tolerance_s: float = 120.0) -> float | None:
+    """When vLLM logged ``line``, from its ``MM-DD HH:MM:SS`` stamp (local time, no year: the year that puts it
+    nearest ``now``), as epoch seconds at the start of that second; None when the line has no stamp or the stamp is
+    more than ``tolerance_s`` from ``now`` (another clock, an old log)."""
+    lm = _LEVEL.search(line[:400])
+    if lm is None:
+        return None
+    try:
+        month, day = int(lm.group("date")[0:2]), int(lm.group("date")[3:5])
+        hh, mm, ss = (int(x) for x in lm.group("date")[6:].split(":"))
+        year = time.localtime(now).tm_year
+        best: float | None = None
+        for y in (year - 1, year, year + 1):
+            t = time.mktime((y, month, day, hh, mm, ss, 0, 0, -1))
+            if best is None or abs(t - now) < abs(best - now):
+                best = t
+    except (ValueError, OverflowError):
+        return None
+    return best if best is not None and abs(best - now) <= tolerance_s else None
 
 
 def last_tqdm(line: str) -> tuple[str, int, int] | None:

@@ -20,6 +20,7 @@ from tui.core.playbook.literals import required_literals
 from tui.core.playbook.model import (
     ARCHES,
     ATTENTIONS,
+    BENCH_PHASES,
     FAMILIES,
     ROLES,
     SEVERITIES,
@@ -114,7 +115,8 @@ def _parse_when(f: Fields) -> When:
         if not version_spec_ok(spec):
             raise f.error("vllm", f"bad version spec {spec!r} (write 0.24, >=0.13, <0.30, ==0.24.0 or !=0.23)")
     when = When(family=_choices(f, "family", FAMILIES), attention=_choices(f, "attention", ATTENTIONS),
-                topology=_choices(f, "topology", TOPOLOGY_KINDS), vllm=vllm)
+                topology=_choices(f, "topology", TOPOLOGY_KINDS), vllm=vllm,
+                bench=_choices(f, "bench", BENCH_PHASES))
     f.done()
     return when
 

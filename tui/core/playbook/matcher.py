@@ -81,6 +81,13 @@ class Matcher:
         ctx = self.context
         self._admitted = [e.when.admits(ctx) for e, _ in self.playbook.line_rules]
 
+    def set_bench_phase(self, phase: str | None) -> None:
+        """What a benchmark on this server is doing as the next lines were logged (``model.BENCH_PHASES``; None:
+        not known): an entry held to some phases (``when: bench``) matches only in them. Cheap when unchanged."""
+        if phase != self.context.bench_phase:
+            self.context = replace(self.context, bench_phase=phase)
+            self._refilter()
+
     def _learn(self, text: str) -> None:
         """Fill what the caller did not say from the log itself: the vLLM version, the kind of topology."""
         ctx = self.context

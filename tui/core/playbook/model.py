@@ -21,6 +21,8 @@ FAMILIES = ("dense", "moe")
 ATTENTIONS = ("full", "hybrid")
 ROLES = ("single", "prefill", "decode")
 ARCHES = ("blackwell", "hopper", "ampere-or-older")  # GPU architectures a fix can single out
+#: what a benchmark is doing when a line is logged: none runs, it sets up, it warms the servers up, it measures
+BENCH_PHASES = ("none", "setup", "warmup", "run")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -67,6 +69,8 @@ class MatchContext:
     topology: str | None = None  # tp | dp | pd
     vllm_version: str | None = None
     gpu_arch: str | None = None  # blackwell | hopper | ... (the plan's GPUs): picks a fix's arch_add_args
+    #: what a benchmark on this server was doing when the line was logged (BENCH_PHASES; None: not known)
+    bench_phase: str | None = None
 
     @classmethod
     def for_launch(cls, profile: Any = None, topology: Any = None, vllm_version: str | None = None,
@@ -122,15 +126,19 @@ class When:
     attention: tuple[str, ...] = ()
     topology: tuple[str, ...] = ()
     vllm: tuple[str, ...] = ()
+    #: the benchmark phases the entry holds in (``[none, run]``: a line logged during a benchmark's warm-up says
+    #: nothing of serving: the warm-up is there to take such compiles)
+    bench: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.family or self.attention or self.topology or self.vllm)
+        return not (self.family or self.attention or self.topology or self.vllm or self.bench)
 
     def admits(self, ctx: MatchContext, *, strict: bool = False) -> bool:
         """Whether the conditions hold. A fact the context does not know excludes nothing, unless ``strict``
         (whole-log rules: they judge without a line of evidence, so their conditions must be known to hold)."""
-        checks = ((self.family, ctx.family), (self.attention, ctx.attention), (self.topology, ctx.topology))
+        checks = ((self.family, ctx.family), (self.attention, ctx.attention), (self.topology, ctx.topology),
+                  (self.bench, ctx.bench_phase))
         for wanted, have in checks:
             if wanted and (have not in wanted if have is not None else strict):
                 return False
