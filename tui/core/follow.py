@@ -3,11 +3,12 @@ watches (the console), or reattaches over SSH.
 
 A :class:`LayoutFollower` thread reads the state file (lock-free ``peek``) twice a second, and for the layout it
 shows (the active one; else the newest that failed, until another starts) publishes the same events ``up``
-publishes while it launches: ``LayoutChanged``, one ``ServerLaunched`` per process (with its GPUs and the ETA from
-this host's start-up history), every ``LogLine`` of every log from its first line (so a console opened later sees
-the whole start), ``ServerPhase``, ``ServerReady``, ``ServerExited`` and the playbook's ``Diagnosis`` events as
-lines arrive and, for a failed start, the diagnoses ``up`` saved with the layout. A recorder on the same bus
-records what the operator saw; a replay publishes the same events again.
+publishes while it launches: ``LayoutChanged``, ``PlanLaunched`` (the plan as the state file holds it), one
+``ServerLaunched`` per process (with its GPUs and the ETA from this host's start-up history), every ``LogLine`` of
+every log from its first line (so a console opened later sees the whole start), ``ServerPhase``, ``ServerReady``,
+``ServerExited`` and the playbook's ``Diagnosis`` events as lines arrive and, for a failed start, the diagnoses
+``up`` saved with the layout. A recorder on the same bus records what the operator saw; a replay publishes the
+same events again.
 
 Everything here runs in the follower's thread (state file, logs, regular expressions); events cross to the
 front end's event loop through ``EventBus.publish_threadsafe``.
@@ -33,6 +34,7 @@ from tui.core.launch import subphases
 from tui.core.launch.events import (
     LayoutChanged,
     LogLine,
+    PlanLaunched,
     ServerDeferred,
     ServerExited,
     ServerLaunched,
@@ -168,6 +170,9 @@ class LayoutFollower(threading.Thread):
         self._diagnosed = set()
         self._deferred = set()
         self._publish_layout(rec)
+        # the plan as the state file holds it (redacted): what a front end shows of it (the fixes applied) and a
+        # recording keeps, as ``up`` publishes it for the layouts it launches
+        self.bus.publish_threadsafe(PlanLaunched(layout_id=rec.id, plan=rec.plan))
 
     @staticmethod
     def _shown_state(rec: LayoutRecord) -> tuple[str, str]:

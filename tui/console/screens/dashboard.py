@@ -11,6 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer
 
 from tui.console.context import ConsoleContext
+from tui.console.fixview import shown_fix
 from tui.console.messages import DismissRequested, FixRequested, RestartRequested, StopRequested
 from tui.console.model import BAND, GPUS, HEADER, LOG, SERVERS, ConsoleModel
 from tui.console.screens.base import ConsoleScreen
@@ -94,7 +95,9 @@ class DashboardScreen(ConsoleScreen):
                     table.move_cursor(row=table.get_row_index(d.server))
                 self.query_one(LogPane).show(model, d.server)
         if full or second or BAND in dirty:
-            self.query_one(Band).draw(model)
+            band = self.query_one(Band)
+            band.book = self.ctx.book  # a diagnosis's fix is described from it for these GPUs
+            band.draw(model)
         if full or LOG in dirty:
             self.query_one(LogPane).show(model, table.selected)
 
@@ -132,9 +135,12 @@ class DashboardScreen(ConsoleScreen):
             body.append("The line:\n", style="bold")
             body.append(d.line.strip() + "\n\n", style="red")
         body.append(d.explanation.strip() + "\n\n")
+        fix = shown_fix(d, self.ctx.book, self.state)  # what `a` applies on these GPUs
         body.append("Fix: ", style="bold")
-        body.append(d.fix + "\n")
-        for c in d.changes:
+        body.append(fix.text + "\n")
+        if fix.changes:
+            body.append("a applies:\n" if d.fixable else "", style="bold")
+        for c in fix.changes:
             body.append(f"  · {c}\n")
         if d.fixable:
             body.append("\nPress a on the dashboard to apply it and relaunch (up --apply-fix "

@@ -73,11 +73,18 @@ class QuitModal(ModalScreen[str | None]):
 
 
 class TextModal(ModalScreen[None]):
-    """A titled, scrolling text; ``c`` copies it (OSC 52), any other key or a click outside closes it."""
+    """A titled, scrolling text that fits the terminal (its keys always in view): ↑/↓, PgUp/PgDn, Home/End scroll
+    it, ``c`` copies it (OSC 52), Esc, q or Enter close it."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,enter", "close", "close"),
         Binding("c", "copy", "copy"),
+        Binding("up", "scroll('up')", "up", show=False),
+        Binding("down", "scroll('down')", "down", show=False),
+        Binding("pageup", "scroll('page_up')", "page up", show=False),
+        Binding("pagedown,space", "scroll('page_down')", "page down", show=False),
+        Binding("home", "scroll('home')", "top", show=False),
+        Binding("end", "scroll('end')", "end", show=False),
     ]
 
     def __init__(self, title: str, body: str | Text) -> None:
@@ -87,10 +94,32 @@ class TextModal(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="text-dialog", classes="dialog"):
-            yield Label(Text(self.title_text, style="bold"))
-            with VerticalScroll():
+            yield Static(Text(self.title_text, style="bold"), id="text-title")
+            with VerticalScroll(id="text-scroll"):
                 yield Static(self.body, id="text-body")
-            yield Label(Text("c copy · esc close", style="dim"))
+            yield Label(Text("↑↓ PgUp PgDn Home End scroll · c copy · esc close", style="dim"), id="text-keys")
+
+    def on_mount(self) -> None:
+        self._fit()
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        """The text scrolls in what the terminal leaves (the dialog is at most 90% of its height), so the keys'
+        line stays in view at 80x24."""
+        dialog = self.query_one("#text-dialog")
+        width = max(dialog.size.width - dialog.styles.gutter.width, 20)
+        title_rows = max(1, -(-len(self.title_text) // width))
+        # 90% of the terminal, less the dialog's border and padding, the title's rows and the keys' line
+        rows = int(self.app.size.height * 0.9) - dialog.styles.gutter.height - title_rows - 1
+        self.query_one("#text-scroll").styles.max_height = max(rows, 3)
+
+    def action_scroll(self, where: str) -> None:
+        scroll = self.query_one("#text-scroll", VerticalScroll)
+        {"up": scroll.scroll_up, "down": scroll.scroll_down, "page_up": scroll.scroll_page_up,
+         "page_down": scroll.scroll_page_down, "home": scroll.scroll_home, "end": scroll.scroll_end}[where](
+            animate=False)
 
     def action_close(self) -> None:
         self.dismiss(None)

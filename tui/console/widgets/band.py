@@ -12,26 +12,33 @@ import textwrap
 from rich.text import Text
 
 from tui.console import fmt
+from tui.console.fixview import shown_fix
 from tui.console.model import ConsoleModel, ServerView
 from tui.console.widgets.panel import TextPanel
+from tui.core.playbook import Playbook
 
 
 class Band(TextPanel):
     DEFAULT_CSS = "Band { height: auto; min-height: 3; }"
 
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        #: the playbook a diagnosis's fix is described from, for the GPUs shown (set by the screen)
+        self.book: Playbook | None = None
+
     def draw(self, model: ConsoleModel) -> None:
         width = max(self.size.width or (self.app.size.width - 4), 40)
-        text, kind = render_band(model, width)
+        text, kind = render_band(model, width, self.book)
         self.set_class(kind == "diagnosis", "-diagnosis")
         self.set_class(kind == "startup", "-startup")
         self.set_class(kind == "bench", "-bench")
         self.set_text(text)
 
 
-def render_band(model: ConsoleModel, width: int) -> tuple[Text, str]:
+def render_band(model: ConsoleModel, width: int, book: Playbook | None = None) -> tuple[Text, str]:
     d = model.active_diagnosis()
     if d is not None and (d.is_failure or (model.layout is not None and model.layout.status == "failed")):
-        return _diagnosis(model, width), "diagnosis"
+        return _diagnosis(model, width, book), "diagnosis"
     starting = [v for v in model.servers.values() if v.role != "proxy" and v.phase != "ready"
                 and v.exited is None] if model.starting() else []
     if starting or (model.layout is not None and model.layout.status == "starting"):
@@ -61,6 +68,9 @@ def _idle(model: ConsoleModel) -> Text:
                    if v.ready_s is not None and v.role != "proxy"]
         if started:
             t.append("\nStarted: " + ", ".join(started), style=fmt.DIM)
+        if lay.fixes:
+            t.append("\n")
+            t.append_text(fixes_text(lay.fixes))
         return t
     if lay.status == "failed":
         return Text.assemble((f"{lay.topology} of {lay.profile_id} failed to start", fmt.BAD),
@@ -72,9 +82,22 @@ def _idle(model: ConsoleModel) -> Text:
     return Text(f"{lay.topology} of {lay.profile_id}: {lay.status}", style=fmt.BUSY)
 
 
-def _diagnosis(model: ConsoleModel, width: int) -> Text:
+def fixes_text(fixes: tuple[tuple[str, tuple[str, ...]], ...]) -> Text:
+    """``Fix in effect: flashinfer-no-nvcc (set VLLM_USE_FLASHINFER_SAMPLER=0; add --attention-backend ...)``."""
+    t = Text("Fix in effect: " if len(fixes) == 1 else "Fixes in effect: ", style="bold")
+    for i, (entry, changes) in enumerate(fixes):
+        if i:
+            t.append(", ")
+        t.append(entry, style=fmt.WARN)
+        if changes:
+            t.append(f" ({'; '.join(changes)})")
+    return t
+
+
+def _diagnosis(model: ConsoleModel, width: int, book: Playbook | None) -> Text:
     d = model.active_diagnosis()
     assert d is not None
+    fix = shown_fix(d, book, model)
     t = Text()
     t.append("✖ " if d.is_failure else "▲ ", style=fmt.BAD if d.is_failure else fmt.WARN)
     t.append(f"{d.server} " if d.server else "", style="bold")
@@ -85,7 +108,7 @@ def _diagnosis(model: ConsoleModel, width: int) -> Text:
     for line in textwrap.wrap(first, max(width - 2, 20))[:2]:
         t.append("\n" + line)
     t.append("\nFix: ", style="bold")
-    t.append(d.fix or "no fix known: see the details")
+    t.append(fix.text or "no fix known: see the details")
     keys = Text("\n")
     if d.fixable:
         keys.append("a", style="bold reverse")
@@ -118,6 +141,9 @@ def _startup(model: ConsoleModel, width: int) -> Text:
     t.append("Starting ", style="bold")
     if lay is not None:
         t.append(f"{lay.topology} of {lay.profile_id}")
+        if lay.fixes:
+            t.append(" with the fix" + ("es " if len(lay.fixes) > 1 else " ") + ", ".join(e for e, _ in lay.fixes),
+                     style=fmt.WARN)
     servers = [v for v in model.servers.values() if v.role != "proxy"]
     if not servers:
         t.append("\nlaunching…", style=fmt.DIM)

@@ -247,7 +247,9 @@ class Entry:
             changes = "; ".join(described)
             if pf.roles:
                 changes += f" (on {', '.join(pf.roles)} servers)"
-            parts.append(changes + ("" if self.auto else " (not applied automatically)"))
+            # not auto: `up --apply-fix auto` leaves it; the operator's own request (the console's `a`, `up
+            # --apply-fix ENTRY`) applies it, so "not applied automatically" above "a apply the fix" read wrong
+            parts.append(changes + ("" if self.auto else " (applied only when asked for)"))
         if self.not_fixable:
             parts.append(self.not_fixable)
         return " — ".join(parts) if parts else "no fix recorded"
