@@ -265,3 +265,46 @@ def test_running_totals_agree_with_pairwise_deltas_over_a_long_run() -> None:
     assert len(w) == 8  # bounded: the 7 s window of 1 s scrapes plus its base
     oldest = w._since(60.0)[0]
     assert oldest.prev is None  # the chain is cut behind the window: nothing old is kept alive
+
+
+_TTFT_BUCKETS = (0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+
+
+def _ttft(fast: int, slow: int) -> prom.Exposition:
+    """A vLLM 0.24 TTFT histogram holding ``fast`` observations of ~0.7 s and ``slow`` ones of ~7 s (cumulative)."""
+    lab = 'engine="0",model_name="m"'
+    lines = ["# TYPE vllm:time_to_first_token_seconds histogram"]
+    for le in _TTFT_BUCKETS:
+        n = (fast if le >= 0.75 else 0) + (slow if le >= 7.5 else 0)
+        lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lab},le="{le}"}} {n}')
+    lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lab},le="+Inf"}} {fast + slow}')
+    lines.append(f"vllm:time_to_first_token_seconds_count{{{lab}}} {fast + slow}")
+    lines.append(f"vllm:time_to_first_token_seconds_sum{{{lab}}} {fast * 0.7 + slow * 7.0}")
+    return prom.parse("\n".join(lines) + "\n")
+
+
+def test_the_servers_latency_covers_the_run_not_its_warm_up() -> None:
+    """Issue 22, finding 14: the servers' view said "TTFT p50 7.5 s" (warm-up requests that had waited on a JIT)
+    next to the run's 726 ms: the rolling window mixed the warm-up in. A marked run counts from its start."""
+    w = MetricsWindow(window_s=10.0, rate_window_s=4.0)
+    w.add(100.0, _ttft(0, 0))
+    w.add(101.0, _ttft(0, 30))  # the warm-up: 30 first tokens after ~7 s
+    w.add(102.0, _ttft(0, 30))
+    w.mark_run(102.2)  # the run began (a tick said so a moment later)
+    w.add(103.0, _ttft(20, 30))
+    f = w.figures()
+    assert f is not None and f.ttft is not None and f.latency_since == 102.0 and f.latency_until is None
+    assert f.ttft.count == 20 and f.ttft.p99 is not None and f.ttft.p99 <= 0.75
+    w.end_run(103.5)
+    w.add(104.0, _ttft(25, 30))
+    w.add(105.0, _ttft(25, 30))  # after the run, nothing new: its figures stay, said to end at its last scrape
+    f = w.figures()
+    assert f is not None and f.ttft is not None and f.ttft.count == 25 and f.latency_until == 104.0
+    w.add(106.0, _ttft(26, 30))  # new traffic: the rolling window again (the warm-up still in it)
+    f = w.figures()
+    assert f is not None and f.ttft is not None and f.latency_since is None and f.ttft.count == 26 + 30
+    rolling = MetricsWindow(window_s=10.0, rate_window_s=4.0)  # what was shown before: warm-up and run mixed
+    for ts, exp in ((100.0, _ttft(0, 0)), (101.0, _ttft(0, 30)), (103.0, _ttft(20, 30))):
+        rolling.add(ts, exp)
+    mixed = rolling.figures()
+    assert mixed is not None and mixed.ttft is not None and mixed.ttft.p50 is not None and mixed.ttft.p50 > 5.0

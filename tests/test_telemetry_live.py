@@ -17,6 +17,7 @@ import pytest
 from tests.telemetry_helpers import LocalServer, Tree, during_series, exposition_text, spawn_tree
 from tui.cli.main import main
 from tui.core import paths
+from tui.core.events import EventBus
 from tui.core.host.base import HostOptions
 from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
 from tui.core.telemetry.live import LiveTelemetry, collect_snapshot
@@ -202,3 +203,28 @@ async def test_a_layout_change_is_followed_at_once_not_at_the_next_look(isolated
             assert all(st.health is not None for st in live.statuses())  # polled before it returned
     finally:
         await server.close()
+
+
+async def test_a_benchmark_run_on_the_bus_marks_the_servers_latency_window(layout_1p1d: Layout1P1D) -> None:
+    """Issue 22, finding 14: the servers' latency figures cover the run the bench says began (its warm-up left
+    out), for every server, and a poller made later for the same layout covers it too."""
+    from tests.helpers import eventually_async
+    from tui.core.bench.events import BenchDone, BenchTick
+
+    bus = EventBus()
+    config = PollerConfig(health_hz=10.0, metrics_hz=10.0)
+    async with LiveTelemetry(SimHost(HostOptions(sim=True)), StateStore(), bus=bus, poller_config=config) as live:
+        def covered() -> list[object]:
+            return [st.metrics.figures.latency_since for st in live.statuses()
+                    if st.endpoint.role != "proxy" and st.metrics and st.metrics.figures]
+
+        tick = dict(run_id="c/r", total=4, sent=4, done=0, failed=0, inflight=4)
+        bus.publish(BenchTick(phase="warmup", elapsed_s=2.0, **tick))  # type: ignore[arg-type]
+        await eventually_async(lambda: len(covered()) == 2, 30, "figures")
+        assert covered() == [None, None]  # a warm-up marks nothing: the rolling window
+        run = BenchTick(phase="run", elapsed_s=1.5, **tick)  # type: ignore[arg-type]
+        bus.publish(run)
+        await eventually_async(lambda: all(c is not None for c in covered()), 30, "the run's window")
+        assert all(c <= run.ts for c in covered())  # type: ignore[operator]
+        bus.publish(BenchDone(run_id="c/r", status="complete"))
+        assert live._run is not None and live._run[2] is not None

@@ -166,6 +166,11 @@ def _histogram_step(prev: Scrape, cur: Scrape, name: str, match: dict[str, str])
     return acc, acc_sum, acc_count, bool(prev_b) or bool(cur_b)
 
 
+def histogram_step(prev: Scrape, cur: Scrape, name: str, **match: str) -> _HistStep:
+    """Observations of ``name`` between two successive scrapes: bucket deltas, sum, count, whether it exists."""
+    return _histogram_step(prev, cur, name, match)
+
+
 def histogram_delta(scrapes: list[Scrape] | tuple[Scrape, ...], name: str, **match: str) -> Histogram | None:
     """The histogram of observations made across ``scrapes`` (bucket deltas summed over series), resets handled."""
     if len(scrapes) < 2:

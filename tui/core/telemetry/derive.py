@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from tui.core.telemetry.deltas import Scrape, counter_delta, histogram_delta
 from tui.core.telemetry.prom import Exposition, Histogram, histogram_quantile
+from tui.core.telemetry.runwindow import RunWindow
 
 # families the figures read (the poller parses only these: see KEEP_PREFIXES)
 RUNNING = "vllm:num_requests_running"
@@ -36,6 +37,8 @@ TPOT = "vllm:request_time_per_output_token_seconds"  # 0.24 has no vllm:time_per
 ITL = "vllm:inter_token_latency_seconds"
 E2E = "vllm:e2e_request_latency_seconds"
 QUEUE = "vllm:request_queue_time_seconds"
+#: the latency histograms of ServerFigures (the first one's new observations end a finished run's window)
+LATENCY = (TTFT, TPOT, ITL, E2E, QUEUE)
 NIXL_XFER_TIME = "vllm:nixl_xfer_time_seconds"
 NIXL_BYTES = "vllm:nixl_bytes_transferred"
 NIXL_FAILED_TRANSFERS = "vllm:nixl_num_failed_transfers_total"
@@ -133,6 +136,10 @@ class ServerFigures:
     itl: Quantiles | None = None
     e2e: Quantiles | None = None
     queue: Quantiles | None = None
+    #: what the latency quantiles above cover: None, the last ``window_s`` seconds; else the observations since
+    #: this wall time (a benchmark run's start, its warm-up left out) up to ``latency_until`` (None: still going)
+    latency_since: float | None = None
+    latency_until: float | None = None
     engines: tuple[EngineFigures, ...] = ()
     kv_transfer: KvTransferFigures | None = None
     disagg: DisaggProof | None = None
@@ -179,6 +186,19 @@ class MetricsWindow:
         self.rate_window_s = rate_window_s
         self.min_external_share = min_external_share
         self._scrapes: deque[Scrape] = deque()
+        self._run: RunWindow | None = None
+
+    # --- a benchmark run's window ------------------------------------------------------------------------------
+    def mark_run(self, start: float) -> None:
+        """From now on the latency quantiles cover what was observed since ``start`` (a run's start, its warm-up
+        excluded), not the rolling window."""
+        self._run = RunWindow(start, LATENCY)
+        self._run.begin(list(self._scrapes))
+
+    def end_run(self, end: float) -> None:
+        """The run ended at ``end``: its figures stay until the server serves new requests."""
+        if self._run is not None:
+            self._run.finish(end, self._scrapes[-1].ts if self._scrapes else None)
 
     def __len__(self) -> int:
         return len(self._scrapes)
@@ -186,7 +206,12 @@ class MetricsWindow:
     def add(self, ts: float, exp: Exposition) -> None:
         if self._scrapes and ts <= self._scrapes[-1].ts:
             self._scrapes.clear()  # clock went back: start afresh rather than divide by zero
+            self._run = None
         self._scrapes.append(Scrape(ts, exp, prev=self._scrapes[-1] if self._scrapes else None))
+        if self._run is not None and len(self._scrapes) >= 2:
+            self._run.step(self._scrapes[-2], self._scrapes[-1])
+            if self._run.stale:  # new traffic after the run: the rolling window again
+                self._run = None
         horizon = ts - max(self.window_s, self.rate_window_s)
         # keep one scrape at or before the horizon as the window's base
         while len(self._scrapes) >= 2 and self._scrapes[1].ts <= horizon:
@@ -256,6 +281,7 @@ class MetricsWindow:
         preempt = counter_delta(hist_sc, PREEMPTIONS) if len(hist_sc) >= 2 else None
         if len(hist_sc) < 2:
             na.append(("latency", "one scrape so far: quantiles need two"))
+        latency, since, until = self._latency(hist_sc)
         figures = ServerFigures(
             ts=newest.ts, span_s=span, scrapes=len(self._scrapes),
             running=exp.total(RUNNING), waiting=exp.total(WAITING),
@@ -264,15 +290,23 @@ class MetricsWindow:
             prompt_tps=self.rate(PROMPT_TOKENS), generation_tps=self.rate(GENERATION_TOKENS),
             requests_per_s=requests_per_s,
             finished=finished, preemptions=preempt, preemptions_total=exp.total(PREEMPTIONS),
-            ttft=quantiles(histogram_delta(hist_sc, TTFT)), tpot=quantiles(histogram_delta(hist_sc, TPOT)),
-            itl=quantiles(histogram_delta(hist_sc, ITL)), e2e=quantiles(histogram_delta(hist_sc, E2E)),
-            queue=quantiles(histogram_delta(hist_sc, QUEUE)),
+            ttft=latency[0], tpot=latency[1], itl=latency[2], e2e=latency[3], queue=latency[4],
+            latency_since=since, latency_until=until,
             engines=per_engine,
             kv_transfer=self._kv_transfer(hist_sc, exp),
             disagg=self._disagg(hist_sc, exp) if role == "decode" else None,
             unavailable=tuple(na),
         )
         return figures
+
+    def _latency(self, hist_sc: list[Scrape]) -> tuple[list[Quantiles | None], float | None, float | None]:
+        """The latency quantiles (``LATENCY``'s order) over the run that was marked, else over the rolling window;
+        and what they cover (since, until)."""
+        run = self._run
+        if run is not None:
+            return ([quantiles(run.histogram(name)) for name in LATENCY], run.base_ts,
+                    run.last_ts if run.frozen else None)
+        return [quantiles(histogram_delta(hist_sc, name)) for name in LATENCY], None, None
 
     def _kv_transfer(self, sc: list[Scrape], exp: Exposition) -> KvTransferFigures | None:
         if exp.family(NIXL_XFER_TIME) is None and not any(exp.samples(NIXL_XFER_TIME + "_count")):

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import httpx
 
-from tui.core.events import EventBus
+from tui.core.events import Event, EventBus
 from tui.core.host.base import Host
 from tui.core.launch.lifecycle import assess_layout
 from tui.core.launch.state import LayoutRecord, StateStore
@@ -128,6 +128,9 @@ class LiveTelemetry:
         self.poller: ServerPoller | None = None
         self._endpoints: list[Endpoint] = []
         self._follow_lock = asyncio.Lock()
+        #: the benchmark run the servers' latency figures cover: (run id, start, end or None), from the bus
+        self._run: tuple[str, float, float | None] | None = None
+        self._unsubscribe: Callable[[], None] | None = None
         self.facts: GpuHostFacts | None = None
         self.errors: list[str] = []
         self._info = host_info(host, None)
@@ -135,6 +138,7 @@ class LiveTelemetry:
     async def __aenter__(self) -> LiveTelemetry:
         loop = asyncio.get_running_loop()
         self.bus.attach_loop(loop)
+        self._unsubscribe = self.bus.subscribe(self._on_bench)
         try:
             nvml = await asyncio.to_thread(self.host.nvml)
             sampler = GpuSampler(nvml, owners=ProcessOwners(self.active.refs))
@@ -151,12 +155,31 @@ class LiveTelemetry:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         if self.thread is not None:
             await asyncio.to_thread(self.thread.stop)
             self.thread = None
         if self.poller is not None:
             await self.poller.stop()
             self.poller = None
+
+    def _on_bench(self, ev: Event) -> None:
+        """A benchmark's run began or ended (its events, by kind: the bench part is above this one): the servers'
+        latency figures cover that run, its warm-up left out (issue 22, finding 14: the servers' view said TTFT
+        p50 7.5 s, warm-up requests that waited on a JIT included, next to the run's 726 ms)."""
+        if ev.kind == "bench_tick" and getattr(ev, "phase", "") == "run":
+            run_id = str(getattr(ev, "run_id", ""))
+            if self._run is None or self._run[0] != run_id:
+                start = ev.ts - max(float(getattr(ev, "elapsed_s", 0.0) or 0.0), 0.0)
+                self._run = (run_id, start, None)
+                if self.poller is not None:
+                    self.poller.mark_run(start)
+        elif ev.kind == "bench_done" and self._run is not None and self._run[0] == str(getattr(ev, "run_id", "")):
+            self._run = (self._run[0], self._run[1], ev.ts)
+            if self.poller is not None:
+                self.poller.end_run(ev.ts)
 
     async def follow_layout(self) -> None:
         """Poll the servers of the layout the state file shows now (a front end calls it every few seconds, and
@@ -178,6 +201,10 @@ class LiveTelemetry:
         self._endpoints = list(wanted)
         self.poller = ServerPoller(self._endpoints, self.bus, config=self.poller_config,
                                    starting=self.active.starting, transport=self._transport)
+        if self._run is not None:  # a run going on (or just ended): the new poller's figures cover it too
+            self.poller.mark_run(self._run[1])
+            if self._run[2] is not None:
+                self.poller.end_run(self._run[2])
         await self.poller.start()
         await self.poller.first_health()  # so the first tick already says whether each server is up
 

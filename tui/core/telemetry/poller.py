@@ -172,6 +172,16 @@ class ServerPoller:
             self._tasks.append(asyncio.create_task(self._health_loop(st), name=f"health {st.endpoint.name}"))
             self._tasks.append(asyncio.create_task(self._metrics_loop(st), name=f"metrics {st.endpoint.name}"))
 
+    def mark_run(self, start: float) -> None:
+        """A benchmark run began at ``start`` (its warm-up excluded): every server's latency figures cover what it
+        observed since, not the rolling window (``MetricsWindow.mark_run``)."""
+        for st in self._status.values():
+            st.window.mark_run(start)
+
+    def end_run(self, end: float) -> None:
+        for st in self._status.values():
+            st.window.end_run(end)
+
     async def first_health(self, limit_s: float | None = None) -> None:
         """Wait until every server has answered (or failed) its first /health poll, at most ``limit_s``."""
         if all(st.health is not None for st in self._status.values()):

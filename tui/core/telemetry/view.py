@@ -90,6 +90,9 @@ def figures_dict(f: ServerFigures | None) -> dict[str, Any] | None:
         "preemptions": _num(f.preemptions), "preemptions_total": _num(f.preemptions_total),
         "ttft": quantiles_dict(f.ttft), "tpot": quantiles_dict(f.tpot), "itl": quantiles_dict(f.itl),
         "e2e": quantiles_dict(f.e2e), "queue": quantiles_dict(f.queue),
+        # what the latency quantiles cover: the last window, or a benchmark run (since, until: epoch seconds)
+        "latency_window": "window" if f.latency_since is None else "run",
+        "latency_since": f.latency_since, "latency_until": f.latency_until,
         "engines": [{"engine": e.engine, "requests_running": _num(e.running), "requests_waiting": _num(e.waiting),
                      "kv_cache_usage": _num(e.kv_cache_usage), "prompt_tokens_per_s": _num(e.prompt_tps),
                      "generation_tokens_per_s": _num(e.generation_tps)} for e in f.engines],
@@ -208,10 +211,11 @@ def server_line(s: dict[str, Any]) -> str:
         parts.append(f"KV {m['kv_cache_usage'] * 100:.1f}%")
     parts.append(f"prompt {_fmt(m['prompt_tokens_per_s'], '.0f')} tok/s")
     parts.append(f"gen {_fmt(m['generation_tokens_per_s'], '.0f')} tok/s")
+    over = " (the run)" if m.get("latency_window") == "run" else ""
     for key, label in (("ttft", "TTFT"), ("itl", "ITL")):
         q = m[key]
         if q and q["p50_ms"] is not None:
-            parts.append(f"{label} p50 {q['p50_ms']:.0f} p99 {q['p99_ms']:.0f} ms")
+            parts.append(f"{label}{over} p50 {q['p50_ms']:.0f} p99 {q['p99_ms']:.0f} ms")
     kv = m["kv_transfer"]
     if kv is not None:
         parts.append(f"KV xfer {_fmt(kv['transfers_per_s'], '.1f')}/s {_fmt(kv.get('mb_per_s'), ',.1f')} MB/s "
