@@ -1,5 +1,6 @@
 """The recording of a console that reattached to a layout holds that layout (issue 22, finding 9): the follower
-says what is up in its first look, before a recording begins; the recording starts with what the session shows."""
+says what is up in its first look, before a recording begins; the recording starts with what the session shows.
+Quitting with the servers left running is in it too (finding 16)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from tests.console.conftest import ROOT, console_ports, wait_for
 from tui.console.app import make_console
 from tui.core import paths
+from tui.core.events import OperatorAction
 from tui.core.host.base import HostOptions
 from tui.core.record import Recording
 from tui.core.record.summary import render, summarize
@@ -34,9 +36,19 @@ async def test_a_recording_begun_after_the_console_reattached_holds_the_layout()
         await pilot.press("ctrl+t")  # recording on, well after the follower said what is up
         await wait_for(pilot, lambda: app.recorder is not None, 10, "the recorder")
         await wait_for(pilot, lambda: app.model.gpus, 10, "a GPU sample")
+        layout = app.model.layout.id
+        await pilot.press("q")  # quit, and leave the servers running (the default)
+        await pilot.pause(0.2)
+        await pilot.press("l")
     (path,) = sorted(paths.recordings_dir().glob("*console*"))
     with Recording.open(path) as recording:
-        kinds = {e.kind for e in recording.events()}
+        events = list(recording.events())
+        marks = [m.label for m in recording.markers_of(None)]
         text = render(summarize(recording))
+    kinds = {e.kind for e in events}
     assert {"layout_changed", "server_launched", "server_phase", "server_ready", "log_line"} <= kinds, kinds
     assert "tp1 of dummy-qwen3-8b: ready" in text, text
+    # finding 16: leaving the servers running is an operator action of the recording, with its marker
+    quits = [e for e in events if isinstance(e, OperatorAction) and e.action == "quit"]
+    assert [(q.target, q.detail, q.source) for q in quits] == [(layout, {"servers": "left running"}, "console")]
+    assert f"quit {layout} (servers left running)" in marks

@@ -545,9 +545,13 @@ class ConsoleApp(App[int]):
         offer_stop = self.ctx.replay is None and self.model.layout is not None and self.model.layout.status in UP
 
         def answer(choice: str | None) -> None:
+            layout = self.model.layout.id if self.model.layout is not None else ""
             if choice == "leave":
+                # what the operator chose is in the recording (issue 22, finding 16)
+                self.operator("quit", layout, servers="left running" if offer_stop else "none up")
                 self.exit(0)
             elif choice == "stop":
+                self.operator("quit", layout, servers="stopped")
                 self.stop_bench()  # before its servers go: the run ends as stopped, not as a server death
                 self.run_job("down", down_argv(self.ctx.options))
                 self.set_timer(0.5, lambda: self.exit(0))

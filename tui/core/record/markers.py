@@ -63,7 +63,10 @@ class MarkerFinder:
         if kind == "notice" and d.get("level") == "error":
             return Marker(ts, FAILURE, str(d.get("message", ""))[:200])
         if kind == "operator_action":
-            return Marker(ts, OPERATOR, f"{d.get('action')} {d.get('target') or ''}".strip())
+            detail = d.get("detail")
+            servers = detail.get("servers") if isinstance(detail, dict) else None  # a quit: what became of them
+            return Marker(ts, OPERATOR, f"{d.get('action')} {d.get('target') or ''}".strip()
+                          + (f" (servers {servers})" if isinstance(servers, str) and servers else ""))
         if kind == "plan_launched":
             plan = d.get("plan") or {}
             return Marker(ts, OPERATOR, f"plan launched: {plan.get('topology', '?')} of {plan.get('profile_id', '?')}")
