@@ -94,3 +94,28 @@ def test_clean_stop_of_the_decode_server_is_not_a_crash() -> None:
     result = diagnose_file(log, load_playbook()).diagnoses
     assert not [d for d in result if d.severity == "error"], [d.entry_id for d in result]
     assert "nixl-slow-transfer" in {d.entry_id for d in result}
+
+
+def test_one_kv_rate_for_the_bench_and_the_dashboard() -> None:
+    """Issue 22, finding 16: for the same transfers the bench said 22.3 MB/s (per transfer, vLLM's Throughput) and
+    the dashboard 241 MB/s (bytes per wall second, every transfer together). One definition, both figures, each
+    labelled, wherever they are shown."""
+    from tui.core.telemetry import derive, prom
+
+    texts = [(GRID / "metrics" / f"8200_{when}.txt").read_text() for when in ("before", "after")]
+    run = kvxfer.kv_transfer_run({URL: kvxfer.nixl_counters(texts[0])}, {URL: kvxfer.nixl_counters(texts[1])},
+                                 wall_s=30.0)
+    assert run is not None
+    window = derive.MetricsWindow(window_s=60.0, rate_window_s=60.0)
+    window.add(1000.0, prom.parse(texts[0], keep=derive.KEEP_PREFIXES))
+    window.add(1030.0, prom.parse(texts[1], keep=derive.KEEP_PREFIXES))
+    f = window.figures("decode")
+    assert f is not None and f.kv_transfer is not None
+    live = f.kv_transfer.rate
+    assert live.per_transfer_bps == pytest.approx(run.rate.per_transfer_bps)
+    assert live.moved_bps == pytest.approx(run.rate.moved_bps) == pytest.approx(f.kv_transfer.bytes_per_s)
+    assert live.describe() == run.rate.describe()
+    assert f.kv_transfer.mb_per_s == pytest.approx(run.mib_per_s)
+    moved = run.bytes / kvxfer.MIB / 30.0
+    assert f"{moved:,.1f} MiB/s moved, {run.mib_per_s:,.1f} MiB/s per transfer" in run.line()
+    assert run.to_dict()["moved_mib_per_s"] == pytest.approx(moved)

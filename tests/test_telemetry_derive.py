@@ -308,3 +308,24 @@ def test_the_servers_latency_covers_the_run_not_its_warm_up() -> None:
         rolling.add(ts, exp)
     mixed = rolling.figures()
     assert mixed is not None and mixed.ttft is not None and mixed.ttft.p50 is not None and mixed.ttft.p50 > 5.0
+
+
+def test_a_decode_servers_prompt_tokens_say_where_they_came_from() -> None:
+    """Issue 22, finding 16: a decode server whose prompts all arrived by KV transfer showed "prompt tok/s 3,273",
+    as if it had computed them. The real 1P1D decode server of the H200 grid: every prompt token came over NIXL."""
+    from tests.conftest import FIXTURES
+    from tui.core.telemetry import view
+
+    m = FIXTURES / "vllm-0.24.0-h200-grid" / "1p1d" / "metrics"
+    w = MetricsWindow(window_s=60.0, rate_window_s=60.0)
+    w.add(1000.0, prom.parse((m / "8200_before.txt").read_text(), keep=derive.KEEP_PREFIXES))
+    w.add(1039.3, prom.parse((m / "8200_after.txt").read_text(), keep=derive.KEEP_PREFIXES))
+    f = w.figures("decode")
+    assert f is not None and f.prompt_tps is not None and f.prompt_tps > 1000
+    assert f.prompt_computed_tps == 0.0 and f.prompt_transferred_tps is not None
+    assert f.prompt_transferred_tps + (f.prompt_cached_tps or 0.0) == pytest.approx(f.prompt_tps)
+    d = view.figures_dict(f)
+    assert d is not None and d["prompt_tokens_per_s_by_source"]["computed"] == 0.0
+    line = view.server_line({"name": "decode-0", "role": "decode", "endpoint": "http://127.0.0.1:8200",
+                             "health": "up", "latency_ms": 1.0, "error": None, "metrics": d})
+    assert f"prompt 0 computed + {f.prompt_transferred_tps:.0f} by KV transfer tok/s" in line, line

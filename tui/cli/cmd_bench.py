@@ -453,7 +453,7 @@ def kv_lines(r: Run) -> list[str]:
     kv = r.meta.kv_xfer
     if kv:
         run = KvTransferRun(kv["transfers"], kv["bytes"], kv["xfer_time_s"], kv["failed_transfers"],
-                            kv["failed_notifications"], tuple(kv["servers"]))
+                            kv["failed_notifications"], tuple(kv["servers"]), wall_s=kv.get("wall_s"))
         link = kv.get("link")
         out.append(run.line() + (f" ({run.gb_per_s or 0.0:.3f} GB/s; link: {link['kind']} "
                                  f"~{link['bytes_per_s'] / 1e9:,.0f} GB/s)" if link else ""))

@@ -25,6 +25,7 @@ from tui.core.plan.gpuspecs import spec_for_name
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.telemetry import prom
 from tui.core.telemetry.derive import NIXL_BYTES, NIXL_FAILED_NOTIFICATIONS, NIXL_FAILED_TRANSFERS, NIXL_XFER_TIME
+from tui.core.telemetry.kvrate import KvRate
 from tui.core.telemetry.prom import Bucket, Histogram
 
 MIB = float(1 << 20)
@@ -112,8 +113,10 @@ def _quantile(h: HistTotal, q: float) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class KvTransferRun:
-    """The NIXL transfers of a run, over every decode server. ``mib_per_s`` is vLLM's ``Throughput (MB/s)``
-    (MiB per second of transfer time); ``gb_per_s`` the same in 10^9 bytes per second."""
+    """The NIXL transfers of a run, over every decode server. ``mib_per_s`` is the rate per transfer, vLLM's
+    ``Throughput (MB/s)`` (MiB per second of transfer time); ``gb_per_s`` the same in 10^9 bytes per second;
+    ``moved_mib_per_s`` the MiB moved per wall second of the run (:mod:`tui.core.telemetry.kvrate`: the
+    dashboard's rate is the same two figures)."""
 
     transfers: float
     bytes: float
@@ -123,6 +126,16 @@ class KvTransferRun:
     servers: tuple[str, ...]
     xfer_p50_s: float | None = None
     xfer_p99_s: float | None = None
+    wall_s: float | None = None  # the run's wall seconds
+
+    @property
+    def rate(self) -> KvRate:
+        return KvRate(self.bytes, self.xfer_time_s, self.wall_s)
+
+    @property
+    def moved_mib_per_s(self) -> float | None:
+        bps = self.rate.moved_bps
+        return None if bps is None else bps / MIB
 
     @property
     def mean_xfer_s(self) -> float | None:
@@ -143,7 +156,7 @@ class KvTransferRun:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(mean_xfer_ms=_ms(self.mean_xfer_s), mean_mib=self.mean_mib, mib_per_s=self.mib_per_s,
-                 gb_per_s=self.gb_per_s)
+                 gb_per_s=self.gb_per_s, moved_mib_per_s=self.moved_mib_per_s)
         return d
 
     def line(self) -> str:
@@ -151,13 +164,14 @@ class KvTransferRun:
             return "KV transfer: no NIXL transfer during the run"
         return (f"KV transfer: {self.transfers:,.0f} transfers, {self.bytes / MIB:,.1f} MiB in "
                 f"{self.xfer_time_s:,.2f} s of transfer time (mean {self.mean_xfer_s or 0.0:.3f} s, "
-                f"{self.mean_mib or 0.0:,.1f} MiB each): {self.mib_per_s or 0.0:,.1f} MB/s"
+                f"{self.mean_mib or 0.0:,.1f} MiB each): {self.rate.describe()}"
                 + (f"; {self.failed_transfers:.0f} FAILED" if self.failed_transfers else ""))
 
 
-def kv_transfer_run(before: Mapping[str, NixlCounters | None], after: Mapping[str, NixlCounters | None]
-                    ) -> KvTransferRun | None:
-    """Deltas over the run, summed over the decode servers that export NIXL counters (None if none does)."""
+def kv_transfer_run(before: Mapping[str, NixlCounters | None], after: Mapping[str, NixlCounters | None],
+                    wall_s: float | None = None) -> KvTransferRun | None:
+    """Deltas over the run (``wall_s`` long), summed over the decode servers that export NIXL counters (None if
+    none does)."""
     n = size = secs = failed = notif = 0.0
     servers = []
     xfer_hists: list[HistTotal] = []
@@ -179,7 +193,7 @@ def kv_transfer_run(before: Mapping[str, NixlCounters | None], after: Mapping[st
     merged = xfer_hists[0] if len(xfer_hists) == 1 else None  # quantiles of one server's buckets only
     return KvTransferRun(n, size, secs, max(failed, 0.0), max(notif, 0.0), tuple(servers),
                          xfer_p50_s=_quantile(merged, 0.5) if merged else None,
-                         xfer_p99_s=_quantile(merged, 0.99) if merged else None)
+                         xfer_p99_s=_quantile(merged, 0.99) if merged else None, wall_s=wall_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,6 +240,7 @@ class ServerBracket:
         self._proxy: dict[str, kvxfer.HistTotal] = {}
         self.kv_run: kvxfer.KvTransferRun | None = None
         self._proxy_after: dict[str, kvxfer.HistTotal] = {}
+        self._opened = 0.0  # monotonic time of the starting point (the run's wall time when none is given)
 
     async def open(self, meta: RunMeta, *, wait_idle: bool) -> None:
         """Read the starting point. The log positions and the energy first (quick, local): when the run is already
@@ -248,6 +249,7 @@ class ServerBracket:
             meta.flags.append("server-busy-at-start")
         self._offsets = await asyncio.to_thread(serverside.log_offsets, self.target.log_files())
         self._energy = await asyncio.to_thread(serverside.read_energy, self.target.energy)
+        self._opened = time.monotonic()
         proxy = self.target.proxy_url() if self.decode_urls else None
         texts = await serverside.scrape_metrics([*self.server_urls, *([proxy] if proxy else [])])
         self._kv = serverside.sources_of(texts, self.decode_urls) if self.decode_urls else {}
@@ -256,7 +258,11 @@ class ServerBracket:
         self._proxy = kvxfer.proxy_histograms(texts.get(proxy) or "") if proxy else {}
         self._pacing = serverside.pacing_of(texts)
 
-    async def close(self, meta: RunMeta, output_tokens: int, shared_prefix: float, directory: Path) -> None:
+    async def close(self, meta: RunMeta, output_tokens: int, shared_prefix: float, directory: Path, *,
+                    duration_s: float | None = None) -> None:
+        """``duration_s``: the run's wall time (what the KV moved per second is over; else since :meth:`open`)."""
+        wall = duration_s if duration_s and duration_s > 0 else (time.monotonic() - self._opened
+                                                                  if self._opened else None)
         # the logs and the energy counters are read off the event loop (a console runs on it)
         flags = meta.flags
         meta.triton_jit = await asyncio.to_thread(serverside.jit_lines, self._offsets)
@@ -285,7 +291,7 @@ class ServerBracket:
                 flags.append("kv-recompute")
             elif check is not None and not check.transferred:
                 flags.append("kv-no-transfer")
-            self.kv_run = kvxfer.kv_transfer_run(self._nixl, _nixl_of(texts, self.decode_urls))
+            self.kv_run = kvxfer.kv_transfer_run(self._nixl, _nixl_of(texts, self.decode_urls), wall_s=wall)
             if self.kv_run is not None:
                 link = self.target.link
                 slow = kvxfer.slow_path(self.kv_run, link)
@@ -386,7 +392,8 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     if dead:
         flags.append("server-died")
     await bracket.close(meta, int(summary["total_output_tokens"]) if summary else 0, shared_prefix_share(opts),
-                        directory)
+                        directory, duration_s=float(summary["duration"]) if summary and summary.get("duration")
+                        else None)
     bracket.breakdown(meta, float(summary["mean_ttft_ms"]) if summary and summary.get("mean_ttft_ms") is not None
                       else None)
     try:

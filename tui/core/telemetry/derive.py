@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tui.core.telemetry.deltas import Scrape, counter_delta, histogram_delta
+from tui.core.telemetry.kvrate import KvRate
 from tui.core.telemetry.prom import Exposition, Histogram, histogram_quantile
 from tui.core.telemetry.runwindow import RunWindow
 
@@ -86,7 +87,7 @@ class KvTransferFigures:
     transfers: float
     transfers_per_s: float | None
     bytes: float
-    bytes_per_s: float | None
+    bytes_per_s: float | None  # moved: bytes per wall second of the window, every transfer together
     xfer_time_mean_s: float | None
     xfer_time_p90_s: float | None
     failed_transfers: float
@@ -94,11 +95,19 @@ class KvTransferFigures:
     expired_requests: float
     failed_transfers_total: float | None = None
     xfer_time_s: float = 0.0  # seconds spent transferring over the window (the histogram's sum)
+    window_s: float = 0.0  # the wall seconds the window spans
+
+    @property
+    def rate(self) -> KvRate:
+        """Both rates, as the bench reports them (:mod:`tui.core.telemetry.kvrate`): ``bytes_per_s`` is the
+        moved one, ``mb_per_s`` the per-transfer one in MiB/s."""
+        return KvRate(self.bytes, self.xfer_time_s, self.window_s or None)
 
     @property
     def mb_per_s(self) -> float | None:
-        """Transfer throughput over the window as vLLM's log states it (MiB per second of transfer time)."""
-        return self.bytes / float(1 << 20) / self.xfer_time_s if self.xfer_time_s > 0 else None
+        """Per transfer, as vLLM's log states it (MiB per second of transfer time)."""
+        bps = self.rate.per_transfer_bps
+        return None if bps is None else bps / float(1 << 20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +134,14 @@ class ServerFigures:
     kv_cache_usage: float | None = None  # 0..1, mean over engines
     kv_cache_usage_max: float | None = None
     prefix_cache_hit_rate: float | None = None  # 0..1 over the window
-    prompt_tps: float | None = None
+    prompt_tps: float | None = None  # every prompt token, wherever it came from (vllm:prompt_tokens_total)
     generation_tps: float | None = None
+    #: the prompt tokens/s by where they came from (vllm:prompt_tokens_by_source_total; None where the server does
+    #: not export it): computed here, served from its prefix cache, arrived by KV transfer (a 1P1D decode server's
+    #: prompts all arrive so: its prompt_tps is none of its own work)
+    prompt_computed_tps: float | None = None
+    prompt_cached_tps: float | None = None
+    prompt_transferred_tps: float | None = None
     requests_per_s: float | None = None  # finished requests, all reasons
     finished: dict[str, float] = field(default_factory=dict)  # finished_reason → count over the window
     preemptions: float | None = None  # over the window
@@ -288,6 +303,9 @@ class MetricsWindow:
             kv_cache_usage=(sum(kv) / len(kv)) if kv else None, kv_cache_usage_max=max(kv) if kv else None,
             prefix_cache_hit_rate=hit_rate,
             prompt_tps=self.rate(PROMPT_TOKENS), generation_tps=self.rate(GENERATION_TOKENS),
+            prompt_computed_tps=self.rate(PROMPT_BY_SOURCE, source="local_compute"),
+            prompt_cached_tps=self.rate(PROMPT_BY_SOURCE, source="local_cache_hit"),
+            prompt_transferred_tps=self.rate(PROMPT_BY_SOURCE, source="external_kv_transfer"),
             requests_per_s=requests_per_s,
             finished=finished, preemptions=preempt, preemptions_total=exp.total(PREEMPTIONS),
             ttft=latency[0], tpot=latency[1], itl=latency[2], e2e=latency[3], queue=latency[4],
@@ -327,7 +345,7 @@ class MetricsWindow:
             failed_notifications=counter_delta(sc, NIXL_FAILED_NOTIFICATIONS) or 0.0,
             expired_requests=counter_delta(sc, NIXL_EXPIRED) or 0.0,
             failed_transfers_total=exp.total(NIXL_FAILED_TRANSFERS),
-            xfer_time_s=xfer.sum if xfer is not None else 0.0,
+            xfer_time_s=xfer.sum if xfer is not None else 0.0, window_s=span,
         )
 
     def _disagg(self, sc: list[Scrape], exp: Exposition) -> DisaggProof | None:

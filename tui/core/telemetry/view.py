@@ -86,6 +86,9 @@ def figures_dict(f: ServerFigures | None) -> dict[str, Any] | None:
         "kv_cache_usage": _num(f.kv_cache_usage), "kv_cache_usage_max": _num(f.kv_cache_usage_max),
         "prefix_cache_hit_rate": _num(f.prefix_cache_hit_rate),
         "prompt_tokens_per_s": _num(f.prompt_tps), "generation_tokens_per_s": _num(f.generation_tps),
+        "prompt_tokens_per_s_by_source": None if f.prompt_computed_tps is None else {
+            "computed": _num(f.prompt_computed_tps), "cached": _num(f.prompt_cached_tps),
+            "kv_transfer": _num(f.prompt_transferred_tps)},
         "requests_per_s": _num(f.requests_per_s), "finished": {k: _num(v) for k, v in f.finished.items()},
         "preemptions": _num(f.preemptions), "preemptions_total": _num(f.preemptions_total),
         "ttft": quantiles_dict(f.ttft), "tpot": quantiles_dict(f.tpot), "itl": quantiles_dict(f.itl),
@@ -209,7 +212,12 @@ def server_line(s: dict[str, Any]) -> str:
     parts = [head, f"run {_fmt(m['requests_running'], '.0f')} wait {_fmt(m['requests_waiting'], '.0f')}"]
     if m["kv_cache_usage"] is not None:
         parts.append(f"KV {m['kv_cache_usage'] * 100:.1f}%")
-    parts.append(f"prompt {_fmt(m['prompt_tokens_per_s'], '.0f')} tok/s")
+    by = m.get("prompt_tokens_per_s_by_source")
+    if by is not None and by["kv_transfer"]:  # the prompts that arrived by transfer are no work of its own
+        parts.append(f"prompt {_fmt(by['computed'], '.0f')} computed + {_fmt(by['kv_transfer'], '.0f')} by KV "
+                     "transfer tok/s")
+    else:
+        parts.append(f"prompt {_fmt(m['prompt_tokens_per_s'], '.0f')} tok/s")
     parts.append(f"gen {_fmt(m['generation_tokens_per_s'], '.0f')} tok/s")
     over = " (the run)" if m.get("latency_window") == "run" else ""
     for key, label in (("ttft", "TTFT"), ("itl", "ITL")):
