@@ -172,6 +172,8 @@ class ConsoleModel:
         self.gpu_at = 0.0
         self.servers: dict[str, ServerView] = {}
         self.layout: LayoutView | None = None
+        #: the layout shown last, once it stopped (what a campaign or a launch offers to run again)
+        self.last_layout: LayoutView | None = None
         self.diagnoses: list[Diagnosis] = []
         self.dismissed: set[tuple[str, str]] = set()
         self.bench = BenchView()
@@ -257,7 +259,7 @@ class ConsoleModel:
                                  endpoint=ev.endpoint, simulated=ev.simulated, note=ev.note, since=since,
                                  fixes=fixes)
         if ev.status == "stopped":
-            self.layout = None
+            self.last_layout, self.layout = self.layout, None
             self.servers = {}
             self.diagnoses = []
         self.dirty.update((HEADER, BAND, SERVERS))

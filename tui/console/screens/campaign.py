@@ -27,6 +27,7 @@ from tui.console.messages import CampaignChoice, CampaignRequested, CampaignResu
 from tui.console.model import ConsoleModel
 from tui.console.screens.base import ConsoleScreen
 from tui.console.screens.launch import candidate_topologies
+from tui.console.widgets.checklist import CheckList
 from tui.console.widgets.header import HeaderBar
 from tui.core import paths
 
@@ -90,16 +91,17 @@ class CampaignScreen(ConsoleScreen):
             with VerticalScroll(id="campaign-form"):
                 yield Label("model")
                 yield OptionList(id="c-model")
-                yield Label("topologies")
-                yield SelectionList[str](id="c-topologies")
+                yield Label("topologies (space ticks)")
+                yield CheckList(id="c-topologies")
                 yield Label("workloads")
-                yield SelectionList[str](id="c-workloads")
-                yield Label("rates (empty: the workload's; auto; or 1,2,4)")
-                yield Input(id="c-rates", compact=True)
-                yield Label("repeats · prompts per run (empty: the workload's)")
+                yield CheckList(id="c-workloads")
+                # Static, not Label: the words wrap in the form's width (30 columns at 80) instead of being cut
+                yield Static("rates: empty for the workload's, auto, or a list (1,2,4)", classes="form-label")
+                yield Input(id="c-rates", placeholder="the workload's", compact=True)
+                yield Static("repeats · prompts per run", classes="form-label")
                 with Horizontal(classes="knob-row"):
-                    yield Input(value="1", id="c-repeat", compact=True)
-                    yield Input(id="c-prompts", compact=True)
+                    yield Input(value="1", id="c-repeat", placeholder="1", compact=True)
+                    yield Input(id="c-prompts", placeholder="the workload's", compact=True)
                 yield Button("Start (ctrl+s)", id="c-start", variant="primary")
             with Vertical(id="campaign-live"):
                 cl = OptionList(id="c-list")
@@ -116,7 +118,7 @@ class CampaignScreen(ConsoleScreen):
         models = self.query_one("#c-model", OptionList)
         for mid in sorted(ctx.catalog.models):
             models.add_option(Option(mid, id=mid))
-        lay = self.state.layout
+        lay = self.state.layout or self.state.last_layout  # the model up, or up last
         ids = sorted(ctx.catalog.models)
         if ids:
             models.highlighted = ids.index(lay.profile_id) if lay is not None and lay.profile_id in ids else 0
