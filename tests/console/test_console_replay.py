@@ -65,7 +65,7 @@ async def test_the_shipped_bakeoff_replays_with_its_controls() -> None:
         src = app.source
         assert src is not None and app.recording.event_count > 1000
         await wait_for(pilot, lambda: app.model.layout is not None, 30, "the first layout")
-        label = app.replay_label() or ""
+        label = app.replay_label(200) or ""  # a header this wide names the recording
         assert SAMPLE.name in label and " 1× " in label
         await pilot.press("space")
         assert src.paused

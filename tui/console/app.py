@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any, ClassVar
 
-from textual import work
+from textual import events, work
 from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
@@ -170,6 +170,18 @@ class ConsoleApp(App[int]):
         self.set_timer(FREEZE_AFTER_S, self._freeze_startup_objects)
         if self.ctx.live:
             self.start_sources()
+
+    async def on_event(self, event: events.Event) -> None:
+        """A key goes first to the screen shown, which takes what is typed where the operator types (a search
+        list's letters go to its search box; see ``ConsoleScreen.take_typed_key``): never a mode switch or a quit."""
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            try:
+                screen = self.screen
+            except ScreenStackError:
+                screen = None
+            if isinstance(screen, ConsoleScreen) and screen.take_typed_key(event):
+                return
+        await super().on_event(event)
 
     def _freeze_startup_objects(self) -> None:
         gc.collect()
@@ -522,9 +534,10 @@ class ConsoleApp(App[int]):
 
     # --- help and the palette -----------------------------------------------------------------------------------
     def get_system_commands(self, screen: Screen[Any]) -> Iterator[SystemCommand]:
-        """Textual's own commands, less its Quit (the console's asks first, and is listed once)."""
+        """Textual's own commands, less its Quit (the console's asks first, and is listed once) and its Keys (the
+        console's help lists them)."""
         for c in super().get_system_commands(screen):
-            if c.title != "Quit":
+            if c.title not in ("Quit", "Keys"):
                 yield c
 
     def action_help(self) -> None:
@@ -532,7 +545,7 @@ class ConsoleApp(App[int]):
         from tui.console.commands import help_text
         from tui.console.screens.modals import TextModal
 
-        self.push_screen(TextModal("keys", help_text(self)))
+        self.push_screen(TextModal("Keys (? or F1)", help_text(self)))
 
     # --- quitting --------------------------------------------------------------------------------------------
     def action_quit_console(self) -> None:

@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.actions import parse
 from textual.app import App
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.screen import Screen
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,24 +79,25 @@ COMMANDS: tuple[Command, ...] = (
     Command("Next diagnosis", "app.next_marker('diagnosis')", "the next known failure recognised", "2"),
     Command("Next run", "app.next_marker('run')", "the next finished benchmark run", "3"),
     Command("Markers", "app.markers", "every marker of the recording; enter jumps to one", "m"),
-    Command("Keys", "app.help", "every key this screen offers now", "?"),
+    Command("Help: the keys", "app.help", "every key this screen offers now", "?"),
     Command("Quit", "app.quit_console", "leave the servers running (default) or stop them", "q"),
 )
 
 
-def offered(app: App[Any], command: Command) -> bool:
-    """``command`` can run now: on its mode, its target has the action, and the target allows it."""
+def offered(app: App[Any], screen: Screen[Any], command: Command) -> bool:
+    """``command`` can run now on ``screen`` (the one shown, under the palette): on its mode, its target has the
+    action, and the target allows it."""
     if command.where and command.where != app.current_mode:
         return False
     namespace, name, params = parse(command.action)
-    target: Any = app.screen if namespace == "screen" else app
+    target: Any = screen if namespace == "screen" else app
     if not hasattr(target, f"action_{name}"):
         return False
     return target.check_action(name, params) is True
 
 
-def available(app: App[Any]) -> Iterator[Command]:
-    return (c for c in COMMANDS if offered(app, c))
+def available(app: App[Any], screen: Screen[Any]) -> Iterator[Command]:
+    return (c for c in COMMANDS if offered(app, screen, c))
 
 
 def _bare(action: str) -> str:
@@ -104,23 +106,27 @@ def _bare(action: str) -> str:
 
 
 def help_text(app: App[Any]) -> Text:
-    """The keys offered now: the active bindings of the screen shown and the app, then what else the palette
-    offers here."""
-    t = Text()
-    t.append("Keys here\n", style="bold")
-    seen: set[str] = set()
+    """The keys offered now (the screen's and the app's bindings, each action once with all its keys; a widget's
+    own cursor keys left out), then what else the palette offers here."""
+    keys: dict[str, list[str]] = {}
+    described: dict[str, str] = {}
     for active in app.active_bindings.values():
         b = active.binding
-        if not active.enabled or b.system or not b.description or _bare(b.action) in seen:
+        if not active.enabled or b.system or not b.description or not isinstance(active.node, Screen | App):
             continue
-        seen.add(_bare(b.action))
-        t.append(f"  {app.get_key_display(b):<12}", style="bold cyan")
-        t.append(f" {b.description}\n")
-    more = [c for c in available(app) if _bare(c.action) not in seen]
+        action = _bare(b.action)
+        keys.setdefault(action, []).append(app.get_key_display(b))
+        described.setdefault(action, b.description)
+    t = Text()
+    t.append("Keys here\n", style="bold")
+    for action, shown in keys.items():
+        t.append(f"  {', '.join(dict.fromkeys(shown)):<16}", style="bold cyan")
+        t.append(f" {described[action]}\n")
+    more = [c for c in available(app, app.screen) if _bare(c.action) not in keys]
     if more:
         t.append("\nAlso (ctrl+p)\n", style="bold")
         for c in more:
-            t.append(f"  {c.key:<12}", style="bold cyan")
+            t.append(f"  {c.key:<16}", style="bold cyan")
             t.append(f" {c.title}: {c.help}\n")
     t.append("\nctrl+p lists every action; esc goes back to the dashboard.\n", style="dim")
     return t
@@ -128,12 +134,12 @@ def help_text(app: App[Any]) -> Text:
 
 class ConsoleCommands(Provider):
     async def discover(self) -> Hits:
-        for c in available(self.app):
+        for c in available(self.app, self.screen):
             yield DiscoveryHit(c.title, partial(self.app.run_action, c.action), help=self._help(c))
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for c in available(self.app):
+        for c in available(self.app, self.screen):
             score = max(matcher.match(c.title), matcher.match(c.help) * 0.5)
             if score > 0:
                 yield Hit(score, matcher.highlight(c.title), partial(self.app.run_action, c.action),

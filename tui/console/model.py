@@ -65,6 +65,8 @@ class ServerView:
     url: str = ""
     pid: int = 0
     gpus: tuple[int, ...] = ()
+    #: the launch named the server's GPUs (else they are the ones its processes are seen on)
+    gpus_named: bool = False
     started: float = 0.0
     expected_s: float | None = None
     expected_source: str = ""
@@ -181,6 +183,8 @@ class ConsoleModel:
         self.notices: deque[Notice] = deque(maxlen=50)
         #: the runs that ended in this session, as their events told (a replay's results are the recording's)
         self.runs_done: deque[BenchDone] = deque(maxlen=RUNS_KEPT)
+        #: servers of the layouts shown before, not launched again since (their late readings are not drawn)
+        self._gone: set[str] = set()
         #: set by the app before each draw: the header's words for a replay (None: live), a recording going on
         self.replay_label: str | None = None
         self.recording = False
@@ -213,12 +217,17 @@ class ConsoleModel:
                 view = self.gpus[g.index] = GpuView(sample=g, received=now)
             view.sample, view.received = g, now
             view.util.append(g.util_gpu or 0.0)
+            for p in g.processes:  # a server whose launch named no GPU (an older recording's): the ones it holds
+                v = self.servers.get(p.owner) if p.owner else None
+                if v is not None and not v.gpus_named and g.index not in v.gpus:
+                    v.gpus = tuple(sorted((*v.gpus, g.index)))
+                    self.dirty.add(SERVERS)
         self.dirty.update((GPUS, HEADER))
 
     def _known(self, name: str) -> bool:
         """Readings of a server count while a layout is shown (a poller's last reading of a layout that just
-        stopped must not bring its rows back)."""
-        return name in self.servers or self.layout is not None
+        stopped must not bring its rows back, nor one of the layout before into the next one's table)."""
+        return name in self.servers or (self.layout is not None and name not in self._gone)
 
     def _health(self, ev: ServerHealth) -> None:
         if not self._known(ev.server):
@@ -246,6 +255,7 @@ class ConsoleModel:
     def _layout(self, ev: LayoutChanged) -> None:
         same = self.layout is not None and self.layout.id == ev.layout_id
         if not same:
+            self._gone |= set(self.servers)
             self.servers = {}
             self.diagnoses = []
             if not self.bench.running:  # a finished run was the previous layout's: a new one has none yet
@@ -260,6 +270,7 @@ class ConsoleModel:
                                  fixes=fixes)
         if ev.status == "stopped":
             self.last_layout, self.layout = self.layout, None
+            self._gone |= set(self.servers)
             self.servers = {}
             self.diagnoses = []
         self.dirty.update((HEADER, BAND, SERVERS))
@@ -272,8 +283,10 @@ class ConsoleModel:
             self.dirty.add(BAND)
 
     def _launched(self, ev: ServerLaunched) -> None:
+        self._gone.discard(ev.server)
         v = self.server(ev.server)
         v.role, v.url, v.pid, v.gpus = ev.role, ev.url, ev.pid, ev.gpus
+        v.gpus_named = bool(ev.gpus)
         v.log_path = ev.log
         v.started = ev.started or ev.ts
         v.expected_s, v.expected_source = ev.expected_s, ev.expected_source

@@ -34,8 +34,8 @@ JUMP_NOTICE_S = 4.0
 MARK = {"phase": "│", "diagnosis": "✖", "run": "●", "failure": "!", "operator": "·"}
 
 
-class ReplayConsoleApp(ConsoleApp):
-    # the replay's own keys first: an 80-column footer shows them before the screens' keys
+class ReplayConsoleApp(ConsoleApp, inherit_bindings=False):
+    # the replay's own keys first (an 80-column footer shows them before the others), then the console's
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_pause", "pause/play"),
         Binding("plus,equals_sign", "speed(1)", "faster"),
@@ -103,8 +103,8 @@ class ReplayConsoleApp(ConsoleApp):
             return name
         span = max(rec.end - rec.start, 1e-9)
         pos = (src.now() - rec.start) / span
-        wide = width >= 140
-        cells_n = 24 if wide else 12
+        wide = width >= 200  # the recording's name only where the header keeps the layout and the clock too
+        cells_n = 24 if width >= 120 else 10
         cells = [" "] * cells_n
         for m in rec.markers_of(None):
             i = min(int((m.ts - rec.start) / span * cells_n), cells_n - 1)
@@ -114,7 +114,8 @@ class ReplayConsoleApp(ConsoleApp):
         cells[at] = "▶" if not src.paused else "⏸"
         state = "paused" if src.paused else ("end" if src.at_end else f"{src.speed:g}×")
         clock = time.strftime("%H:%M:%S", time.localtime(src.now()))
-        line = f"{state} {clock} [{''.join(cells)}] {pos * 100:.0f}%"
+        # the header's own clock is the recording's: at 80 columns it is not said twice
+        line = f"{state}{f' {clock}' if width >= 120 else ''} [{''.join(cells)}] {pos * 100:.0f}%"
         return f"{name} {line}" if wide else line
 
     # --- controls ------------------------------------------------------------------------------------------
@@ -184,7 +185,7 @@ class ReplayConsoleApp(ConsoleApp):
     def _fold_until(self, t: float) -> None:
         model = ConsoleModel(self._now)
         for ev in self.recording.events():
-            if ev.ts > t:
+            if ev.ts >= t:  # the pump goes on from t, these included: folded here too, a run would count twice
                 break
             model.apply(ev)
         self.call_from_thread(self._swap, model)

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Generic, TypeVar
 
+from textual import events
+from textual.binding import Binding
 from textual.screen import ModalScreen, Screen
+from textual.widget import Widget
+from textual.widgets import Input, Select
 from textual.worker import Worker, WorkerState
 
 from tui.console.context import ConsoleContext
@@ -29,7 +33,17 @@ def forward_failure(node: Screen[Any], event: Worker.StateChanged) -> None:
 
 
 class ConsoleScreen(Screen[None]):
-    """A mode of the console (dashboard, launch, bench, results, campaign, playbook)."""
+    """A mode of the console (dashboard, launch, bench, results, campaign, playbook).
+
+    A printable key typed where the operator types never leaves the screen or the app: an Input takes its own; on
+    one of the lists of ``TYPE_TO_SEARCH`` it starts a search in that Input (the launch screen's models and
+    topologies, the playbook's entries: "qwen3.6" typed on the topology list filters the models, its ``q`` never
+    quits); on a drop-down (Select) it does nothing. The screen's own keys (``/`` on the playbook) keep working.
+    """
+
+    #: (the lists where typing searches, the Input the typed text goes to, where Enter in that Input goes or ""),
+    #: as CSS selectors
+    TYPE_TO_SEARCH: ClassVar[tuple[str, str, str] | None] = None
 
     def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
         super().__init__()
@@ -52,6 +66,37 @@ class ConsoleScreen(Screen[None]):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         forward_failure(self, event)
+
+    # --- typing ------------------------------------------------------------------------------------------------
+    def _own_keys(self) -> set[str]:
+        keys: set[str] = set()
+        for b in self.BINDINGS:
+            if isinstance(b, Binding):
+                keys.update(k.strip() for k in b.key.split(","))
+        return keys
+
+    def _in(self, widget: Widget | None, selector: str) -> bool:
+        return widget is not None and any(widget is w for w in self.query(selector))
+
+    def take_typed_key(self, event: events.Key) -> bool:
+        """Called by the app for each key before it goes anywhere: a printable key typed on a searchable list
+        begins a search (the search box, emptied, takes the focus at once, so this key and the ones typed after it
+        in the same burst reach it), and Enter in the search box moves the focus on at once (the keys after it in
+        the burst, ``Up`` in "qwen3.6 Enter Up", reach the list); typed on a drop-down a key is dropped. True: the
+        key is taken (not delivered)."""
+        focused = self.focused
+        search = self.TYPE_TO_SEARCH
+        if search is not None and event.key == "enter" and search[2] and self._in(focused, search[1]):
+            self.set_focus(self.query_one(search[2]))
+            return True
+        if not event.is_printable or event.character is None or event.key in self._own_keys():
+            return False
+        if search is not None and self._in(focused, search[0]):
+            box = self.query_one(search[1], Input)
+            box.value = ""
+            self.set_focus(box)
+            return False  # delivered to the focused widget: now the search box
+        return isinstance(focused, Select)
 
 
 class ConsoleModal(ModalScreen[T], Generic[T]):

@@ -24,6 +24,11 @@ MAX_LISTED = 5000
 class MarkersModal(ConsoleModal[float | None]):
     """The markers of a recording; dismissed with the time of the one chosen (None: cancelled)."""
 
+    DEFAULT_CSS = """
+    MarkersModal { align: center middle; }
+    MarkersModal #markers-dialog { height: 90%; }
+    MarkersModal #markers { height: 1fr; }
+    """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,m", "close", "close")]
 
     def __init__(self, title: str, markers: list[Marker], now: float) -> None:
@@ -33,7 +38,7 @@ class MarkersModal(ConsoleModal[float | None]):
         self.now = now
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="text-dialog", classes="dialog"):
+        with Vertical(id="markers-dialog", classes="dialog"):
             yield Label(Text(self.title_text, style="bold"))
             options = []
             for i, m in enumerate(self.markers):

@@ -64,6 +64,9 @@ class PlaybookScreen(ConsoleScreen):
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 
+    #: what is typed on the entry list searches the entries
+    TYPE_TO_SEARCH = ("#pb-entries", "#pb-search", "")
+
     def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
         super().__init__(ctx, state)
         self.entries: list[Entry] = []

@@ -33,7 +33,7 @@ def render_header(model: ConsoleModel, width: int, *, replay: str | None = None,
     if model.simulated:
         t.append(" SIMULATED ", style="bold reverse yellow")
     label = model.host_label.replace("SIMULATED ", "").replace("SIMULATED", "").strip(" ·")
-    if label:
+    if label and not (replay and width < 100):  # 80 columns of a replay: its position, the layout and the clock
         t.append(f" {label}" if width >= 100 else f" {label[:28]}")
     if screen:
         t.append(f" │ {screen}", style="bold")
