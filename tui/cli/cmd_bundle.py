@@ -19,11 +19,12 @@ from tui.core.errors import EXIT_OK, InputError, PlanRefused
 from tui.core.launch.state import StateStore
 from tui.core.models import ModelProfile, Workload
 from tui.core.plan.planner import PlanOptions
-from tui.core.plan.request import add_bundle_arguments
+from tui.core.plan.preflight import preflight
+from tui.core.plan.request import LaunchRequest, add_bundle_arguments
 from tui.core.plan.spec import LaunchPlan
 from tui.core.record.bundle import Bundle, build_bundle, check_trust, load_bundle, write_bundle
 from tui.core.record.bundle_install import check_replace, install, install_changes, missing_secrets
-from tui.core.record.bundle_plan import BundlePlan, plan_here
+from tui.core.record.bundle_plan import BundlePlan, plan_here, require_secrets
 from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint
 from tui.core.safeio import guarded, shown
 from tui.hosts import host_for_layout
@@ -190,6 +191,32 @@ def run_export(args: argparse.Namespace, ctx: CliContext) -> int:
     if data["secrets_needed"]:
         ctx.print(f"secrets left out (the importer sets them): {', '.join(data['secrets_needed'])}")
     return EXIT_OK
+
+
+def up_plan(request: LaunchRequest, ctx: CliContext) -> tuple[ModelProfile, LaunchPlan]:
+    """``up --bundle``: the bundle's layout planned on this host (its flags and defaults: host, ports, GPUs, vllm),
+    with what the allowlist lets the bundle add; says what the exporting host used instead and how this host
+    differs."""
+    assert request.bundle is not None
+    bundle = load_bundle(Path(request.bundle), allow_env=request.allow_env)
+    trust = check_trust(bundle, ctx.catalog.models, request.trust_remote_code)
+    layout = bundle.layout(request.topology)
+    bp = plan_here(bundle, layout, ctx.host.facts, request.plan_options(), allow_env=request.allow_env,
+                   explicit=request.explicit_memory)
+    require_secrets(bp)
+    print_bundle_plan(bp, lambda line: print(line, file=ctx.err))
+    if trust:
+        print(trust, file=ctx.err)
+    diff = fingerprint_diff(bundle.fingerprint, host_fingerprint(ctx.host.facts))
+    if diff:
+        ctx.warn("not like-for-like: this host differs from the bundle's (" + "; ".join(diff) + ")")
+    else:
+        print("this host matches the bundle's fingerprint", file=ctx.err)
+    checks = preflight(bp.plan, ctx.host.facts, ctx.nvml_or_none())
+    print("preflight on this host:", file=ctx.err)
+    for c in checks:
+        print("  " + c.line(), file=ctx.err)
+    return bundle.profile, bp.plan
 
 
 # --- import ----------------------------------------------------------------------------------------------------

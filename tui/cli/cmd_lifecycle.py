@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from pathlib import Path
 from typing import Any
 
-from tui.cli.cmd_bundle import print_bundle_plan
 from tui.cli.common import launch_request, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.recording import SessionRecording, add_record_options
@@ -27,17 +25,8 @@ from tui.core.launch.events import (
 )
 from tui.core.launch.lifecycle import UpOptions, assess_layout, process_states, tear_down, timeouts_for
 from tui.core.launch.state import LayoutRecord, StateStore
-from tui.core.models import ModelProfile
-from tui.core.plan.planner import LaunchPlan
-from tui.core.plan.preflight import preflight
-from tui.core.plan.request import LaunchRequest, add_plan_arguments, add_up_arguments
+from tui.core.plan.request import add_plan_arguments, add_up_arguments
 from tui.core.playbook import Diagnosis, load_playbook
-from tui.core.record.bundle import check_trust, load_bundle
-from tui.core.record.bundle_plan import plan_here, require_secrets
-from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint
-from tui.core.telemetry import collect_snapshot_sync
-from tui.core.telemetry.view import tick_lines
-from tui.hosts import host_for_layout
 
 
 def register(sub: Any) -> None:
@@ -138,34 +127,14 @@ def _bar(progress: float, width: int = 20) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
-def _bundle_plan(request: LaunchRequest, ctx: CliContext) -> tuple[ModelProfile, LaunchPlan]:
-    """The bundle's layout planned on this host (its flags and defaults: host, ports, GPUs, vllm), with what the
-    allowlist lets the bundle add; says what the exporting host used instead and how this host differs."""
-    assert request.bundle is not None
-    bundle = load_bundle(Path(request.bundle), allow_env=request.allow_env)
-    trust = check_trust(bundle, ctx.catalog.models, request.trust_remote_code)
-    layout = bundle.layout(request.topology)
-    bp = plan_here(bundle, layout, ctx.host.facts, request.plan_options(), allow_env=request.allow_env,
-                   explicit=request.explicit_memory)
-    require_secrets(bp)
-    print_bundle_plan(bp, lambda line: print(line, file=ctx.err))
-    if trust:
-        print(trust, file=ctx.err)
-    diff = fingerprint_diff(bundle.fingerprint, host_fingerprint(ctx.host.facts))
-    if diff:
-        ctx.warn("not like-for-like: this host differs from the bundle's (" + "; ".join(diff) + ")")
-    else:
-        print("this host matches the bundle's fingerprint", file=ctx.err)
-    checks = preflight(bp.plan, ctx.host.facts, ctx.nvml_or_none())
-    print("preflight on this host:", file=ctx.err)
-    for c in checks:
-        print("  " + c.line(), file=ctx.err)
-    return bundle.profile, bp.plan
-
-
 def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
     request = launch_request(args, ctx)
-    profile, launch_plan = _bundle_plan(request, ctx) if request.bundle is not None else make_plan(request, ctx)
+    if request.bundle is not None:
+        from tui.cli.cmd_bundle import up_plan
+
+        profile, launch_plan = up_plan(request, ctx)
+    else:
+        profile, launch_plan = make_plan(request, ctx)
     host = ctx.host
     for w in launch_plan.warnings:
         ctx.warn(w)
@@ -210,6 +179,10 @@ def layout_status(rec: LayoutRecord) -> dict[str, Any]:
 
 def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
     """Every layout this host knows, and one telemetry reading (GPUs, health, metrics) of the active one."""
+    from tui.core.telemetry import collect_snapshot_sync
+    from tui.core.telemetry.view import tick_lines
+    from tui.hosts import host_for_layout
+
     store = StateStore()
     layouts = store.read()
     report = [layout_status(rec) for rec in layouts.values()]

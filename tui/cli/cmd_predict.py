@@ -163,7 +163,7 @@ def render_map(m: Any, max_model_len: int) -> str:
                     text = "-" if c is None else (f"{w[0]} {_margin(w[1]) or 'alone'}" if w else "none")
                     row += text.rjust(width)
                 lines.append(row)
-    lines += ["", "seed workloads (DESIGN.md's 2× B200 table):"]
+    lines += ["", "seed workloads (the seed's 2× B200 table):"]
     for isl, osl, name in predictor.SEED_POINTS:
         for rate in rates:
             c = m.cell(isl, osl, rate)

@@ -6,15 +6,42 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tui.cli.argtypes import bounded_int, nonneg_float, positive_float
-from tui.core import safeio
 from tui.core.errors import InputError
-from tui.core.host.base import Host, HostOptions
-from tui.core.models import Catalog
-from tui.core.plan.request import add_vllm_argument
-from tui.hosts import MAX_SIM_GPUS, SIM_FAULTS, select_host
+from tui.core.plan.launchargs import add_vllm_argument
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tui.core.host.base import Host, HostOptions
+    from tui.core.models import Catalog
+
+
+class _SimFaults:
+    """``--sim-fault``'s choices, read from the simulator when they are first needed (the option given, or help
+    printed): a command that does not use the simulator does not load it."""
+
+    @staticmethod
+    def _names() -> tuple[str, ...]:
+        from tui.hosts import SIM_FAULTS
+
+        names: tuple[str, ...] = SIM_FAULTS
+        return names
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+
+def sim_gpu_count(text: str) -> int:
+    """``--sim-gpus N``: 1 to the most GPUs a simulated host holds (the simulator says how many)."""
+    from tui.hosts import MAX_SIM_GPUS
+
+    return bounded_int(1, MAX_SIM_GPUS, " (a simulated host)")(text)
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
@@ -25,10 +52,11 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = Fal
                    help="use the simulated host (automatic when no NVIDIA driver answers)")
     g.add_argument("--sim-gpu", choices=("b200", "h200"), default=default,
                    help="simulated GPU model (default b200)")
-    g.add_argument("--sim-gpus", type=bounded_int(1, MAX_SIM_GPUS, " (a simulated host)"), default=default, metavar="N",
-                   help=f"number of simulated GPUs, up to {MAX_SIM_GPUS} (default 2)")
-    g.add_argument("--sim-fault", action="append", choices=SIM_FAULTS, default=default, metavar="NAME",
-                   help=f"inject a known failure into simulated servers (repeatable): {', '.join(SIM_FAULTS)}")
+    g.add_argument("--sim-gpus", type=sim_gpu_count, default=default, metavar="N",
+                   help="number of simulated GPUs (default 2; at most as many as one NVLink domain holds, GB200 "
+                        "NVL72's)")
+    g.add_argument("--sim-fault", action="append", choices=_SimFaults(), default=default, metavar="NAME",
+                   help="inject a known failure into simulated servers (repeatable): %(choices)s")
     g.add_argument("--sim-startup", type=nonneg_float, default=default, metavar="SECONDS",
                    help="how long a simulated cold start takes (default compressed to ~4 s; 0 = real-time ~2-15 min)")
     g.add_argument("--sim-clock", type=positive_float, default=default, metavar="X",
@@ -64,6 +92,8 @@ class CliContext:
         return cls(args=args)
 
     def host_options(self) -> HostOptions:
+        from tui.core.host.base import HostOptions
+
         a = self.args
         return HostOptions(
             sim=bool(getattr(a, "sim", False)),
@@ -86,12 +116,16 @@ class CliContext:
     @property
     def catalog(self) -> Catalog:
         if self._catalog is None:
+            from tui.core.models import Catalog
+
             self._catalog = Catalog.load()
         return self._catalog
 
     @property
     def host(self) -> Host:
         if self._host is None:
+            from tui.hosts import select_host
+
             self._host = select_host(self.host_options())
             for note in self._host.notes:
                 self.warn(note)
@@ -109,6 +143,8 @@ class CliContext:
 
     def print_json(self, data: Any) -> None:
         """Valid JSON whatever ``data`` holds: a NaN or an infinity (a figure of a file from outside) is null."""
+        from tui.core import safeio
+
         print(safeio.dumps_strict(data, indent=2, default=str), file=self.out, flush=True)
 
     def warn(self, text: str) -> None:

@@ -13,56 +13,85 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from tui import __version__
 from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_BAD_INPUT, AppError
 from tui.core.procs import reset_ignored_sigint
 
-# (module, command) in help order; a module may register several commands
-COMMAND_MODULES: tuple[str, ...] = (
-    "tui.cli.cmd_plan",
-    "tui.cli.cmd_lifecycle",
-    "tui.cli.cmd_proxy",
-    "tui.cli.cmd_watch",
-    "tui.cli.cmd_bench",
-    "tui.cli.cmd_run",
-    "tui.cli.cmd_results",
-    "tui.cli.cmd_predict",
-    "tui.cli.cmd_playbook",
-    "tui.cli.cmd_profile",
-    "tui.cli.cmd_console",
-    "tui.cli.cmd_replay",
-    "tui.cli.cmd_bundle",
-)
+#: each command and the module that registers it (``register(sub)``; a module may register several), in help order
+COMMANDS: dict[str, str] = {
+    "plan": "tui.cli.cmd_plan",
+    "up": "tui.cli.cmd_lifecycle", "status": "tui.cli.cmd_lifecycle", "down": "tui.cli.cmd_lifecycle",
+    "proxy": "tui.cli.cmd_proxy",
+    "watch": "tui.cli.cmd_watch",
+    "bench": "tui.cli.cmd_bench",
+    "run": "tui.cli.cmd_run",
+    "results": "tui.cli.cmd_results",
+    "predict": "tui.cli.cmd_predict",
+    "diagnose": "tui.cli.cmd_playbook", "playbook": "tui.cli.cmd_playbook", "doctor": "tui.cli.cmd_playbook",
+    "profile": "tui.cli.cmd_profile",
+    "console": "tui.cli.cmd_console",
+    "replay": "tui.cli.cmd_replay",
+    "export": "tui.cli.cmd_bundle", "import": "tui.cli.cmd_bundle",
+}
+COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a mistake in one line (and exit 2) instead of usage plus message."""
+    """argparse that reports a mistake in one line (and exit 2) instead of usage plus message, and takes a flag
+    only as written: no prefix of a longer one (``run --record`` is not ``--record-to``); the commands' parsers
+    and theirs are of this class too (argparse gives a sub-parser its parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _top_parser(**kwargs: Any) -> OneLineParser:
     parser = OneLineParser(
         prog="disagg-tui",
         description="Decide by measurement how to serve a model on this GPU host: tensor parallel, data parallel "
                     "or disaggregated prefill/decode (vLLM). Without a command: help and a host summary.",
+        **kwargs,
     )
     parser.add_argument("--version", action="version", version=f"disagg-tui {__version__}")
     add_global_options(parser, top_level=True)
+    return parser
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser: every command's (``command`` given: only the module that registers it is imported)."""
+    parser = _top_parser()
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    for name in COMMAND_MODULES:
+    modules = (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES
+    for name in modules:
         importlib.import_module(name).register(sub)
     return parser
 
 
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command an argv names (the global options, and where their values are, known): what ``main`` builds
+    the parser for, so that a start imports only that command's module (``--version`` exits here)."""
+    first = _top_parser(add_help=False)
+    first.add_argument("command", nargs="?")
+    first.add_argument("rest", nargs=argparse.REMAINDER)
+    known, _ = first.parse_known_args(list(argv))
+    command: str | None = known.command
+    return command
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     reset_ignored_sigint()
-    parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    # httpx's own command-line client loads rich and click when httpx is imported; nothing here runs it
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]
+    parser = build_parser(command_of(argv))
+    args = parser.parse_args(argv)
     ctx = CliContext.from_args(args)
     try:
         handler = getattr(args, "handler", None)

@@ -19,7 +19,6 @@ from tui.core.events import Event, EventBus, OperatorAction
 from tui.core.launch.state import StateStore
 from tui.core.record import Recorder, new_header, recording_path
 from tui.core.record.fingerprint import host_fingerprint
-from tui.core.telemetry.live import LiveTelemetry
 
 T = TypeVar("T")
 
@@ -27,9 +26,11 @@ T = TypeVar("T")
 def add_record_options(p: argparse.ArgumentParser, *, default_on: bool) -> None:
     g = p.add_argument_group("recording")
     if default_on:
-        g.add_argument("--no-record", dest="record", action="store_false", default=True,
-                       help="do not record the session (recorded by default under the data directory's "
-                            "recordings/; replay it with 'disagg-tui replay')")
+        g.add_argument("--record", action="store_true", default=True,
+                       help="record the session (the default) under the data directory's recordings/ ('disagg-tui "
+                            "replay')")
+        g.add_argument("--no-record", dest="record", action="store_false",
+                       help="do not record the session")
     else:
         g.add_argument("--record", action="store_true", default=False,
                        help="record the session under the data directory's recordings/ ('disagg-tui replay')")
@@ -92,6 +93,8 @@ class SessionRecording:
 
     async def _telemetry(self) -> None:
         try:
+            from tui.core.telemetry.live import LiveTelemetry
+
             async with LiveTelemetry(self.ctx.host, StateStore(), bus=self.bus) as live:
                 # a layout that changes (launched, ready, stopped) is followed at once, not at the next periodic
                 # look at the state file: a start and a short run can both end before that look

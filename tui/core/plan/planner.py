@@ -28,15 +28,15 @@ from typing import Any
 from tui.core.errors import InputError, PlanRefused
 from tui.core.models import ModelProfile
 from tui.core.plan.hostfacts import HostFacts
+from tui.core.plan.ports import DEFAULT_HOST as DEFAULT_HOST  # the defaults live in ports (read by the CLI's help)
+from tui.core.plan.ports import DEFAULT_PORT as DEFAULT_PORT
+from tui.core.plan.ports import SERVER_BASE_PORT as SERVER_BASE_PORT
+from tui.core.plan.ports import SERVER_PORT_STEP as SERVER_PORT_STEP
+from tui.core.plan.ports import SIDE_CHANNEL_BASE as SIDE_CHANNEL_BASE
 from tui.core.plan.spec import LaunchPlan, PlanFix, ProxySpec, ServerSpec, Workaround
 from tui.core.redact import is_secret_flag
 from tui.core.topology import Topology, parse_topology
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8000
-SERVER_BASE_PORT = 8100
-SERVER_PORT_STEP = 100
-SIDE_CHANNEL_BASE = 5600
 READY_TIMEOUT_ENV = "1800"
 #: working memory vLLM needs beside weights and KV (activations, CUDA graphs, sampler), GiB per GPU
 RUNTIME_OVERHEAD_GIB = 2.0

@@ -1,0 +1,11 @@
+"""Where a plan binds unless told otherwise: the address, the endpoint, the servers of a disaggregated layout and
+their NIXL side channels. Constants only, so that the command line's definitions read them at no cost."""
+
+DEFAULT_HOST = "127.0.0.1"
+#: the endpoint: the proxy of a disaggregated layout, or the single server
+DEFAULT_PORT = 8000
+#: the first server of a disaggregated layout; the next ones step by SERVER_PORT_STEP
+SERVER_BASE_PORT = 8100
+SERVER_PORT_STEP = 100
+#: the first NIXL side-channel port; one per engine
+SIDE_CHANNEL_BASE = 5600
