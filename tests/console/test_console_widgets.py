@@ -80,14 +80,14 @@ def test_a_long_line_is_cut_to_the_pane_and_a_marked_line_keeps_its_mark() -> No
                for seg in err)
 
 
-def test_launch_knobs_keep_quoted_extra_args_whole() -> None:
-    import shlex
+def test_launch_form_keeps_quoted_extra_args_whole() -> None:
+    """The launch form's extra args field is read by the launch request (tui/core/plan/request.py), quotes kept."""
+    from tui.core.plan.request import LaunchRequest
 
-    from tui.console.screens.launch import knobs_from
-
-    k = knobs_from("", "", "--chat-template '{% a b %}' --enforce-eager", "")
-    (arg,) = k.extra_args
-    assert shlex.split(arg) == ["--chat-template", "{% a b %}", "--enforce-eager"]
+    r = LaunchRequest.from_text({"model": "m", "topology": "tp1",
+                                 "arg": "--chat-template '{% a b %}' --enforce-eager"})
+    assert r.extra_args == ("--chat-template", "{% a b %}", "--enforce-eager")
+    assert LaunchRequest.from_argv(r.to_argv()) == r
 
 
 async def test_an_entry_added_in_the_console_is_in_its_playbook_at_once() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from tui.core.host.base import HostOptions
@@ -40,34 +39,6 @@ def global_args(options: HostOptions) -> list[str]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchKnobs:
-    """The plan's common knobs the launch screen edits (the same flags ``up``/``plan``/``run`` take)."""
-
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    extra_args: tuple[str, ...] = ()  # each one ``--arg`` value ("--flag value")
-    extra_env: tuple[tuple[str, str], ...] = ()
-    gpus: str | None = None
-    #: (endpoint port, first server port, first NIXL side-channel port); None: the defaults 8000, 8100, 5600
-    ports: tuple[int, int, int] | None = None
-
-    def args(self) -> list[str]:
-        out: list[str] = []
-        if self.gpus:
-            out += ["--gpus", self.gpus]
-        out += port_args(self.ports)
-        if self.gpu_memory_utilization is not None:
-            out += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
-        if self.max_model_len is not None:
-            out += ["--max-model-len", str(self.max_model_len)]
-        for a in self.extra_args:
-            out.append(f"--arg={a}")
-        for k, v in self.extra_env:
-            out += ["--env", f"{k}={v}"]
-        return out
-
-
 def bench_argv(workload_file: Path, events: Path, slo: dict[str, float], runner: str, options: HostOptions, *,
                campaign: str = "console") -> list[str]:
     """``disagg-tui bench`` for a run started from the console: against the active layout, stored under
@@ -81,8 +52,10 @@ def bench_argv(workload_file: Path, events: Path, slo: dict[str, float], runner:
 
 
 def launch_argv(request: LaunchRequest, options: HostOptions) -> list[str]:
-    """``disagg-tui up`` of a launch request (``request.to_argv()``), on the console's host."""
-    return ["up", *request.to_argv(), *global_args(options)]
+    """``disagg-tui up`` of a launch request (``request.to_argv()``), on the console's host (its ``--vllm`` is the
+    request's when the request names one)."""
+    host = dataclasses.replace(options, vllm=None) if request.vllm is not None else options
+    return ["up", *request.to_argv(), *global_args(host)]
 
 
 def again_request(last: LaunchRequest | None, profile_id: str | None, topology: str | None, *,

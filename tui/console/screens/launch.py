@@ -1,15 +1,18 @@
 """Launch: a model and a topology, the knobs that matter, the exact plan and its preflight, then launch.
 
-Every topology that could fit this host's GPU count is listed; those the planner refuses say why, warnings
-(MoE + DP) show before launch. The plan is rebuilt (in a thread: preflight reads ports and NVML) whenever a choice
-or a knob changes, and shown as the copyable shell it is. Launching starts ``disagg-tui up`` detached with the
-same flags, so the start goes on whatever happens to the console; the dashboard follows it.
+The form is one launch request (``tui.core.plan.request.LaunchRequest``, what ``disagg-tui up`` takes): each
+field's mistake shows at once, under its field, and nothing is planned while one is wrong. Every topology that
+could fit this host's GPU count is listed with the plan ``up`` makes of the request (``plan_request``, in a thread:
+preflight reads ports and NVML); a refused one says why in one line (all of it in the plan pane when highlighted,
+and above the list when no topology fits); warnings (MoE + DP) show before launch. A port held by this console's own
+layout is said so, and launching then replaces that layout (``up --replace``). Launching posts
+``LaunchRequested``: the app starts ``disagg-tui up`` detached with ``request.to_argv()``, so the start goes on
+whatever happens to the console; the dashboard follows it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shlex
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -21,7 +24,6 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from tui.console.argv import LaunchKnobs
 from tui.console.context import ConsoleContext
 from tui.console.messages import LaunchRequested
 from tui.console.model import ConsoleModel
@@ -29,10 +31,20 @@ from tui.console.screens.base import ConsoleScreen
 from tui.console.widgets.header import HeaderBar
 from tui.core.errors import AppError
 from tui.core.models.modelsrc import ModelEntry, list_models
-from tui.core.plan.planner import PlanOptions, plan
 from tui.core.plan.preflight import FAIL, WARN, Check, preflight
-from tui.core.plan.request import LaunchRequest
+from tui.core.plan.request import LaunchRequest, RequestInvalid, plan_request
 from tui.core.plan.spec import LaunchPlan
+
+#: the form's fields: (the request's value each gives, the flag of ``up`` it is: what its error names)
+FIELDS: dict[str, tuple[str, str]] = {
+    "gmu": ("gpu_memory_utilization", "--gpu-memory-utilization"), "mml": ("max_model_len", "--max-model-len"),
+    "args": ("arg", "--arg"), "env": ("env", "--env"),
+}
+#: what a form field's error says it is about
+FIELD_NAMES = {"gmu": "GPU memory utilisation", "mml": "max model length", "args": "extra args",
+               "env": "environment"}
+#: layouts whose ports a launch may take over by replacing them (a stopping one is going already)
+REPLACEABLE = ("starting", "ready", "degraded", "failed")
 
 
 def candidate_topologies(gpus: int) -> list[str]:
@@ -63,50 +75,30 @@ class TopologyChoice:
 
     @property
     def label(self) -> Text:
+        """One line whatever it says (a long refusal is cut: the plan pane has all of it)."""
         if self.plan is None:
-            return Text.assemble((f"{self.name:<10}", "dim"), (f" refused: {self.refused}", "dim red"))
-        t = Text(f"{self.name:<10}", style="bold")
-        gpus = ",".join(map(str, self.plan.gpus))
-        t.append(f" GPU {gpus}")
-        if self.plan.warnings:
-            t.append("  ▲ " + self.plan.warnings[0][:60], style="yellow")
+            t = Text.assemble((f"{self.name:<10}", "dim"), (f" ✖ {self.refused}", "dim red"))
+        else:
+            t = Text(f"{self.name:<10}", style="bold")
+            t.append(f" GPU {','.join(map(str, self.plan.gpus))}")
+            if self.plan.warnings:
+                t.append("  ▲ " + self.plan.warnings[0], style="yellow")
+        t.no_wrap = True
+        t.overflow = "ellipsis"
         return t
 
 
-def parse_env(text: str) -> tuple[tuple[str, str], ...]:
-    out = []
-    for item in shlex.split(text):
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise AppError(f"environment: expected K=V, got {item!r}", hint="e.g. VLLM_USE_FLASHINFER_SAMPLER=0")
-        out.append((k, v))
-    return tuple(out)
-
-
-def knobs_from(gmu: str, mml: str, args: str, env: str) -> LaunchKnobs:
-    g: float | None = None
-    if gmu.strip():
-        try:
-            g = float(gmu)
-        except ValueError:
-            raise AppError(f"GPU memory utilisation: not a number: {gmu!r}", hint="e.g. 0.9") from None
-        if not 0.05 <= g <= 0.99:
-            raise AppError(f"GPU memory utilisation must be within 0.05..0.99, got {g:g}")
-    m: int | None = None
-    if mml.strip():
-        if not mml.strip().isdigit() or int(mml) < 1:
-            raise AppError(f"max model length: expected a positive integer, got {mml!r}", hint="e.g. 32768")
-        m = int(mml)
-    try:
-        extra = tuple(shlex.split(args)) if args.strip() else ()
-    except ValueError as exc:
-        raise AppError(f"extra args: {exc}", hint="quote values with spaces") from None
-    try:
-        pairs = parse_env(env) if env.strip() else ()
-    except ValueError as exc:
-        raise AppError(f"environment: {exc}") from None
-    return LaunchKnobs(gpu_memory_utilization=g, max_model_len=m, extra_args=(shlex.join(extra),) if extra else (),
-                       extra_env=pairs)
+def held_ports(plan: LaunchPlan, state: ConsoleModel) -> list[int]:
+    """The HTTP ports of ``plan`` that the console's own layout (the one it shows) holds: launching replaces it."""
+    lay = state.layout
+    if lay is None or lay.status not in REPLACEABLE:
+        return []
+    own = {int(v.port) for v in state.servers.values() if v.port}
+    tail = lay.endpoint.rsplit(":", 1)[-1].rstrip("/")
+    if tail.isdigit():
+        own.add(int(tail))
+    wanted = [s.port for s in plan.servers] + ([plan.proxy.port] if plan.proxy is not None else [])
+    return sorted(own.intersection(wanted))
 
 
 class LaunchScreen(ConsoleScreen):
@@ -127,7 +119,12 @@ class LaunchScreen(ConsoleScreen):
         self.topology: str | None = None
         self.current: LaunchPlan | None = None
         self.checks: list[Check] = []
-        self.knobs = LaunchKnobs()
+        #: the request the form holds for the topology shown (what launching posts); None while it cannot launch
+        self.request: LaunchRequest | None = None
+        #: the form's request as last planned (every topology is planned from it)
+        self.planned: LaunchRequest | None = None
+        #: the ports of the plan shown that this console's own layout holds: launching replaces that layout
+        self.held: list[int] = []
         self.entries: list[ModelEntry] = []
         self._gen = 0
         self._checks: dict[str, list[Check]] = {}
@@ -135,11 +132,12 @@ class LaunchScreen(ConsoleScreen):
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
         with Horizontal(id="launch-body"):
-            with Vertical(id="launch-left"):
+            with VerticalScroll(id="launch-left"):  # 80×24: the form scrolls; a field that takes the focus shows
                 yield Input(placeholder="filter models (type part of a name)", id="model-filter", compact=True)
                 models = OptionList(id="models")
                 models.border_title = "Model"
                 yield models
+                yield Static(id="topology-note", classes="form-note")
                 topologies = OptionList(id="topologies")
                 topologies.border_title = "Topology"
                 yield topologies
@@ -148,10 +146,15 @@ class LaunchScreen(ConsoleScreen):
                     with Horizontal(classes="knob-row"):
                         yield Input(placeholder="profile's", id="gmu", compact=True)
                         yield Input(placeholder="profile's", id="mml", compact=True)
+                    yield Static(id="gmu-error", classes="field-error")
+                    yield Static(id="mml-error", classes="field-error")
                     yield Label("extra vllm serve args")
                     yield Input(placeholder="e.g. --enforce-eager", id="args", compact=True)
+                    yield Static(id="args-error", classes="field-error")
                     yield Label("extra environment (K=V …)")
                     yield Input(placeholder="e.g. VLLM_USE_FLASHINFER_SAMPLER=0", id="env", compact=True)
+                    yield Static(id="env-error", classes="field-error")
+                    yield Static(id="form-error", classes="field-error")
                     yield Button("Launch (ctrl+l)", id="launch", variant="primary")
             with VerticalScroll(id="plan-view"):
                 yield Static(id="plan-text")
@@ -160,6 +163,8 @@ class LaunchScreen(ConsoleScreen):
     def on_mount(self) -> None:
         for i in self.query(Input):  # no blinking cursor: no repaint twice a second over SSH
             i.cursor_blink = False
+        for s in self.query(".field-error, .form-note"):
+            s.display = False
         self.query_one("#plan-view").border_title = "Plan"
         self._list_models()
 
@@ -229,40 +234,66 @@ class LaunchScreen(ConsoleScreen):
     def _launch_button(self) -> None:
         self.action_launch()
 
-    # --- planning (a thread: host facts may run vllm --version; preflight reads ports and NVML) -----------------
-    def _read_knobs(self) -> LaunchKnobs | None:
-        try:
-            return knobs_from(self.query_one("#gmu", Input).value, self.query_one("#mml", Input).value,
-                              self.query_one("#args", Input).value, self.query_one("#env", Input).value)
-        except AppError as err:
-            self.query_one("#plan-text", Static).update(Text(err.one_line(), style="bold red"))
-            return None
+    # --- the form: one launch request ----------------------------------------------------------------------------
+    def form_request(self, topology: str = "tp1") -> LaunchRequest:
+        """The request the form holds, for ``topology`` (RequestInvalid: every field's mistake at once). The
+        console's ports and vllm executable are part of it, as they are of the ``up`` it starts."""
+        values: dict[str, Any] = {"model": self.model_id, "topology": topology, "vllm": self.ctx.options.vllm}
+        for wid, (key, _) in FIELDS.items():
+            text = self.query_one(f"#{wid}", Input).value
+            values[key] = text if text.strip() else None
+        if self.ctx.ports is not None:
+            values["port"], values["server_port"], values["side_channel_port"] = self.ctx.ports
+        return LaunchRequest.from_text(values)
 
+    def _read_form(self) -> LaunchRequest | None:
+        """The form's request, every field's error shown under it (and cleared where it is right)."""
+        problems: dict[str, list[str]] = {}
+        request: LaunchRequest | None = None
+        try:
+            request = self.form_request()
+        except RequestInvalid as err:
+            problems = err.by_flag()
+        for wid, (_, flag) in FIELDS.items():
+            said = problems.pop(flag, [])
+            self.query_one(f"#{wid}", Input).set_class(bool(said), "-invalid")
+            key = FIELDS[wid][0]  # a message that names the setting already is not prefixed with it again
+            self._say(f"#{wid}-error", "; ".join(m if m.startswith(key) else f"{FIELD_NAMES[wid]}: {m}"
+                                                 for m in said))
+        self._say("#form-error", "; ".join(f"{flag}: {m}" for flag, said in problems.items() for m in said))
+        return request
+
+    def _say(self, selector: str, text: str) -> None:
+        widget = self.query_one(selector, Static)
+        widget.update(Text(text, style="red"))
+        widget.display = bool(text)
+
+    # --- planning (a thread: host facts may run vllm --version; preflight reads ports and NVML) -----------------
     def replan(self) -> None:
-        knobs = self._read_knobs()
-        if knobs is None or self.model_id is None:
+        if self.model_id is None:
             return
-        self.knobs = replace(knobs, ports=self.ctx.ports)
-        self._gen += 1
-        self._plan_all(self.model_id, self.knobs, self._gen)
+        request = self._read_form()
+        self._gen += 1  # a plan still being made for the form as it was is stale now
+        if request is None:
+            self.planned = self.request = self.current = None
+            self.query_one("#plan-text", Static).update(
+                Text("Nothing is planned while a field is wrong: see the messages under the fields.", style="red"))
+            return
+        self._plan_all(request, self._gen)
 
     @work(exclusive=True, group="plan", thread=True, exit_on_error=False, description="planning")
-    def _plan_all(self, model_id: str, knobs: LaunchKnobs, gen: int) -> None:
+    def _plan_all(self, request: LaunchRequest, gen: int) -> None:
+        """Each candidate topology planned as ``up`` plans it (``plan_request``), and preflighted."""
         ctx = self.ctx
         host = ctx.host
         if host is None:
             return
-        profile = ctx.catalog.model(model_id)
         facts = host.facts
-        ports = {} if knobs.ports is None else {"port": knobs.ports[0], "server_base_port": knobs.ports[1],
-                                                "side_channel_base": knobs.ports[2]}
-        opts = PlanOptions(gpu_memory_utilization=knobs.gpu_memory_utilization, max_model_len=knobs.max_model_len,
-                           extra_args=tuple(a for item in knobs.extra_args for a in shlex.split(item)),
-                           extra_env=knobs.extra_env, vllm_executable=ctx.options.vllm or "vllm", **ports)
         choices = []
         for topo in candidate_topologies(len(facts.gpus)):
             try:
-                choices.append(TopologyChoice(topo, plan(profile, topo, facts, opts)))
+                choices.append(TopologyChoice(topo, plan_request(replace(request, topology=topo), ctx.catalog,
+                                                                 facts)[1]))
             except AppError as err:
                 choices.append(TopologyChoice(topo, None, err.title))
         nvml: Any = None
@@ -272,36 +303,47 @@ class LaunchScreen(ConsoleScreen):
         for c in choices:
             if c.plan is not None:
                 checks[c.name] = preflight(c.plan, facts, nvml)
-        self.app.call_from_thread(self._planned, gen, choices, checks)
+        self.app.call_from_thread(self._planned, gen, request, choices, checks)
 
-    def _planned(self, gen: int, choices: list[TopologyChoice], checks: dict[str, list[Check]]) -> None:
+    def _planned(self, gen: int, request: LaunchRequest, choices: list[TopologyChoice],
+                 checks: dict[str, list[Check]]) -> None:
         if gen != self._gen:  # a later choice or knob is being planned: this one is stale
             return
+        self.planned = request
         self.choices = choices
         self._checks = checks
         ol = self.query_one("#topologies", OptionList)
         keep = self.topology
         ol.clear_options()
         for c in choices:
-            ol.add_option(Option(c.label, id=c.name, disabled=c.plan is None))
+            ol.add_option(Option(c.label, id=c.name))
         names = [c.name for c in choices if c.plan is not None]
         if names:
-            pick = keep if keep in names else names[min(len(names) - 1, 3 if "1p1d" in names else 0)]
-            if "1p1d" in names and keep is None:
-                pick = "1p1d"
+            pick = keep if keep in names else ("1p1d" if "1p1d" in names else names[0])
+        else:
+            pick = keep if keep in (c.name for c in choices) else choices[0].name if choices else None
+        if pick is not None:
             ol.highlighted = [c.name for c in choices].index(pick)
             self.topology = pick
+        refused = [c for c in choices if c.plan is None]
+        note = f"No topology fits: {refused[0].refused}" if choices and len(refused) == len(choices) else ""
+        self._say("#topology-note", note)
         self.show_plan()
 
     def show_plan(self) -> None:
         choice = next((c for c in self.choices if c.name == self.topology), None)
         view = self.query_one("#plan-text", Static)
-        if choice is None or choice.plan is None:
-            self.current = None
-            view.update(Text(choice.refused if choice else "pick a model and a topology", style="red"))
+        self.held = []
+        if choice is None or choice.plan is None or self.planned is None:
+            self.current = self.request = None
+            view.update(Text(f"{choice.name} refused: {choice.refused}" if choice else
+                             "pick a model and a topology", style="red"))
             return
         self.current = choice.plan
+        self.request = replace(self.planned, topology=choice.name)
         checks = self._checks.get(choice.name, [])
+        if any(c.name == "ports" and c.status == FAIL for c in checks):
+            self.held = held_ports(choice.plan, self.state)
         t = Text()
         for w in choice.plan.warnings:
             t.append(f"▲ {w}\n", style="bold yellow")
@@ -311,6 +353,12 @@ class LaunchScreen(ConsoleScreen):
             mark = {"pass": "ok  ", "warn": "warn", "fail": "FAIL"}[c.status]
             t.append(f" {mark} ", style=style)
             t.append(f"{c.name}: {c.reason}\n")
+            if c.name == "ports" and self.held:
+                lay = self.state.layout
+                assert lay is not None
+                t.append(f"      {', '.join(map(str, self.held))} held by your layout {lay.topology} of "
+                         f"{lay.profile_id} ({lay.status}): ctrl+l replaces it (stops it first, as "
+                         "'up --replace' does)\n", style="bold yellow")
         t.append("\nCommands (what launching runs; ctrl+y copies)\n", style="bold")
         t.append(choice.plan.shell(), style="cyan")
         view.update(t)
@@ -322,23 +370,26 @@ class LaunchScreen(ConsoleScreen):
             self.notify("the plan's shell is on the clipboard (OSC 52)", timeout=3)
 
     def action_launch(self) -> None:
-        if self.current is None or self.model_id is None or self.topology is None:
-            self.notify("pick a model and a topology the planner accepts", severity="warning", timeout=4)
+        if self.current is None or self.request is None:
+            self.notify("pick a model and a topology the planner accepts (and fix the fields marked)",
+                        severity="warning", timeout=4)
             return
-        bad = [c for c in self._checks.get(self.topology, []) if c.status == FAIL]
+        replacing = bool(self.held)
+        lay = self.state.layout
+        own_gpus = {g for v in self.state.servers.values() for g in v.gpus} if replacing else set()
+        bad = [c for c in self._checks.get(self.current_topology, []) if c.status == FAIL
+               and not (replacing and (c.name == "ports" or (c.name == "gpu memory"
+                                                            and set(self.current.gpus) <= own_gpus)))]
         if bad:
             self.notify("; ".join(f"{c.name}: {c.reason}" for c in bad), title="preflight fails",
                         severity="error", timeout=8)
             return
-        lay = self.state.layout
-        if lay is not None and lay.status in ("starting", "ready", "stopping"):
+        if lay is not None and lay.status in ("starting", "ready", "stopping") and not replacing:
             self.notify(f"{lay.topology} of {lay.profile_id} is {lay.status}: stop it first (s on the dashboard)",
                         title="one layout at a time", severity="warning", timeout=6)
             return
-        try:
-            request = LaunchRequest.from_argv(["--model", self.model_id, "--topology", self.topology,
-                                               *self.knobs.args()])
-        except AppError as err:
-            self.notify(err.hint or "", title=err.one_line(), severity="error", timeout=8)
-            return
-        self.post_message(LaunchRequested(request))
+        self.post_message(LaunchRequested(replace(self.request, replace=True) if replacing else self.request))
+
+    @property
+    def current_topology(self) -> str:
+        return self.request.topology if self.request is not None and self.request.topology else ""
