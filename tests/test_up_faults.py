@@ -41,7 +41,10 @@ def _low_port() -> str:
 
 CASES = [
     # fault, model, topology, extra args, entry, fix (auto | entry id | None: not fixable by the plan)
-    ("flashinfer-no-nvcc", "dummy-qwen3-8b", "tp1", ["--sim-gpu", "h200"], "flashinfer-no-nvcc", "auto"),
+    # the simulated host has no nvcc, so its plan turns FlashInfer's JIT off: the operator's own setting turns the
+    # sampler back on (test_a_host_without_nvcc_gets_a_plan_that_starts: the plan as made)
+    ("flashinfer-no-nvcc", "dummy-qwen3-8b", "tp1", ["--sim-gpu", "h200", "--env", "VLLM_USE_FLASHINFER_SAMPLER=1"],
+     "flashinfer-no-nvcc", "auto"),
     ("flashinfer-jit-stall", "dummy-qwen3-8b", "tp1", ["--sim-gpu", "h200", "--stall-timeout", "4"],
      "flashinfer-jit-stall", "auto"),
     ("dp-ready-timeout", "qwen3.6-27b-nvfp4", "dp2", ["--env", "VLLM_ENGINE_READY_TIMEOUT_S=600"],
@@ -51,9 +54,7 @@ CASES = [
     ("moe-dp-crash", "gemma-4-26b-a4b-fp8", "dp2", [], "moe-dp-start-failure", "moe-dp-start-failure"),
     ("kv-too-small", "dummy-qwen3-8b", "tp1", ["--sim-gpu", "h200"], "kv-cache-too-small-for-max-len",
      "kv-cache-too-small-for-max-len"),
-    ("gpu-memory-taken", "dummy-qwen3-8b", "tp1", ["--sim-gpu", "h200"], "gpu-memory-taken", None),
     ("port-taken", "dummy-qwen3-8b", "tp1", ["--sim-gpu", "h200"], "port-in-use", None),
-    ("nixl-missing", "dummy-qwen3-8b", "1p1d", ["--sim-gpu", "h200"], "nixl-not-installed", None),
 ]
 
 
@@ -86,5 +87,39 @@ def test_fault_is_diagnosed_and_fixed(fault: str, model: str, topology: str, ext
         status = subprocess.run([sys.executable, "-m", "tui", "status", "--json"], capture_output=True, text=True,
                                 cwd=ROOT, timeout=60, check=False)
         assert json.loads(status.stdout)["layouts"]
+    finally:
+        _down()
+
+
+# what the simulated host's facts say of these faults (another process's memory, no NIXL) is what preflight reads:
+# `up` refuses before it starts anything, as on a real host (a server started without `up` still fails as vLLM does:
+# tests/test_sim_faults.py)
+HOST_FAULTS = [
+    ("gpu-memory-taken", "tp1", "gpu memory: GPU 0 has"),
+    ("nixl-missing", "1p1d", "nixl: nixl is not installed in vLLM's environment"),
+]
+
+
+@pytest.mark.parametrize(("fault", "topology", "said"), HOST_FAULTS, ids=[c[0] for c in HOST_FAULTS])
+def test_a_fault_of_the_host_is_refused_by_preflight(fault: str, topology: str, said: str) -> None:
+    try:
+        refused = _up("--sim-fault", fault, "--model", "dummy-qwen3-8b", "--topology", topology, "--sim-gpu", "h200",
+                      *layout_port_args())
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        last = refused.stderr.strip().splitlines()[-1]
+        assert last.startswith("disagg-tui: error: preflight failed: ") and said in last, last
+        assert not StateStore().read()
+    finally:
+        _down()
+
+
+def test_a_host_without_nvcc_gets_a_plan_that_starts() -> None:
+    try:
+        up = _up("--sim-fault", "flashinfer-no-nvcc", "--model", "dummy-qwen3-8b", "--topology", "tp1",
+                 *layout_port_args())
+        assert up.returncode == 0, up.stderr[-3000:]
+        assert "VLLM_USE_FLASHINFER_SAMPLER=0" in up.stdout and "--attention-backend TRITON_ATTN" in up.stdout
+        rec = StateStore().active()
+        assert rec is not None and rec.status == "ready" and not rec.diagnoses
     finally:
         _down()

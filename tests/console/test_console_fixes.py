@@ -118,7 +118,7 @@ async def test_a_fresh_layout_does_not_show_the_previous_layouts_benchmark() -> 
 async def test_a_applies_every_change_it_shows_and_the_relaunch_says_so() -> None:
     """Live on the simulated B200s: the failed start's banner, `a`, and the relaunched layout's band, which reads
     the plan the state file holds (the follower's PlanLaunched)."""
-    from textual.widgets import OptionList
+    from textual.widgets import Input, OptionList
 
     from tui.console.screens.launch import LaunchScreen
 
@@ -134,6 +134,11 @@ async def test_a_applies_every_change_it_shows_and_the_relaunch_says_so() -> Non
         models.highlighted = next(i for i in range(models.option_count)
                                   if models.get_option_at_index(i).id == "qwen3.6-27b-nvfp4")
         await wait_for(pilot, lambda: screen.current is not None, 30, "the plan")
+        # the simulated host has no nvcc, so the plan turns FlashInfer's JIT off; the operator's own setting turns
+        # its sampler back on, and the start fails as vLLM does
+        screen.query_one("#env", Input).value = "VLLM_USE_FLASHINFER_SAMPLER=1"
+        await wait_for(pilot, lambda: screen.request is not None
+                       and ("VLLM_USE_FLASHINFER_SAMPLER", "1") in screen.request.extra_env, 30, "the plan with it")
         await pilot.press("ctrl+l")
         await wait_for(pilot, lambda: app.model.active_diagnosis() is not None and app.model.layout is not None
                        and app.model.layout.status == "failed", 90, "the failure")

@@ -124,6 +124,11 @@ async def test_a_failed_start_is_diagnosed_and_fixed_with_one_key() -> None:
         await wait_for(pilot, lambda: models.option_count > 0, 20, "the model list")
         models.highlighted = next(i for i in range(models.option_count) if models.get_option_at_index(i).id == MODEL)
         await wait_for(pilot, lambda: screen.current is not None and screen.model_id == MODEL, 30, "the plan")
+        # the simulated host has no nvcc, so the plan turns FlashInfer's JIT off; the operator's own setting turns
+        # its sampler back on, and the start fails as vLLM does
+        screen.query_one("#env", Input).value = "VLLM_USE_FLASHINFER_SAMPLER=1"
+        await wait_for(pilot, lambda: screen.request is not None
+                       and ("VLLM_USE_FLASHINFER_SAMPLER", "1") in screen.request.extra_env, 30, "the plan with it")
         await pilot.press("ctrl+l")
         await wait_for(pilot, lambda: app.model.active_diagnosis() is not None
                        and app.model.layout is not None and app.model.layout.status == "failed", 90, "the failure")

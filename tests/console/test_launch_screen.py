@@ -1,7 +1,7 @@
 """The launch screen (issue 22): its form is one launch request, every field's mistake shows at once under its
 field, an absurd max length is one line per topology, the preview is the plan ``disagg-tui up`` makes of
 ``request.to_argv()``, a port held by the operator's own degraded layout offers to replace it, a JSON value keeps
-its quotes, and at 80×24 the env field and the Launch button are reachable."""
+its quotes, the simulated faults reach preflight, and at 80×24 the env field and the Launch button are reachable."""
 
 from __future__ import annotations
 
@@ -155,6 +155,17 @@ async def test_a_port_held_by_the_operators_own_degraded_layout_offers_to_replac
             await wait_for(pilot, lambda: started, 10, "the up command line")
     (argv,) = started
     assert "--replace" in argv and LaunchRequest.from_argv(argv[1:argv.index("--sim")]).replace
+
+
+async def test_simulated_faults_reach_the_preflight_shown() -> None:
+    app, _ = _console(HostOptions(sim=True, sim_faults=("flashinfer-no-nvcc", "gpu-memory-taken")))
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = await _planned(pilot, app)
+        await wait_for(pilot, lambda: screen.current is not None, 30, "a plan")
+        shown = str(screen.query_one("#plan-text", Static).render())
+    assert "ok   nvcc" not in shown and "warn nvcc: no nvcc" in shown
+    assert "GPU 0,1 free" not in shown and "FAIL gpu memory: GPU 0 has" in shown
+    assert "VLLM_USE_FLASHINFER_SAMPLER=0" in screen.current.shell()  # the plan works around the host it sees
 
 
 @pytest.mark.parametrize("target", ["#env", "#launch"])

@@ -2,7 +2,9 @@
 
 Layout under ``<state_dir>/simgpu/``:
 
-- ``host.json``: ``{"gpu": "b200", "count": 2}`` (written by the simulated host when it starts);
+- ``host.json``: ``{"gpu": "b200", "count": 2, "taken_share": 0.0}`` (written by the simulated host when it starts;
+  ``taken_share``: the share of each GPU's memory another process holds, the ``gpu-memory-taken`` fault, there
+  before any launch as on a real host: every reader sees it as one more claim, of a process not visible here);
 - ``claims/<pid>.json``: what one simulated engine process holds and does, written by that process (atomically,
   by rename) as it loads and serves: ``{"pid", "name", "gpus": [..], "memory_bytes": {gpu: bytes}, "util": {gpu:
   0..1}, "mem_util": {gpu: 0..1}, "server": "prefill-0", "port": 8100, "updated": epoch}``.
@@ -24,6 +26,10 @@ from typing import Any
 from tui.core import paths
 from tui.core.plan.gpuspecs import PRESETS, GpuSpec
 from tui.core.procs import pid_alive
+
+#: the pid the process that holds ``taken_share`` has: above Linux's largest pid_max, so never one of ours (a process
+#: of another PID namespace, as a container's job is to the host's NVML readers)
+FOREIGN_PID = 4_194_305
 
 
 def simgpu_dir(state_dir: Path) -> Path:
@@ -78,10 +84,30 @@ class SimGpuState:
         self.root = simgpu_dir(state_dir)
 
     # host ---------------------------------------------------------------------------------------------------
-    def init_host(self, gpu: str, count: int) -> None:
+    def init_host(self, gpu: str, count: int, *, taken_share: float = 0.0) -> None:
         if gpu not in PRESETS:
             raise ValueError(f"unknown simulated GPU {gpu!r} (known: {', '.join(PRESETS)})")
-        _write_atomic(self.root / "host.json", {"gpu": gpu, "count": int(count)})
+        _write_atomic(self.root / "host.json", {"gpu": gpu, "count": int(count), "taken_share": float(taken_share)})
+
+    def taken_share(self) -> float:
+        """The share of each GPU's memory another process holds (the ``gpu-memory-taken`` fault), 0 if none."""
+        try:
+            d = json.loads((self.root / "host.json").read_text(encoding="utf-8"))
+            share = float(d.get("taken_share", 0.0))
+        except (OSError, ValueError, TypeError, AttributeError):
+            return 0.0
+        return share if 0.0 < share < 1.0 else 0.0
+
+    def foreign(self) -> Claim | None:
+        """The claim of the process that holds ``taken_share`` of every GPU, or None."""
+        share = self.taken_share()
+        host = self.host() if share else None
+        if host is None:
+            return None
+        spec, count = host
+        held = int(spec.memory_total_mib * 2**20 * share)
+        return Claim(pid=FOREIGN_PID, name="python3", gpus=list(range(count)),
+                     memory_bytes=dict.fromkeys(range(count), held), cmdline="python3 (another user's job)")
 
     def host(self) -> tuple[GpuSpec, int] | None:
         try:
@@ -102,8 +128,12 @@ class SimGpuState:
         with contextlib.suppress(FileNotFoundError):
             (self.root / "claims" / f"{pid}.json").unlink()
 
-    def claims(self) -> list[Claim]:
+    def claims(self, *, foreign: bool = True) -> list[Claim]:
+        """The live processes' claims, and (``foreign``) the one of the process that holds ``taken_share``."""
         out: list[Claim] = []
+        other = self.foreign() if foreign else None
+        if other is not None:
+            out.append(other)
         folder = self.root / "claims"
         if not folder.is_dir():
             return out

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import socket
+from dataclasses import replace
 from typing import Any
 
 from tui.core import paths
 from tui.core.errors import InputError
 from tui.core.host.base import Command, Host, HostOptions
-from tui.core.plan.hostfacts import HostFacts, sim_facts
+from tui.core.plan.hostfacts import HostFacts, Toolchain, sim_facts
 from tui.core.plan.planner import LaunchPlan, ServerSpec
-from tui.sim import fakenvml
+from tui.sim import fakenvml, faults
 from tui.sim.gpustate import SimGpuState
 
 DEFAULT_SIM_GPU = "b200"
@@ -25,6 +26,22 @@ DEFAULT_SIM_GPUS = 2
 MAX_SIM_GPUS = 72
 #: default simulated cold start, seconds (a real one takes ~2 min for an 8B model, ~15 for the seed's 27B)
 DEFAULT_SIM_STARTUP_S = 4.0
+#: where the simulated host's nvcc is (the CUDA toolkit's default place)
+SIM_NVCC = "/usr/local/cuda/bin/nvcc"
+
+
+def host_facts(gpu: str, count: int, injected: tuple[str, ...] = ()) -> HostFacts:
+    """The simulated host's facts, as a real host with the injected failures would report them: its preflight and
+    its planner see what its servers run into. ``flashinfer-no-nvcc``: no nvcc anywhere (the plan then turns
+    FlashInfer's JIT off; the failure shows where a plan keeps it on, e.g. ``--env VLLM_USE_FLASHINFER_SAMPLER=1``);
+    ``flashinfer-jit-stall``: nvcc only under /usr/local/cuda, off PATH and without CUDA_HOME (FlashInfer finds it
+    and compiles silently for minutes); ``nixl-missing``: no NIXL in vLLM's environment. (``gpu-memory-taken`` is
+    in the GPUs' state: the fake NVML reports the other process's memory.)"""
+    facts = sim_facts(gpu, count, hostname=f"sim-{socket.gethostname()}",
+                      nvcc="flashinfer-no-nvcc" not in injected, nixl="nixl-missing" not in injected)
+    if "flashinfer-jit-stall" in injected and "flashinfer-no-nvcc" not in injected:
+        facts = replace(facts, toolchain=Toolchain(nvcc_in_default=SIM_NVCC))
+    return facts
 
 
 class SimHost(Host):
@@ -36,17 +53,20 @@ class SimHost(Host):
         self.options = options
         self.notes = [reason] if reason else []
         self.state = SimGpuState(paths.state_dir())
-        # a simulated layout that is up keeps its GPUs; otherwise the options or the defaults (2x B200)
-        current = self.state.host() if self.state.claims() else None
+        # a simulated layout that is up keeps its GPUs (and what another process holds of them); otherwise the
+        # options or the defaults (2x B200)
+        current = self.state.host() if self.state.claims(foreign=False) else None
         gpu = options.sim_gpu or (current[0].key if current else DEFAULT_SIM_GPU)
         count = options.sim_gpus or (current[1] if current else DEFAULT_SIM_GPUS)
         if not 1 <= count <= MAX_SIM_GPUS:
             raise InputError(f"must be within [1, {MAX_SIM_GPUS}], got {count}", field="--sim-gpus")
-        if current is None or (current[0].key, current[1]) != (gpu, count):
-            self.state.init_host(gpu, count)
+        taken = faults.HOG_SHARE if "gpu-memory-taken" in options.sim_faults else (
+            self.state.taken_share() if current else 0.0)
+        if current is None or (current[0].key, current[1]) != (gpu, count) or self.state.taken_share() != taken:
+            self.state.init_host(gpu, count, taken_share=taken)
         self.gpu = gpu
         self.count = count
-        self._facts = sim_facts(gpu, count, hostname=f"sim-{socket.gethostname()}")
+        self._facts = host_facts(gpu, count, options.sim_faults)
 
     @property
     def facts(self) -> HostFacts:

@@ -33,7 +33,8 @@ class Startup(StartContext):
     # --- the sequence ---------------------------------------------------------------------------------------
     def run(self) -> Started:
         cfg, t, fp = self.cfg, self.times, self.fp
-        if fp.hog:
+        if fp.hog and not (self.claims.state is not None and self.claims.state.taken_share()):
+            # a server started on its own: its hog is its own child (the simulated host's is there before it)
             self.hog = spawn("hog", "python3", "python3", gpus=cfg.gpu_ids[: max(1, cfg.tp * cfg.dp)])
             total = cfg.hardware.torch_total_gib
             self.claims.set_memory(self.hog.pid, "python3", self.hog.gpus, total * faults.HOG_SHARE)
