@@ -23,8 +23,6 @@ class CellState:
     run_dir: str = ""
     message: str = ""
     output_tps: float | None = None
-    mean_tpot_ms: float | None = None
-    mean_ttft_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +46,7 @@ def _cell(run: Run) -> CellState:
     m = run.meta
     return CellState(topology=m.topology, workload=m.workload, rate=rate_label(m.request_rate), repeat=m.repeat,
                      status=m.status, run_dir=str(run.path), message=safeio.shown(m.message),
-                     output_tps=_figure(run.summary, "output_throughput"),
-                     mean_tpot_ms=_figure(run.summary, "mean_tpot_ms"),
-                     mean_ttft_ms=_figure(run.summary, "mean_ttft_ms"))
+                     output_tps=_figure(run.summary, "output_throughput"))
 
 
 def campaign_state(stored: StoredCampaign) -> CampaignState:

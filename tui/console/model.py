@@ -81,7 +81,6 @@ class ServerView:
     phase_label: str = ""
     progress: float = 0.0
     detail: str = ""
-    phase_at: float = 0.0
     ready_s: float | None = None
     exited: ServerExited | None = None
     stalled: ServerStalled | None = None
@@ -171,7 +170,6 @@ class ConsoleModel:
         self.simulated = False
         self.gpus: dict[int, GpuView] = {}
         self.gpu_error: str | None = None
-        self.gpu_at = 0.0
         self.servers: dict[str, ServerView] = {}
         self.layout: LayoutView | None = None
         #: the layout shown last, once it stopped (what a campaign or a launch offers to run again)
@@ -210,7 +208,7 @@ class ConsoleModel:
     def _gpu(self, ev: GpuSampled) -> None:
         now = self.clock()
         self.host_label, self.simulated = ev.host, ev.simulated
-        self.gpu_error, self.gpu_at = ev.error, now
+        self.gpu_error = ev.error
         for g in ev.gpus:
             view = self.gpus.get(g.index)
             if view is None:
@@ -313,7 +311,6 @@ class ConsoleModel:
     def _phase(self, ev: ServerPhase) -> None:
         v = self.server(ev.server)
         v.phase, v.phase_label, v.progress, v.detail = ev.phase, ev.label, ev.progress, ev.detail
-        v.phase_at = ev.ts
         self.dirty.update((SERVERS, BAND))
 
     def _ready(self, ev: ServerReady) -> None:

@@ -28,7 +28,6 @@ from tui.core.playbook import load_playbook
 from tui.core.record import Recording, ReplaySource
 
 SPEEDS = (0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)
-SEEK_S = 30.0
 #: how long a jump's notice shows (the next jump replaces it)
 JUMP_NOTICE_S = 4.0
 MARK = {"phase": "│", "diagnosis": "✖", "run": "●", "failure": "!", "operator": "·"}

@@ -32,7 +32,6 @@ from textual_plot.axis_formatter import NumericAxisFormatter
 from textual_plot.plot_widget import Legend
 
 Point = tuple[float, float]
-SeriesData = Mapping[str, Sequence[tuple[float | None, float | None]]]
 
 EMPTY_TEXT = "no data yet"
 
@@ -396,10 +395,6 @@ class TimeSeriesChart(_Chart):
         self._now = now
         if self.is_mounted:
             self._push()
-
-    def newest(self) -> dict[str, float | None]:
-        """Each series' newest value (None for a series without a point)."""
-        return {name: (pts[-1][1] if pts else None) for name, pts in self._series.items()}
 
     def _push(self) -> None:
         plot = self.plot
