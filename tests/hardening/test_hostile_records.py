@@ -775,12 +775,13 @@ def test_the_results_screen_lists_damaged_runs_and_reads_run_files_bounded(tmp_p
     assert len(data.runs) == 1 and any("FIFO" in e and str(bad) in e for e in data.errors), data.errors
     wls = _prompt(lambda: workloads_of(data.runs, Catalog.load()))
     assert all(isinstance(w.input_len, int) for w in wls.values())
+    assert _prompt(lambda: plan_shell(good)) is None  # no plan kept
     os.mkfifo(good / "plan.json")
-    text, ok = _prompt(lambda: plan_shell(good / "plan.json"))
+    text, ok = _prompt(lambda: plan_shell(good))
     assert not ok and "FIFO" in text
     (good / "plan.json").unlink()
     (good / "plan.json").write_text(json.dumps({"servers": [{"argv": 5}], "topology": []}))
-    text, ok = _prompt(lambda: plan_shell(good / "plan.json"))
+    text, ok = _prompt(lambda: plan_shell(good))
     assert not ok and "plan" in text
     (good / "workload.json").unlink()
     os.mkfifo(good / "workload.json")

@@ -29,7 +29,15 @@ from tui.core import paths, safeio
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import stats, table
 from tui.core.bench.events import BenchDone
-from tui.core.bench.store import Run, check_summary, find_runs, load_run, read_meta_dict, read_run_workload
+from tui.core.bench.store import (
+    Run,
+    check_summary,
+    find_runs,
+    load_run,
+    read_meta_dict,
+    read_run_plan,
+    read_run_workload,
+)
 from tui.core.errors import AppError, InputError
 from tui.core.models import Catalog, Workload
 
@@ -48,7 +56,7 @@ class ResultsData:
 
 
 def workloads_of(runs: list[Run], catalog: Catalog) -> dict[str, Workload]:
-    """The workloads the runs used: the run's own ``workload.json`` (an edited one too), else the catalog's."""
+    """The workloads the runs used: the run's own (an edited one too), else the catalog's."""
     out: dict[str, Workload] = {}
     for r in runs:
         name = r.meta.workload
@@ -65,15 +73,14 @@ def workloads_of(runs: list[Run], catalog: Catalog) -> dict[str, Workload]:
     return out
 
 
-def plan_shell(plan_file: Path) -> tuple[str, bool]:
-    """A run's ``plan.json`` as the shell commands it ran (and True), or why it cannot be read (and False): the
-    folder may be a teammate's copy, so the file is read bounded and strict, a plan of the wrong shape is one
-    line."""
-    from tui.core.plan.spec import LaunchPlan
-
+def plan_shell(run_dir: Path) -> tuple[str, bool] | None:
+    """The plan a run measured as the shell commands it ran (and True), or why it cannot be read (and False); None
+    when the run kept no plan (the core's reader: a teammate's copy is read bounded and strict)."""
     try:
-        data = safeio.load_json(plan_file, "run record")
-        text: str = safeio.guarded(lambda: LaunchPlan.from_dict(data).shell(), plan_file, "plan")
+        plan = read_run_plan(run_dir)
+        if plan is None:
+            return None
+        text: str = safeio.guarded(plan.shell, run_dir, "plan")
     except InputError as err:
         return f"unreadable: {err.one_line()}", False
     return "\n".join(safeio.shown(line, 2000) for line in text.split("\n")), True
@@ -281,10 +288,10 @@ class ResultsScreen(ConsoleScreen):
             if fp:
                 body.append("  fingerprint: " + ", ".join(f"{k}={v}" for k, v in sorted(fp.items())
                                                           if not isinstance(v, dict | list)) + "\n", style="dim")
-            plan_file = run.path / "plan.json"
-            if plan_file.exists() or plan_file.is_symlink():
+            plan = plan_shell(run.path)
+            if plan is not None:
+                shell, ok = plan
                 body.append("  plan:\n", style="bold")
-                shell, ok = plan_shell(plan_file)
                 body.append("    " + shell.replace("\n", "\n    ") + "\n", style="cyan" if ok else "red")
             body.append("\n")
         title = f"{cell.topology} × {cell.workload} @ {table.rate_label(cell.rate)}"

@@ -45,11 +45,14 @@ from tui.core.bench.metrics import (
 from tui.core.bench.serverside import KvTransferCheck, PacingCheck, PrefixCacheCheck
 from tui.core.errors import InputError
 from tui.core.models import Workload, ranges
+from tui.core.plan.spec import LaunchPlan
 from tui.core.procs import pid_alive
 from tui.core.redact import Redactor
 
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
+#: the plan of the layout a run measured (``LaunchPlan.redacted_dict()``), when one was known
+PLAN_FILE = "plan.json"
 REQUESTS_FILE = "requests.parquet"
 PARTS_DIR = "requests"
 JOURNAL_FILE = "requests.jsonl"
@@ -332,7 +335,7 @@ class RunWriter:
         if workload is not None:
             write_json(directory / "workload.json", workload, redactor=self.redactor)
         if plan is not None:
-            write_json(directory / "plan.json", plan, redactor=self.redactor)
+            write_json(directory / PLAN_FILE, plan, redactor=self.redactor)
         self.save_meta()
         self._journal = open(directory / JOURNAL_FILE, "ab")  # noqa: SIM115 - closed in finish
         self._raw: list[bytes] = []  # every record line, as received
@@ -629,6 +632,18 @@ def read_run_workload(directory: Path) -> Workload | None:
     if value is not None and not limits.lo <= value <= limits.hi:
         return None
     return wl.with_overrides(request_rate=math.inf if value is None else value)
+
+
+def read_run_plan(directory: Path) -> LaunchPlan | None:
+    """The plan of the layout a run directory measured (its ``plan.json``), None when it kept none; the folder may
+    be a teammate's copy: the file is read bounded and strict, and a plan of the wrong shape is a one-line
+    InputError naming it."""
+    path = directory / PLAN_FILE
+    if not os.path.lexists(path):
+        return None
+    data = safeio.load_json(path, "run record")
+    plan: LaunchPlan = safeio.guarded(lambda: LaunchPlan.from_dict(data), path, "plan")
+    return plan
 
 
 def load_runs(directories: Iterable[Path]) -> tuple[list[Run], list[InputError]]:
