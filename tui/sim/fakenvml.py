@@ -212,11 +212,15 @@ def nvmlShutdown() -> None:
 
 
 def _claims() -> tuple[Claim, ...]:
-    folder = simgpu_dir(_state_dir()) / "claims"
-    try:
-        mtime = folder.stat().st_mtime_ns
-    except OSError:
-        mtime = -2
+    """The claims, read again when the claims folder or ``host.json`` (what another process holds) changed."""
+    root = simgpu_dir(_state_dir())
+    stamps = []
+    for path in (root / "claims", root / "host.json"):
+        try:
+            stamps.append(path.stat().st_mtime_ns)
+        except OSError:
+            stamps.append(-2)
+    mtime = hash(tuple(stamps))
     now = time.monotonic()
     if mtime != _world.claims_dir_mtime or now - _world.claims_read_at >= _CLAIMS_TTL_S:
         _world.claims = tuple(SimGpuState(_state_dir()).claims())
