@@ -4,6 +4,7 @@ read back by the real ``up`` parser, and JSON values of vLLM's config flags kept
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import layout_port_args
 from tui.cli.main import build_parser
 from tui.core.errors import InputError
+from tui.core.launch.state import StateStore
 from tui.core.plan.argtext import check_json_flags, quote_words, split_words
 from tui.core.plan.request import LaunchRequest, RequestInvalid
 
@@ -207,3 +210,25 @@ def test_a_json_arg_that_lost_its_quotes_is_refused_by_the_cli() -> None:
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("disagg-tui: error: field '--arg': --speculative-config takes JSON")
     assert "Traceback" not in out.stderr
+
+
+def test_the_simulated_vllm_refuses_a_json_flag_that_is_not_json_as_vllm_does() -> None:
+    env = {**os.environ, "DISAGG_SIM_STARTUP_S": "0.3"}
+    out = subprocess.run([sys.executable, "-m", "tui.sim.vllm", "serve", "/tmp/model", "--speculative-config",
+                          "{method:ngram,num_speculative_tokens:3}"], capture_output=True, text=True, cwd=ROOT,
+                         env=env, timeout=60, check=False)
+    assert out.returncode == 2
+    assert "vllm serve: error: argument --speculative-config: Invalid JSON" in out.stderr
+
+
+def test_a_json_arg_reaches_the_started_server_whole() -> None:
+    try:
+        up = _cli("up", "--sim", "--sim-startup", "0.3", "--model", "dummy-qwen3-8b", "--topology", "tp1",
+                  *layout_port_args(), "--arg", f"--speculative-config {SPEC}")
+        assert up.returncode == 0, up.stderr[-2000:]
+        rec = StateStore().active()
+        assert rec is not None and rec.status == "ready"
+        (server,) = rec.processes
+        assert server.argv[server.argv.index("--speculative-config") + 1] == SPEC
+    finally:
+        _cli("down", "--all")

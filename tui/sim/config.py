@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tui.core.models import ModelProfile, parse_model_profile
+from tui.core.plan.argtext import JSON_FLAGS
 from tui.core.plan.gpuspecs import PRESETS, GpuSpec
 from tui.sim.gpustate import simgpu_dir
 from tui.sim.perfmodel import Hardware, MemoryPlan, Stack, batch_defaults, memory_plan
@@ -187,6 +188,19 @@ def parse_max_model_len(text: str) -> int:
     return int(t)
 
 
+def _check_json_flags(ns: Any) -> None:
+    """vLLM parses every JSON-valued flag at start-up and exits 2 when one does not parse (a value whose double
+    quotes a shell dropped: ``{method:ngram}``)."""
+    for flag in sorted(JSON_FLAGS):
+        text = getattr(ns, flag[2:].replace("-", "_"), None)
+        if not isinstance(text, str):
+            continue
+        try:
+            json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"argument {flag}: Invalid JSON: {exc}") from None
+
+
 def _kv_transfer(text: str | None, dp: int) -> KvTransfer | None:
     if not text:
         return None
@@ -283,6 +297,7 @@ def build(ns: Any, order: list[str], env: dict[str, str]) -> ServeConfig:
     served = ns.served_model_name[0] if ns.served_model_name else model
     gmu = float(ns.gpu_memory_utilization) if ns.gpu_memory_utilization is not None else 0.92
     mml = parse_max_model_len(ns.max_model_len) if ns.max_model_len else profile.max_model_len
+    _check_json_flags(ns)
     kv = _kv_transfer(ns.kv_transfer_config, dp)
     typed: dict[str, Any] = {"port": _int(ns, "port", 8000), "tensor_parallel_size": tp,
                              "data_parallel_size": dp, "gpu_memory_utilization": gmu,
