@@ -160,14 +160,14 @@ class DashboardScreen(ConsoleScreen):
         self.query_one(LogPane).toggle_polls()
 
     def action_add_entry(self) -> None:
-        from tui.console.screens.playbook import AddEntryModal
+        """A playbook entry from a line of the log shown: the operator picks the line (the marked root cause, or
+        the last error that is not a generic consequence, first), sees and edits the pattern, gives a fix."""
+        from tui.console.screens.entryform import AddEntryModal, candidate_lines
 
-        model = self.state
         name = self.query_one(LogPane).server
-        view = model.servers.get(name) if name else None
-        if view is None or not view.logs:
-            self.notify("no log line to learn from", timeout=3)
+        view = self.state.servers.get(name) if name else None
+        lines, pick = candidate_lines(view.logs, self.ctx.book) if view is not None else ([], 0)
+        if not lines:
+            self.notify("no log line to learn from (the console's own polls are not offered)", timeout=4)
             return
-        lines = [t for _, t, _ in view.logs if t.strip()]
-        error_lines = [t for t in lines if " ERROR " in t or "Error" in t]
-        self.app.push_screen(AddEntryModal((error_lines or lines)[-1]))
+        self.app.push_screen(AddEntryModal(lines, pick))

@@ -1,5 +1,7 @@
-"""Playbook: the known failures (search, show), the diagnoses of the current and failed layouts, and a new entry
-learned from a log line (the ``playbook add`` path: the line generalised, checked against the reloaded book)."""
+"""Playbook: the known failures (search, show; the operator's own marked, the shipped ones they switched off
+listed), the diagnoses of the current and failed layouts, and the operator's changes: an entry edited (a
+shipped one: their copy takes its place), deleted, a shipped one switched off and on (``tui.core.playbook.edit``),
+a new one learned from a log line (``entryform.AddEntryModal``)."""
 
 from __future__ import annotations
 
@@ -11,17 +13,19 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, Footer, Input, Label, OptionList, Select, Static
+from textual.widgets import Footer, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from tui.console import fmt
 from tui.console.context import ConsoleContext
 from tui.console.messages import PlaybookChanged
 from tui.console.model import BAND, ConsoleModel
-from tui.console.screens.base import ConsoleModal, ConsoleScreen
+from tui.console.screens.base import ConsoleScreen
+from tui.console.screens.entryform import AddEntryModal
 from tui.console.widgets.header import HeaderBar
 from tui.core.errors import AppError
 from tui.core.playbook import Entry, load_playbook
-from tui.core.playbook.learn import learn_line
+from tui.core.playbook.edit import Listed, delete_entry, disable_entry, enable_entry, listing
 from tui.core.playbook.loader import shipped_playbook_path
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -61,21 +65,32 @@ class PlaybookScreen(ConsoleScreen):
     AUTO_FOCUS = "#pb-entries"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "search", "search"),
+        Binding("down", "to_list", "to the list", show=False),  # from the search box (the list takes its own)
+        Binding("ctrl+e", "edit", "edit"),
+        Binding("ctrl+d", "toggle", "switch off/on"),
+        Binding("delete", "delete", "delete yours"),
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 
-    #: what is typed on the entry list searches the entries
-    TYPE_TO_SEARCH = ("#pb-entries", "#pb-search", "")
+    #: what is typed on the entry list searches the entries; Enter in the search box goes to the list
+    TYPE_TO_SEARCH = ("#pb-entries", "#pb-search", "#pb-entries")
+    #: a replay shows; it changes no playbook
+    LIVE_ACTIONS: ClassVar[frozenset[str]] = frozenset({"edit", "toggle", "delete"})
 
     def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
         super().__init__(ctx, state)
-        self.entries: list[Entry] = []
+        self.rows: list[Listed] = []
+        self._delete_armed: tuple[str, float] | None = None
+
+    @property
+    def entries(self) -> list[Entry]:
+        return [r.entry for r in self.rows]
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
         with Horizontal(id="playbook-body"):
             with Vertical(id="playbook-left"):
-                yield Input(placeholder="search entries (id, title, pattern)", id="pb-search", compact=True)
+                yield Input(placeholder="/ search: id, title, pattern", id="pb-search", compact=True)
                 ol = OptionList(id="pb-entries")
                 ol.border_title = "Entries"
                 yield ol
@@ -97,27 +112,50 @@ class PlaybookScreen(ConsoleScreen):
         self._load()
         self.draw(self.state, full=True)
 
+    def on_resize(self) -> None:
+        if self.rows:  # each entry's two rows are cut to the list's width
+            self._filter(self.query_one("#pb-search", Input).value)
+
     @work(exclusive=True, group="playbook", thread=True, exit_on_error=False, description="reading the playbook")
     def _load(self) -> None:
-        book = self.ctx.book or load_playbook()
-        self.app.call_from_thread(self._show, list(book.entries))
+        try:
+            rows = listing()  # the files: where each entry comes from, the shipped ones switched off
+        except AppError as err:  # the operator's file does not load: what the console runs with, and why
+            self.app.call_from_thread(self.notify, err.hint or "", title=err.one_line(), severity="error",
+                                      timeout=8)
+            rows = [Listed(e) for e in (self.ctx.book or load_playbook(operator=False)).entries]
+        self.app.call_from_thread(self._show, rows)
 
-    def _show(self, entries: list[Entry]) -> None:
-        self.entries = entries
+    def _show(self, rows: list[Listed]) -> None:
+        self.rows = rows
         self._filter(self.query_one("#pb-search", Input).value)
 
     def _filter(self, query: str) -> None:
         q = query.strip().lower()
         ol = self.query_one("#pb-entries", OptionList)
+        keep = self._current()
         ol.clear_options()
-        for e in self.entries:
+        width = max(ol.size.width - 7, 12)  # less its border, the option's padding and a scrollbar
+        shown: list[str] = []
+        for r in self.rows:
+            e = r.entry
             hay = " ".join([e.id, e.title, *(p.text for p in (e.lines.patterns if e.lines else ()))]).lower()
             if q and q not in hay:
                 continue
-            ol.add_option(Option(Text.assemble((f"{e.id:<34}", SEVERITY_STYLE.get(e.severity, "")),
-                                               f" {e.title}"[:70]), id=e.id))
-        if ol.option_count:
-            ol.highlighted = 0
+            ol.add_option(Option(_prompt(r, width), id=e.id))
+            shown.append(e.id)
+        if shown:
+            ol.highlighted = shown.index(keep.entry.id) if keep is not None and keep.entry.id in shown else 0
+        else:  # nothing matches: the entry shown before is not left in view
+            self.query_one("#pb-entry", Static).update(
+                Text(f"No entry matches {query.strip()!r}." if q else "No entries.", style="dim"))
+
+    def _current(self) -> Listed | None:
+        ol = self.query_one("#pb-entries", OptionList)
+        if ol.highlighted is None or not ol.option_count:
+            return None
+        oid = ol.get_option_at_index(ol.highlighted).id
+        return next((r for r in self.rows if r.entry.id == oid), None)
 
     @on(Input.Changed, "#pb-search")
     def _search(self, event: Input.Changed) -> None:
@@ -125,12 +163,68 @@ class PlaybookScreen(ConsoleScreen):
 
     @on(OptionList.OptionHighlighted, "#pb-entries")
     def _pick(self, event: OptionList.OptionHighlighted) -> None:
-        e = next((x for x in self.entries if x.id == event.option.id), None)
-        if e is not None:
-            self.query_one("#pb-entry", Static).update(entry_text(e))
+        r = next((x for x in self.rows if x.entry.id == event.option.id), None)
+        if r is not None:
+            self.query_one("#pb-entry", Static).update(listed_text(r))
 
     def action_search(self) -> None:
         self.query_one("#pb-search", Input).focus()
+
+    def action_to_list(self) -> None:
+        if self.focused is self.query_one("#pb-search", Input):
+            self.set_focus(self.query_one("#pb-entries"))
+
+    # --- changing the operator's playbook ----------------------------------------------------------------------
+    def action_edit(self) -> None:
+        r = self._current()
+        if r is None:
+            return
+        if r.disabled:
+            self.notify(f"{r.entry.id} is switched off: ctrl+d switches it on", timeout=4)
+            return
+        self.app.push_screen(AddEntryModal(entry=r.entry, shipped=not r.own), lambda _: self._load())
+
+    def action_toggle(self) -> None:
+        r = self._current()
+        if r is None:
+            return
+        if r.own:
+            self.notify(f"{r.entry.id} is yours: Delete deletes it (a shipped entry it replaced comes back), ctrl+e "
+                        "edits it", timeout=6)
+            return
+        self._change("enable" if r.disabled else "disable", r.entry.id)
+
+    def action_delete(self) -> None:
+        import time
+
+        r = self._current()
+        if r is None:
+            return
+        if not r.own:
+            self.notify(f"{r.entry.id} is shipped: ctrl+d switches it off", timeout=4)
+            return
+        now = time.monotonic()
+        if self._delete_armed is None or self._delete_armed[0] != r.entry.id or now - self._delete_armed[1] > 5:
+            self._delete_armed = (r.entry.id, now)
+            self.notify(f"Delete again to delete your entry {r.entry.id}", title="delete?", timeout=5)
+            return
+        self._delete_armed = None
+        self._change("delete", r.entry.id)
+
+    @work(exclusive=True, group="playbook-edit", thread=True, exit_on_error=False,
+          description="changing the playbook")
+    def _change(self, what: str, entry_id: str) -> None:
+        do = {"enable": enable_entry, "disable": disable_entry, "delete": delete_entry}[what]
+        try:
+            path = do(entry_id)
+        except AppError as err:
+            self.app.call_from_thread(self.notify, err.hint or "", title=err.one_line(), severity="error",
+                                      timeout=8)
+            return
+        self.post_message(PlaybookChanged(load_playbook()))  # the follower and the screens use it
+        done = {"enable": "switched on", "disable": "switched off", "delete": "deleted"}[what]
+        self.app.call_from_thread(self.notify, f"{entry_id} {done} ({path})", title="playbook", timeout=5)
+        self.app.call_from_thread(self._load)
 
     def draw(self, model: ConsoleModel, *, full: bool = False) -> None:
         self.query_one(HeaderBar).draw(model, screen="playbook")
@@ -147,65 +241,42 @@ class PlaybookScreen(ConsoleScreen):
         self.query_one("#pb-diagnoses", Static).update(t)
 
 
-class AddEntryModal(ConsoleModal[None]):
-    """A new playbook entry from one log line: a title, what it means, how severe; saved to the operator's book."""
+def _tag(r: Listed) -> str:
+    if r.disabled:
+        return "off"
+    if r.own:
+        return "yours, replaces shipped" if r.replaces else "yours"
+    return ""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel")]
 
-    def __init__(self, line: str) -> None:
-        super().__init__()
-        self.line = line
+def _prompt(r: Listed, width: int) -> Text:
+    """An entry as two rows of the list, each cut to its width (an option wraps its prompt: ids and titles ran
+    into each other): its id, then whose it is and its title."""
+    e = r.entry
+    tag = _tag(r)
+    t = Text()
+    t.append(fmt.cut_words(e.id, width), style="dim strike" if r.disabled else SEVERITY_STYLE.get(e.severity, ""))
+    t.append("\n  ")
+    if tag:
+        t.append(f"{tag} · "[: max(width - 2, 0)], style="bold cyan" if r.own else "bold")
+    t.append(fmt.cut_words(e.title, max(width - 2 - (len(tag) + 3 if tag else 0), 1)), style="dim")
+    return t
 
-    def compose(self) -> ComposeResult:
-        with Vertical(id="add-dialog", classes="dialog"):
-            yield Label(Text("Add a playbook entry from this line", style="bold"))
-            yield Static(Text(self.line.strip()[:300], style="red"))
-            yield Label("title")
-            yield Input(id="add-title", placeholder="what went wrong, in a few words", compact=True)
-            yield Label("explanation (optional)")
-            yield Input(id="add-explain", compact=True)
-            yield Label("severity")
-            yield Select((("error", "error"), ("warning", "warning"), ("info", "info")), value="error",
-                         allow_blank=False, id="add-severity")
-            with Horizontal(classes="buttons"):
-                yield Button("Add", id="add-ok", variant="primary")
-                yield Button("Cancel", id="add-cancel")
 
-    def on_mount(self) -> None:
-        self.query_one("#add-title", Input).focus()
+def listed_text(r: Listed) -> Text:
+    """An entry in full, with where it comes from and what can be done with it."""
+    t = Text()
+    if r.disabled:
+        t.append("Switched off by your playbook: ctrl+d switches it on.\n\n", style="bold yellow")
+    elif r.own:
+        t.append("Yours" + (", in place of the shipped entry with this id" if r.replaces else "")
+                 + ": ctrl+e edits it, Delete deletes it.\n\n", style="bold cyan")
+    else:
+        t.append("Shipped: ctrl+e edits a copy of it (yours takes its place), ctrl+d switches it off.\n\n",
+                 style="dim")
+    t.append_text(entry_text(r.entry))
+    return t
 
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
-    @on(Button.Pressed, "#add-cancel")
-    def _cancel(self) -> None:
-        self.dismiss(None)
-
-    @on(Button.Pressed, "#add-ok")
-    @on(Input.Submitted, "#add-title")
-    def _ok(self) -> None:
-        title = self.query_one("#add-title", Input).value.strip()
-        if not title:
-            self.notify("give the entry a title", severity="warning", timeout=3)
-            return
-        explain = self.query_one("#add-explain", Input).value.strip() or None
-        severity = str(self.query_one("#add-severity", Select).value)
-        self._add(title, explain, severity)
-
-    @work(exclusive=True, thread=True, exit_on_error=False, group="add-entry", description="adding an entry")
-    def _add(self, title: str, explain: str | None, severity: str) -> None:
-        try:
-            learned = learn_line(self.line, title=title, explain=explain, severity=severity, origin="the console")
-        except AppError as err:
-            self.app.call_from_thread(self.notify, err.hint or "", title=err.one_line(), severity="error",
-                                      timeout=8)
-            return
-        note = f"{learned.entry.id} saved to {learned.path}"
-        if learned.claimer is not None:
-            note += f" (takes the line from {learned.claimer.id})"
-        for w in learned.warnings:
-            note += f"; {w}"
-        book = load_playbook()  # with the new entry: the playbook screen, and the matchers of the starts to come
-        self.app.post_message(PlaybookChanged(book))  # the app, not this dialog: it closes below
-        self.app.call_from_thread(self.notify, note, title="playbook entry added", timeout=6)
-        self.app.call_from_thread(self.dismiss, None)
+# the dialog that adds (and edits) an entry: tui/console/screens/entryform.py
+__all__ = ["AddEntryModal", "PlaybookScreen", "entry_text"]

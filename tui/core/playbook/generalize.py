@@ -16,6 +16,7 @@ from tui.core.errors import InputError
 from tui.core.launch.phases import parse_line
 from tui.core.playbook.literals import required_literals
 from tui.core.playbook.loader import MAX_PATTERN_CHARS
+from tui.core.playbook.redos import explosive
 
 _COLLECTOR_PREFIXES = (
     re.compile(r"^\[[^\]]*\d[^\]]*\]\s*"),  # [2026-11-29T07:31:22.927Z +  19.409s]
@@ -140,3 +141,32 @@ def pattern_for(line: str) -> str:
         raise InputError(f"too little fixed text left to recognise this line once numbers, paths and prefixes are "
                          f"generalised ({pattern!r}); pick the line that states the error", field="--text")
     return pattern
+
+
+def check_pattern(pattern: str, line: str | None) -> str:
+    """An operator's own pattern for ``line`` (the generalised one, edited; None: an entry edited without its
+    line): it compiles, cannot take exponential time, finds ``line``, and keeps enough fixed text to be specific.
+    Returns it stripped; raises InputError naming what is wrong (the loader checks it again when the entry is
+    validated)."""
+    text = pattern.strip()
+    if not text:
+        raise InputError("the pattern is empty", field="--pattern")
+    if len(text) > MAX_PATTERN_CHARS:
+        raise InputError(f"a pattern is at most {MAX_PATTERN_CHARS:,} characters; this one has {len(text):,}",
+                         field="--pattern")
+    try:
+        regex = re.compile(text)
+    except re.error as exc:
+        raise InputError(f"not a regular expression: {exc}", field="--pattern") from None
+    if explosive(text):  # before it is run on the line
+        raise InputError("it repeats a repeat whose rounds can meet anywhere (like (a+)+): it can take minutes on "
+                         "one log line", field="--pattern")
+    if regex.search("") is not None:
+        raise InputError("it matches an empty line, so it would match every line", field="--pattern")
+    if line is not None and regex.search(line.rstrip("\r\n")) is None:
+        raise InputError("the pattern does not find the line it was made from", field="--pattern")
+    literals = required_literals(text)
+    if not literals or min(len(s) for s in literals) < MIN_LITERAL:
+        raise InputError(f"too little fixed text in the pattern (at least {MIN_LITERAL} characters every match "
+                         "must contain): it would recognise unrelated lines", field="--pattern")
+    return text

@@ -30,13 +30,15 @@ class Learned:
 def learn_line(line: str, *, title: str, entry_id: str | None = None, explain: str | None = None,
                severity: str = "error", set_env: Sequence[tuple[str, str]] = (), unset_env: Sequence[str] = (),
                add_args: Sequence[str] = (), remove_args: Sequence[str] = (), not_fixable: str | None = None,
-               auto: bool = False, origin: str = "", priority: int | None = None) -> Learned:
-    """Add an entry recognising ``line`` to the operator's playbook. Blocking (files): call from a thread."""
+               auto: bool = False, origin: str = "", priority: int | None = None,
+               pattern: str | None = None) -> Learned:
+    """Add an entry recognising ``line`` to the operator's playbook (with ``pattern``, the operator's own, instead
+    of the line generalised: it must find the line). Blocking (files): call from a thread."""
     book = load_playbook()
     claimer = book.claim(line)
     data = entry_from_line(line, title=title, entry_id=entry_id, explain=explain, severity=severity,
                            set_env=set_env, unset_env=unset_env, add_args=add_args, remove_args=remove_args,
-                           not_fixable=not_fixable, auto=auto, origin=origin)
+                           not_fixable=not_fixable, auto=auto, origin=origin, pattern=pattern)
     if priority is None and claimer is not None and claimer.id != data["id"]:
         priority = min(100, claimer.priority + 1)
     if priority is not None:

@@ -14,7 +14,7 @@ import yaml
 
 from tui.core import paths, safeio
 from tui.core.errors import InputError
-from tui.core.playbook.generalize import pattern_for
+from tui.core.playbook.generalize import check_pattern, pattern_for
 from tui.core.playbook.loader import (
     FORMAT_VERSION,
     operator_playbook_path,
@@ -66,12 +66,14 @@ def entry_from_line(
     not_fixable: str | None = None,
     auto: bool = False,
     origin: str = "",
+    pattern: str | None = None,
 ) -> dict[str, Any]:
-    """A new entry (as file data) that recognises ``line`` with its numbers, paths, pids and prefixes generalised.
+    """A new entry (as file data) that recognises ``line`` with its numbers, paths, pids and prefixes generalised
+    (or with ``pattern``, the operator's own: it must find the line).
 
     Raises InputError when the line leaves too little fixed text, or the entry would not validate.
     """
-    pattern = pattern_for(line)
+    pattern = check_pattern(pattern, line) if pattern is not None else pattern_for(line)
     data: dict[str, Any] = {
         "id": entry_id or slug(title),
         "title": title.strip(),
