@@ -121,9 +121,29 @@ async def test_a_decode_server_shows_the_prompt_tokens_it_computed_and_those_it_
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause(0.3)
         rows = await _drawn(app, pilot)
-        # 121 prompt tok/s of which 32 of 239,968 tokens were computed here: the rest arrived by transfer
-        assert rows["decode-0"][7] == "0 local" and rows["decode-0"][9].startswith("121 tok/s · ")
+        # 121 prompt tok/s of which 32 of 239,968 tokens were computed here (the window's counts by source, as an
+        # older recording has them): the rest arrived by transfer
+        assert rows["decode-0"][7] == "0 computed" and rows["decode-0"][9].startswith("121 tok/s · ")
         assert rows["prefill-0"][7] == "38,210"
+        # the core's figures by source, and its KV rate: both figures labelled where there is room
+        ev = next(e for e in scripted.ready_under_load() if isinstance(e, ServerMetrics) and e.server == "decode-0")
+        assert ev.figures is not None and ev.figures.kv_transfer is not None
+        kv = dataclasses.replace(ev.figures.kv_transfer, bytes=4.7e9, xfer_time_s=200.0, window_s=10.0)
+        figures = dataclasses.replace(ev.figures, prompt_tps=3273.0, prompt_computed_tps=0.0,
+                                      prompt_transferred_tps=3273.0, kv_transfer=kv)
+        app.ctx.bus.publish(dataclasses.replace(ev, figures=figures))
+        await pilot.pause(0.1)
+        row = (await _drawn(app, pilot))["decode-0"]
+        assert row[7] == "0 computed"  # not "3,273" as if it had computed them
+        assert row[9] == "3,273 tok/s · 448 MiB/s moved · 22/xfer", row[9]
+        table = app.screen.query_one(ServerTable)
+        assert "KV in" in "".join(seg.text for seg in table.render_line(0))
+    async with make_console(HostOptions(sim=True), live=False, clock=scripted.clock,
+                            events=scripted.ready_under_load()).run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.3)
+        table = pilot.app.screen.query_one(ServerTable)
+        assert "KV in (moved)" in "".join(seg.text for seg in table.render_line(0))  # one figure: labelled
+        assert (await _drawn(pilot.app, pilot))["decode-0"][9] == "448 MiB/s"  # the room of 120 columns
 
 
 async def test_a_long_phase_label_is_cut_at_a_word() -> None:

@@ -171,3 +171,30 @@ def cut_words(text: str, width: int) -> str:
     if space > 0 and not text[width - 1].isspace():
         head = head[:space]
     return head.rstrip(" ;,:·-") + "…"
+
+
+MIB = float(1 << 20)
+
+
+def kv_rate(kv: object, *, long: bool = True) -> str:
+    """A KV transfer rate in the core's one definition (``tui.core.telemetry.kvrate``), both figures labelled:
+    ``448.2 MiB/s moved, 22.3 MiB/s per transfer`` (all transfers together per wall second, and one transfer's
+    speed), or short, ``448 MiB/s moved · 22/xfer``. ``kv``: a ``KvTransferFigures`` (anything with ``rate``)."""
+    rate = getattr(kv, "rate", None)
+    if rate is None:
+        return "—"
+    moved, per = kv_moved_bps(kv), rate.per_transfer_bps
+    parts = []
+    if moved is not None:
+        parts.append(f"{moved / MIB:,.{1 if long else 0}f} MiB/s moved")
+    if per is not None:
+        parts.append(f"{per / MIB:,.1f} MiB/s per transfer" if long else f"{per / MIB:,.0f}/xfer")
+    return (", " if long else " · ").join(parts) or "no KV moved"
+
+
+def kv_moved_bps(kv: object) -> float | None:
+    """Bytes per wall second, every transfer together: the core's ``moved`` figure (an older recording's figures
+    have no window: their ``bytes_per_s`` is the same figure)."""
+    rate = getattr(kv, "rate", None)
+    moved = rate.moved_bps if rate is not None else None
+    return moved if moved is not None else getattr(kv, "bytes_per_s", None)

@@ -219,7 +219,7 @@ class BenchScreen(ConsoleScreen):
                 continue
             xfer = ""
             if f.kv_transfer is not None and f.kv_transfer.bytes_per_s is not None:
-                xfer = fmt.rate_bps(f.kv_transfer.bytes_per_s)
+                xfer = fmt.kv_rate(f.kv_transfer, long=False)  # the core's definition, both figures labelled
             table.add_row(v.name, f"{f.running or 0:.0f}/{f.waiting or 0:.0f}",
                           "—" if f.kv_cache_usage is None else f"{f.kv_cache_usage * 100:.1f}",
                           fmt.num(f.generation_tps), fmt.ms(f.ttft.p50 if f.ttft else None),

@@ -20,10 +20,20 @@ from textual.widget import Widget
 from tui.console import fmt
 from tui.console.model import SERVER_PERIOD_S, STALE_PERIODS, ConsoleModel, ServerView
 
-WIDE = (("server", 11), ("role", 8), ("GPU", 4), ("port", 5), ("state", 22), ("run/wait", 9), ("KV %", 6),
-        ("prompt tok/s", 12), ("gen tok/s", 10), ("KV in", 22))
-#: 150 columns and more: the state column has room for why a scrape fails
-ROOMY = tuple((name, 34 if name == "state" else w) for name, w in WIDE)
+WIDE = (("server", 10), ("role", 7), ("GPU", 4), ("port", 5), ("state", 20), ("run/wait", 9), ("KV %", 6),
+        ("prompt tok/s", 12), ("gen tok/s", 10), ("KV in (moved)", 22))
+#: 150 columns and more: the state column has room for why a scrape fails, KV in for both rates
+ROOMY = (("server", 11), ("role", 8), *WIDE[2:4], ("state", 31), *WIDE[5:9], ("KV in", 39))
+#: narrower than this, the compact table (the wide one would run past the edge)
+WIDE_FROM = 118
+
+
+def fitted(schema: tuple[tuple[str, int], ...], width: int) -> tuple[tuple[str, int], ...]:
+    """The last column (KV in) takes what the others leave of ``width`` (each column has a space either side, the
+    table a border), at most its own width, at least 13: at 120 columns the table ran past the edge."""
+    name, most = schema[-1]
+    left = width - 2 - sum(w + 2 for _, w in schema[:-1]) - 2
+    return (*schema[:-1], (name, max(13, min(most, left))))
 COMPACT = (("server", 10), ("GPU", 3), ("state", 20), ("r/w", 7), ("KV%", 5), ("gen t/s", 8))
 
 
@@ -88,10 +98,15 @@ def figures_stale(model: ConsoleModel, v: ServerView) -> bool:
 
 
 def _prompt_split(v: ServerView) -> tuple[float, float] | None:
-    """A decode server's prompt tokens/s as (computed here, arrived by KV transfer), from where vLLM says its
-    prompt tokens came from; None where it does not say (not a decode server, or no traffic yet)."""
+    """A decode server's prompt tokens/s as (computed here, arrived by KV transfer): the core's figures by source
+    (``prompt_computed_tps``, ``prompt_transferred_tps``), else (an older recording's) the window's token counts
+    by source; None where the server does not say (not a decode server, or no traffic yet)."""
     f = v.figures
-    if f is None or v.role != "decode" or f.disagg is None or f.prompt_tps is None:
+    if f is None or v.role != "decode":
+        return None
+    if f.prompt_transferred_tps is not None:
+        return f.prompt_computed_tps or 0.0, f.prompt_transferred_tps
+    if f.disagg is None or f.prompt_tps is None:
         return None
     d = f.disagg
     total = d.external_tokens + d.local_compute_tokens + d.cache_hit_tokens
@@ -102,15 +117,17 @@ def _prompt_split(v: ServerView) -> tuple[float, float] | None:
 
 def prompt_cell(v: ServerView) -> str:
     """Prompt tokens/s this server computed: a decode server's are only those it did not receive by KV transfer
-    (``12 local``; the rest are in the KV in column)."""
+    (``12 computed``; those it received are in the KV in column)."""
     f = v.figures
     if f is None:
         return "—"
     split = _prompt_split(v)
-    return fmt.num(f.prompt_tps) if split is None else f"{fmt.num(split[0])} local"
+    return fmt.num(f.prompt_tps) if split is None else f"{fmt.num(split[0])} computed"
 
 
-def kv_in_cell(v: ServerView) -> str:
+def kv_in_cell(v: ServerView, width: int = 22) -> str:
+    """What arrived by KV transfer: prompt tokens/s, and the bytes moved (the core's definition, labelled: per
+    wall second all transfers together, and per transfer where there is room)."""
     f = v.figures
     if f is None or v.role != "decode":
         return ""
@@ -120,12 +137,15 @@ def kv_in_cell(v: ServerView) -> str:
         parts.append(f"{fmt.num(split[1])} tok/s")
     elif f.disagg is not None and f.disagg.external_share is not None:
         parts.append(f"{f.disagg.external_share * 100:.0f}% xfer")
-    if f.kv_transfer is not None and f.kv_transfer.bytes_per_s is not None:
-        parts.append(fmt.rate_bps(f.kv_transfer.bytes_per_s))
-    return " · ".join(parts)
+    kv = f.kv_transfer
+    moved = fmt.kv_moved_bps(kv) if kv is not None else None
+    if kv is not None and moved is not None:
+        parts.append(fmt.kv_rate(kv, long=False) if width >= 36 else f"{moved / fmt.MIB:,.0f} MiB/s")
+    text = " · ".join(parts)
+    return text if len(text) <= width or not parts else parts[-1]  # no room for both: the rate
 
 
-def row_for(model: ConsoleModel, v: ServerView, compact: bool, state_w: int = 22) -> list[object]:
+def row_for(model: ConsoleModel, v: ServerView, compact: bool, state_w: int = 22, kv_w: int = 22) -> list[object]:
     name = Text(v.name, style="bold" if not model.server_stale(v) else "dim")
     gpus = ",".join(str(g) for g in v.gpus) or ("—" if v.role != "proxy" else "")
     state = state_cell(model, v, state_w)
@@ -137,7 +157,7 @@ def row_for(model: ConsoleModel, v: ServerView, compact: bool, state_w: int = 22
     if compact:
         return [name, gpus, state, Text(rw, style=old), Text(kv, style=old), Text(gen, style=old)]
     prompt = prompt_cell(v) if f is not None else "—"
-    kv_in = kv_in_cell(v) if f is not None else ""
+    kv_in = kv_in_cell(v, kv_w) if f is not None else ""
     return [name, v.role or "—", gpus, v.port or "—", state, Text(rw, style=old), Text(kv, style=old),
             Text(prompt, style=old), Text(gen, style=old), Text(kv_in, style=old)]
 
@@ -226,10 +246,11 @@ class ServerTable(Widget, can_focus=True):
     # --- the rows ----------------------------------------------------------------------------------------------
     def draw(self, model: ConsoleModel) -> None:
         width = self.size.width or self.app.size.width
-        schema = COMPACT if width < 100 else ROOMY if width >= 150 else WIDE
+        schema = COMPACT if width < WIDE_FROM else fitted(ROOMY if width >= 150 else WIDE, width)
         compact = schema is COMPACT
         state_w = dict(schema)["state"]
-        if schema is not self._schema:
+        kv_w = schema[-1][1]
+        if schema != self._schema:
             self._schema, self._rows, self._strips = schema, {}, {}
             self.refresh()
         names = list(model.servers)
@@ -244,7 +265,7 @@ class ServerTable(Widget, can_focus=True):
                 self.post_message(self.Highlighted(self, self.selected))
         changed = False
         for name in names:
-            row = row_for(model, model.servers[name], compact, state_w)
+            row = row_for(model, model.servers[name], compact, state_w, kv_w)
             if _key(row) != _key(self._rows.get(name)):
                 self._rows[name] = row
                 changed = True
