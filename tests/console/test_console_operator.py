@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual import events
 from textual.command import DiscoveryHit
 from textual.notifications import Notify
 from textual.pilot import Pilot
@@ -76,6 +77,12 @@ class Told:
         return "\n".join(f"{t}: {m}" for t, m in self.items)
 
 
+def burst(app: ConsoleApp, *keys: str) -> None:
+    """Keys as a terminal delivers a ``tmux send-keys`` line: all at once, none waiting for the one before."""
+    for k in keys:
+        app.post_message(events.Key(k, k if len(k) == 1 else None))
+
+
 async def _planned(pilot: Pilot[object], app: ConsoleApp) -> LaunchScreen:
     screen = app.screen
     assert isinstance(screen, LaunchScreen)
@@ -102,11 +109,11 @@ async def test_the_readmes_second_launch_types_the_model_name_on_the_topology_li
         await pilot.press("l")
         assert app.current_mode == "launch" and isinstance(app.focused, OptionList)
         assert app.focused.id == "topologies"
-        await pilot.press(*"qwen3.6", "enter", "up")
-        assert app.is_running and app.current_mode == "launch"
+        await pilot.press("escape")
+        burst(app, "l", *"qwen3.6", "enter", "up", "ctrl+l")  # one send-keys line: the mode switch comes first
+        await wait_for(pilot, lambda: len(app.started) == 2, 20, "the second launch")  # type: ignore[attr-defined]
+        assert app.is_running and not isinstance(app.screen, QuitModal)
         assert screen.query_one("#model-filter", Input).value == "qwen3.6"
-        await wait_for(pilot, lambda: screen.current is not None and screen.current.topology == "dp2", 20, "dp2")
-        await pilot.press("ctrl+l")
         assert app.started[-1][:5] == ["up", "--model", MODEL, "--topology", "dp2"]  # type: ignore[attr-defined]
 
 
@@ -119,13 +126,33 @@ async def test_letters_typed_in_a_form_or_a_drop_down_stay_there() -> None:
         box = screen.query_one("#f-num_prompts", Input)
         box.focus()
         await pilot.pause()
-        await pilot.press(*"lbcrpq")
+        burst(app, *"lbcrpq")
+        await pilot.pause(0.3)
         assert app.current_mode == "bench" and not isinstance(app.screen, QuitModal)
         assert box.value == "lbcrpq"
         screen.query_one("#runner", Select).focus()
         await pilot.pause()
         await pilot.press("l", "q", "r")
         assert app.current_mode == "bench" and app.screen is screen and app.is_running
+
+
+async def test_a_cursor_key_typed_just_before_ctrl_s_counts() -> None:
+    """The README's ``Down C-s`` on the bench screen, in one line: the workload below the first is started."""
+    from tui.console.messages import BenchRequested
+
+    asked: list[BenchRequested] = []
+    app = _console()
+    async with app.run_test(size=(160, 48), message_hook=lambda m: asked.append(m) if isinstance(
+            m, BenchRequested) else None) as pilot:
+        await pilot.press("b")
+        screen = app.screen
+        assert isinstance(screen, BenchScreen)
+        wl = screen.query_one("#workloads", OptionList)
+        assert wl.highlighted == 0 and wl.option_count > 1
+        second = wl.get_option_at_index(1).id
+        burst(app, "down", "ctrl+s")
+        await wait_for(pilot, lambda: bool(asked), 10, "the benchmark asked for")
+        assert asked[0].workload.name == second
 
 
 async def test_the_playbook_list_searches_what_is_typed_on_it() -> None:
@@ -288,7 +315,7 @@ async def test_a_replay_offers_only_replay_actions() -> None:
         await pilot.pause(0.3)
         actions = {a.binding.action for a in app.active_bindings.values()}
         assert {"toggle_pause", "markers", "next_marker('')"} <= actions
-        assert not {"stop", "mode('launch')", "mode('campaign')", "toggle_recording"} & actions
+        assert not {"stop", "go('launch')", "go('campaign')", "toggle_recording"} & actions
         titles = await _palette(app)
         assert {"Pause or play the replay", "Markers", "Next marker", "Results"} <= set(titles)
         assert not {"Launch a layout", "Stop the layout", "Recording on/off", "Campaign"} & set(titles)

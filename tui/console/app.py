@@ -26,6 +26,7 @@ from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.widgets import Input, Select, TextArea
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from tui.console.argv import again_request, down_argv, launch_argv, run_argv
@@ -109,16 +110,18 @@ class ConsoleApp(App[int]):
     #: the modes a replay does not offer (it launches nothing)
     LIVE_MODES: ClassVar[frozenset[str]] = frozenset({"launch", "campaign"})
     DEFAULT_MODE: ClassVar[str] = "dashboard"
+    # the letters are taken as they come (priority: a burst like "l qwen3.6" switches to the launch screen before
+    # the name reaches it), and never where the operator types (check_action: an input, a drop-down, a dialog)
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("l", "mode('launch')", "launch"),
-        Binding("b", "mode('bench')", "bench"),
-        Binding("c", "mode('campaign')", "campaign"),
-        Binding("r", "mode('results')", "results"),
-        Binding("p", "mode('playbook')", "playbook"),
+        Binding("l", "go('launch')", "launch", priority=True),
+        Binding("b", "go('bench')", "bench", priority=True),
+        Binding("c", "go('campaign')", "campaign", priority=True),
+        Binding("r", "go('results')", "results", priority=True),
+        Binding("p", "go('playbook')", "playbook", priority=True),
         Binding("escape", "mode('dashboard')", "dashboard", show=False),
         Binding("ctrl+t", "toggle_recording", "rec on/off"),
         Binding("question_mark,f1", "help", "help", show=False),
-        Binding("q", "quit_console", "quit"),
+        Binding("q", "ask_quit", "quit", priority=True),
         # quitting always asks (the dialog): ctrl+c and ctrl+q too, never an exit at once
         Binding("ctrl+c,ctrl+q", "quit_console", "quit", show=False, priority=True),
     ]
@@ -198,11 +201,30 @@ class ConsoleApp(App[int]):
                 self._frozen_modes.add(mode)
                 self.set_timer(FREEZE_AFTER_S, self._freeze_startup_objects)
 
+    def action_go(self, mode: str) -> None:
+        """A mode's letter (l b c r p): the mode."""
+        self.action_mode(mode)
+
+    def action_ask_quit(self) -> None:
+        """``q``: the quit dialog."""
+        self.action_quit_console()
+
+    def _typing(self) -> bool:
+        """The key goes where the operator types: an input or a drop-down, or a dialog (the palette's too)."""
+        try:
+            screen = self.screen
+        except ScreenStackError:
+            return True
+        return not isinstance(screen, ConsoleScreen) or isinstance(screen.focused, Input | TextArea | Select)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A replay offers only what shows the recording: no launch or campaign screen, no recording of its own
-        (hidden from the footer and the palette, and the keys do nothing)."""
+        """A letter is the operator's text where they type (``go``, ``ask_quit``: the key then goes on to the
+        input). A replay offers only what shows the recording: no launch or campaign screen, no recording of its
+        own (hidden from the footer and the palette, and the keys do nothing)."""
+        if action in ("go", "ask_quit") and self._typing():
+            return False
         if self.ctx.replay is not None:
-            if action == "mode" and parameters and parameters[0] in self.LIVE_MODES:
+            if action in ("mode", "go") and parameters and parameters[0] in self.LIVE_MODES:
                 return False
             if action == "toggle_recording":
                 return False

@@ -100,9 +100,16 @@ def available(app: App[Any], screen: Screen[Any]) -> Iterator[Command]:
     return (c for c in COMMANDS if offered(app, screen, c))
 
 
+#: the actions a key runs that are the same as another's (a mode's letter is the mode, q the quit dialog)
+SAME_ACTION = {"go": "mode", "ask_quit": "quit_console"}
+
+
 def _bare(action: str) -> str:
-    """An action string without its namespace (``app.mode('bench')`` and ``mode('bench')`` are one action)."""
-    return action.split(".", 1)[1] if action.startswith(("app.", "screen.")) else action
+    """An action string without its namespace (``app.mode('bench')``, ``mode('bench')`` and ``go('bench')`` are
+    one action)."""
+    bare = action.split(".", 1)[1] if action.startswith(("app.", "screen.")) else action
+    name, paren, rest = bare.partition("(")
+    return SAME_ACTION.get(name, name) + paren + rest
 
 
 def help_text(app: App[Any]) -> Text:

@@ -69,7 +69,8 @@ def workload_from_form(base: Workload, values: dict[str, str]) -> tuple[Workload
 class BenchScreen(ConsoleScreen):
     AUTO_FOCUS = "#workloads"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+s", "start", "start", priority=True),
+        # not a priority key: it comes after a cursor key typed just before it ("Down C-s" starts the one below)
+        Binding("ctrl+s", "start", "start"),
         Binding("ctrl+x", "stop", "stop run", priority=True),
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
@@ -235,8 +236,8 @@ class BenchScreen(ConsoleScreen):
         if self.state.bench.running:
             self.notify("a benchmark is running: ctrl+x stops it", severity="warning", timeout=4)
             return
-        # the list's highlight as it is now: ctrl+s is a priority key, handled before the highlight message of a
-        # cursor key typed just before it (tmux send-keys b Down C-s) has reached this screen
+        # the list's highlight as it is now: the highlight message of a cursor key typed just before ctrl+s (tmux
+        # send-keys b Down C-s) may not have reached this screen yet
         ol = self.query_one("#workloads", OptionList)
         if ol.highlighted is not None:
             self.workload_name = ol.get_option_at_index(ol.highlighted).id

@@ -104,13 +104,16 @@ def held_ports(plan: LaunchPlan, state: ConsoleModel) -> list[int]:
 class LaunchScreen(ConsoleScreen):
     AUTO_FOCUS = "#model-filter"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+l", "launch", "launch", priority=True),
+        # not a priority key: it comes after the keys typed before it ("qwen3.6 Enter Up C-l" launches the one up)
+        Binding("ctrl+l", "launch", "launch"),
         Binding("ctrl+y", "copy_plan", "copy plan"),
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 
     #: what a replay does not offer (it launches nothing)
     LIVE_ACTIONS: ClassVar[frozenset[str]] = frozenset({"launch"})
+    #: a name typed on the model or topology list filters the models (the README's second launch)
+    TYPE_TO_SEARCH = ("#models, #topologies", "#model-filter", "#topologies")
 
     def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
         super().__init__(ctx, state)
@@ -370,6 +373,13 @@ class LaunchScreen(ConsoleScreen):
             self.notify("the plan's shell is on the clipboard (OSC 52)", timeout=3)
 
     def action_launch(self) -> None:
+        # the topology list's highlight as it is now (its highlight message may not have reached this screen yet)
+        topologies = self.query_one("#topologies", OptionList)
+        if topologies.highlighted is not None:
+            picked = topologies.get_option_at_index(topologies.highlighted).id
+            if picked is not None and picked != self.topology:
+                self.topology = picked
+                self.show_plan()
         if self.current is None or self.request is None:
             self.notify("pick a model and a topology the planner accepts (and fix the fields marked)",
                         severity="warning", timeout=4)
