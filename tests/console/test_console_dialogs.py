@@ -47,3 +47,21 @@ async def test_the_details_dialog_fits_and_scrolls_to_its_end(size: tuple[int, i
         await pilot.press("escape")
         await pilot.pause(0.1)
         assert not screen.is_current
+
+
+async def test_the_dashboard_footer_keeps_q_at_80_columns() -> None:
+    from textual.widgets import Footer
+    from textual.widgets._footer import FooterKey
+
+    from tui.console.screens.modals import QuitModal
+
+    for events in (scripted.ready_under_load(), scripted.history((0.0, 0.0), n=4, loaded=False)):
+        app = make_console(HostOptions(sim=True), live=False, clock=scripted.clock, events=events)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause(0.3)
+            keys = [k for k in app.screen.query_one(Footer).query(FooterKey) if k.region.width]
+            shown = {k.key for k in keys if k.region.right <= 80}
+            assert "q" in shown, shown
+            await pilot.press("q")
+            await pilot.pause(0.2)
+            assert isinstance(app.screen, QuitModal)  # the app's quit: it asks first

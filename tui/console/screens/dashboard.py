@@ -24,6 +24,9 @@ from tui.console.widgets.servers import ServerTable
 
 class DashboardScreen(ConsoleScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
+        # first in the footer (the screen's keys come before the app's): at 80 columns the app's keys after
+        # "p playbook" were cut off, quitting among them; a replay shows the app's own q after its keys
+        Binding("q", "quit_console", "quit"),
         Binding("s", "stop", "stop layout"),
         Binding("a", "apply_fix", "apply fix", show=False),
         Binding("d", "details", "details", show=False),
@@ -45,7 +48,12 @@ class DashboardScreen(ConsoleScreen):
         self._diag_key: tuple[str, str] | None = None
         self._layout_status: str | None = None
 
+    async def action_quit_console(self) -> None:
+        await self.app.run_action("quit_console")  # the app's: it asks first
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "quit_console" and self.replaying:
+            return False
         if action == "stop":  # offered only when there is a layout to stop
             lay = self.state.layout
             if lay is None or lay.status == "stopping":
