@@ -65,3 +65,49 @@ async def test_the_dashboard_footer_keeps_q_at_80_columns() -> None:
             await pilot.press("q")
             await pilot.pause(0.2)
             assert isinstance(app.screen, QuitModal)  # the app's quit: it asks first
+
+
+def test_a_failed_commands_notice_is_short() -> None:
+    from tui.console import fmt
+
+    line = ("disagg-tui: error: prefill-0 exited with code 1 during startup (kv_cache): known failure "
+            "[kv-cache-too-small-for-max-len] KV cache too small for one request of the max model length (hint: "
+            "fix: add --max-model-len 16384 (applied only when asked for) — Or raise --gpu-memory-utilization, or "
+            "add tensor parallelism (the KV cache is split over the TP group). (relaunch with --apply-fix "
+            "kv-cache-too-small-for-max-len))")
+    short = fmt.short_notice(line)
+    assert short.startswith("prefill-0 exited with code 1 during startup") and short.endswith("…")
+    assert len(short) <= 110 and "hint" not in short and "disagg-tui: error" not in short
+    assert fmt.short_notice("disagg-tui: error: no such model") == "no such model"
+
+
+@pytest.mark.usefixtures("clean_layouts")
+async def test_an_up_that_fails_leaves_the_banner_in_view_at_80x24() -> None:
+    """Live: a start that fails (the KV cache too small) at 80x24: its notice is a few lines, not twelve over the
+    banner that explains it."""
+    from textual.widgets import OptionList
+    from textual.widgets._toast import Toast
+
+    from tests.console.conftest import console_ports, wait_for
+    from tui.console.screens.launch import LaunchScreen
+
+    app = make_console(HostOptions(sim=True, sim_startup_s=1.0, sim_faults=("kv-too-small",)),
+                       ports=console_ports(), record=False)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for(pilot, lambda: len(app.model.gpus) == 2, 20, "two GPUs")
+        await pilot.press("l")
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        models = screen.query_one("#models", OptionList)
+        await wait_for(pilot, lambda: models.option_count > 0, 20, "the model list")
+        models.highlighted = next(i for i in range(models.option_count)
+                                  if models.get_option_at_index(i).id == "qwen3.6-27b-nvfp4")
+        await wait_for(pilot, lambda: screen.current is not None, 30, "the plan")
+        await pilot.press("ctrl+l")
+        await wait_for(pilot, lambda: any(n.title.startswith("up failed") for n in app._notifications), 90,
+                       "up's failure")
+        notice = next(n for n in app._notifications if n.title.startswith("up failed"))
+        assert len(notice.message) <= 110, notice.message
+        await pilot.pause(0.3)
+        toasts = [t for t in app.screen.query(Toast) if "up failed" in str(t.render())]
+        assert toasts and toasts[0].region.height <= 6, toasts[0].region

@@ -29,6 +29,7 @@ from textual.screen import Screen
 from textual.widgets import Input, Select, TextArea
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from tui.console import fmt
 from tui.console.argv import again_request, down_argv, launch_argv, run_argv
 from tui.console.benchjob import BenchJob, running_benches, start_bench
 from tui.console.campaigns import campaigns
@@ -418,8 +419,8 @@ class ConsoleApp(App[int]):
                 self.notify(done_message, title=name)
         else:
             err = await asyncio.to_thread(job.last_error)
-            self.notify(err or f"exit code {code}", title=f"{name} failed (exit {code})", severity="error",
-                        timeout=12)
+            self.notify(fmt.short_notice(err) if err else f"exit code {code}", title=f"{name} failed (exit {code})",
+                        severity="error", timeout=12)
         return code
 
     def stop_layout(self) -> None:

@@ -198,3 +198,14 @@ def kv_moved_bps(kv: object) -> float | None:
     rate = getattr(kv, "rate", None)
     moved = rate.moved_bps if rate is not None else None
     return moved if moved is not None else getattr(kv, "bytes_per_s", None)
+
+
+def short_notice(line: str, limit: int = 110) -> str:
+    """A failed command's error line as a notification says it: without the program's prefix and the hint (the
+    banner and its details have the fix), cut after a word at ``limit`` characters (a 12-line notice covered the
+    banner at 80x24)."""
+    text = line.strip()
+    for prefix in ("disagg-tui: error: ", "error: "):
+        text = text.removeprefix(prefix)
+    text = text.split(" (hint: ", 1)[0]
+    return cut_words(text, limit)
