@@ -71,3 +71,28 @@ async def test_the_campaign_offers_the_model_of_the_layout_stopped_last() -> Non
         models = app.screen.query_one("#c-model", OptionList)
         assert models.highlighted is not None
         assert models.get_option_at_index(models.highlighted).id == "qwen3.6-27b-nvfp4"
+
+
+async def test_the_readme_campaign_step_in_one_burst_starts_dp2_and_1p1d() -> None:
+    """``tmux send-keys Down Space C-s``: one line, all at once; ctrl+s starts what the boxes say once Down and
+    Space have reached the list (as a priority key it was taken first: tp2 still ticked)."""
+    from textual import events
+
+    from tui.console.messages import CampaignRequested
+
+    asked: list[CampaignRequested] = []
+    options = HostOptions(sim=True)
+    app = make_console(options, live=False, clock=scripted.clock, host=SimHost(options),
+                       events=scripted.history((0.0, 0.0), n=4, loaded=False))
+    async with app.run_test(size=(160, 48), message_hook=lambda m: asked.append(m) if isinstance(
+            m, CampaignRequested) else None) as pilot:
+        await pilot.press("c")
+        await pilot.pause(0.3)
+        for k in ("down", "space", "ctrl+s"):
+            app.post_message(events.Key(k, " " if k == "space" else None))
+        for _ in range(50):
+            if asked:
+                break
+            await pilot.pause(0.1)
+        assert asked and asked[0].choice.topologies == ("dp2", "1p1d")
+        assert asked[0].choice.workloads == ("decode-heavy", "prefill-heavy")

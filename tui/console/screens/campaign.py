@@ -72,8 +72,10 @@ def grid(state: CampaignState) -> Table:
 class CampaignScreen(ConsoleScreen):
     AUTO_FOCUS = "#c-topologies"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+s", "start", "start campaign", priority=True),
-        Binding("ctrl+r", "resume", "resume selected", priority=True),
+        # not priority: a burst like the README's "Down Space C-s" reaches the list (Down, Space) before ctrl+s
+        # starts what the boxes then say (a priority key is taken as it arrives, ahead of the keys typed before it)
+        Binding("ctrl+s", "start", "start campaign"),
+        Binding("ctrl+r", "resume", "resume selected"),
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 

@@ -105,7 +105,7 @@ class AddEntryModal(ConsoleModal[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "cancel"),
-        Binding("ctrl+s", "save", "save", priority=True),
+        Binding("ctrl+s", "save", "save"),  # not priority: the title typed just before it is in the form
     ]
 
     def __init__(self, lines: str | Sequence[str] = (), pick: int | None = None, *, entry: Entry | None = None,

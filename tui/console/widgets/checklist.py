@@ -3,7 +3,8 @@
 Textual's SelectionList draws every box as the same ``▐X▌`` and tells ticked from not only by colour (unreadable
 on a 16-colour terminal, under NO_COLOR, or to a colour-blind operator), and it starts with no option highlighted,
 so the first Space does nothing and the first ↓ lands on the first option. Here the box says its state in
-characters, and the first option is highlighted as soon as there is one: ↓ Space unticks the second.
+characters, the first option is highlighted as soon as there is one (↓ Space unticks the second), and Space
+toggles at once (a key typed after it sees the box as it then is).
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ class CheckList(SelectionList[str]):
         if self.highlighted is None and self.option_count:
             self.highlighted = 0
         return self
+
+    def action_select(self) -> None:
+        """Space (Enter, a click) toggles the highlighted box at once: SelectionList toggles when the message an
+        OptionList posts for it comes back, after a ctrl+s typed in the same burst has started what the boxes
+        said before (the README's "Down Space C-s" started tp2 too)."""
+        highlighted = self.highlighted
+        if highlighted is not None and not self.get_option_at_index(highlighted).disabled:
+            self._toggle_highlighted_selection()
 
     def render_line(self, y: int) -> Strip:
         line = OptionList.render_line(self, y)  # the prompt, without SelectionList's button
