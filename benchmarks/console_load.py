@@ -180,7 +180,7 @@ async def main_async(a: argparse.Namespace) -> int:
             base = app.ctx.catalog.workload("decode-heavy")
             wl = base.with_overrides(num_prompts=a.streams, output_len=a.output_len, input_len=a.input_len,
                                      name=f"load-{a.input_len}x{a.output_len}")
-            screen.run_benchmark(wl, {}, "ours")
+            app.run_benchmark(wl, {}, "ours")
             await pilot.press("escape")
             t_end = time.monotonic() + 120
             while not (app.model.bench.tick is not None and app.model.bench.tick.phase == "run"):
