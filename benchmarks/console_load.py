@@ -164,8 +164,8 @@ async def main_async(a: argparse.Namespace) -> int:
         app = make_console(HostOptions(sim=True), ports=ports)
         async with app.run_test(size=(160, 48)) as pilot:
             t_end = time.monotonic() + 30
-            while not (app.model.layout is not None and app.model.layout.status == "ready" and len(app.model.gpus) == 2
-                       and all(v.health is not None for v in app.model.servers.values())):
+            while not (app.state.layout is not None and app.state.layout.status == "ready" and len(app.state.gpus) == 2
+                       and all(v.health is not None for v in app.state.servers.values())):
                 if time.monotonic() > t_end:
                     print("the console never saw the layout ready", file=sys.stderr)
                     return 1
@@ -183,7 +183,7 @@ async def main_async(a: argparse.Namespace) -> int:
             app.run_benchmark(wl, {}, "ours")
             await pilot.press("escape")
             t_end = time.monotonic() + 120
-            while not (app.model.bench.tick is not None and app.model.bench.tick.phase == "run"):
+            while not (app.state.bench.tick is not None and app.state.bench.tick.phase == "run"):
                 if time.monotonic() > t_end:
                     print("the benchmark never reached its main run", file=sys.stderr)
                     return 1
@@ -192,11 +192,11 @@ async def main_async(a: argparse.Namespace) -> int:
                 print(f"pinned: the console on CPU {a.pin}, {_pin_apart(a.pin)} other processes on the other CPUs",
                       file=sys.stderr)
             load = await _phase(app, pilot, a.minutes * 60, f"{a.streams} streams live")
-            tick = app.model.bench.tick
+            tick = app.state.bench.tick
             inflight = max((t for t in [tick.inflight] if tick is not None), default=0)
             app.stop_bench()
             t_end = time.monotonic() + 30
-            while app.model.bench.running and time.monotonic() < t_end:
+            while app.state.bench.running and time.monotonic() < t_end:
                 await pilot.pause(0.2)
     finally:
         _cli("down", "--all")

@@ -94,7 +94,7 @@ async def test_an_up_that_fails_leaves_the_banner_in_view_at_80x24() -> None:
     app = make_console(HostOptions(sim=True, sim_startup_s=1.0, sim_faults=("kv-too-small",)),
                        ports=console_ports(), record=False)
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
-        await wait_for(pilot, lambda: len(app.model.gpus) == 2, 20, "two GPUs")
+        await wait_for(pilot, lambda: len(app.state.gpus) == 2, 20, "two GPUs")
         await pilot.press("l")
         screen = app.screen
         assert isinstance(screen, LaunchScreen)

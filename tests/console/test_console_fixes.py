@@ -125,7 +125,7 @@ async def test_a_applies_every_change_it_shows_and_the_relaunch_says_so() -> Non
     app = make_console(HostOptions(sim=True, sim_startup_s=1.0, sim_faults=("flashinfer-no-nvcc",)),
                        ports=console_ports(), record=False)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: len(app.model.gpus) == 2, 20, "two GPUs")
+        await wait_for(pilot, lambda: len(app.state.gpus) == 2, 20, "two GPUs")
         await pilot.press("l")
         screen = app.screen
         assert isinstance(screen, LaunchScreen)
@@ -140,12 +140,12 @@ async def test_a_applies_every_change_it_shows_and_the_relaunch_says_so() -> Non
         await wait_for(pilot, lambda: screen.request is not None
                        and ("VLLM_USE_FLASHINFER_SAMPLER", "1") in screen.request.extra_env, 30, "the plan with it")
         await pilot.press("ctrl+l")
-        await wait_for(pilot, lambda: app.model.active_diagnosis() is not None and app.model.layout is not None
-                       and app.model.layout.status == "failed", 90, "the failure")
+        await wait_for(pilot, lambda: app.state.active_diagnosis() is not None and app.state.layout is not None
+                       and app.state.layout.status == "failed", 90, "the failure")
         await pilot.pause(0.3)
         assert "add --attention-backend TRITON_ATTN" in _band(app)
         await pilot.press("a")
-        await wait_for(pilot, lambda: app.model.layout is not None and app.model.layout.status == "ready", 90,
+        await wait_for(pilot, lambda: app.state.layout is not None and app.state.layout.status == "ready", 90,
                        "the relaunch")
         await wait_for(pilot, lambda: "Fix in effect" in _band(app), 10, "the fix in the band")
         assert ("Fix in effect: flashinfer-no-nvcc (set VLLM_USE_FLASHINFER_SAMPLER=0; add --attention-backend "

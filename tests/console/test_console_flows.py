@@ -42,8 +42,8 @@ async def _launch(pilot, app, topology: str) -> None:  # type: ignore[no-untyped
     await wait_for(pilot, lambda: screen.current is not None and screen.current.topology == topology, 10, "plan")
     assert "vllm serve" in screen.current.shell()
     await pilot.press("ctrl+l")
-    await wait_for(pilot, lambda: app.model.layout is not None and app.model.layout.topology == topology
-                   and app.model.layout.status == "ready", 90, f"{topology} ready")
+    await wait_for(pilot, lambda: app.state.layout is not None and app.state.layout.topology == topology
+                   and app.state.layout.status == "ready", 90, f"{topology} ready")
 
 
 async def _start_bench(pilot, app, workload: str, prompts: int, output_len: int) -> None:  # type: ignore[no-untyped-def]
@@ -67,7 +67,7 @@ async def _bench(pilot, app, seen: list[Event]) -> BenchDone:  # type: ignore[no
     done = next(e for e in seen[start:] if isinstance(e, BenchDone))
     ticks = [e for e in seen[start:] if isinstance(e, BenchTick) and e.phase == "run"]
     assert ticks and any(t.output_tps for t in ticks), "live figures while it ran"
-    assert app.model.bench.series.get("output_tps"), "the chart's series filled"
+    assert app.state.bench.series.get("output_tps"), "the chart's series filled"
     await pilot.press("escape")
     return done
 
@@ -77,21 +77,21 @@ async def test_walkthrough_1p1d_then_dp2_into_the_results() -> None:
     seen: list[Event] = []
     app.ctx.bus.subscribe(seen.append)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: len(app.model.gpus) == 2, 20, "two GPUs")
-        assert app.model.simulated and not app.model.servers
+        await wait_for(pilot, lambda: len(app.state.gpus) == 2, 20, "two GPUs")
+        assert app.state.simulated and not app.state.servers
         await _launch(pilot, app, "1p1d")
         phases = [e.phase for e in seen if isinstance(e, ServerPhase) and e.server == "decode-0"]
         assert phases[0] != "ready" and phases[-1] == "ready" and len(set(phases)) >= 4, phases
-        assert {s.role for s in app.model.servers.values()} == {"prefill", "decode", "proxy"}
+        assert {s.role for s in app.state.servers.values()} == {"prefill", "decode", "proxy"}
         done = await _bench(pilot, app, seen)
         assert done.status == "complete" and done.summary["completed"] == 8
         await pilot.press("s")
-        await wait_for(pilot, lambda: app.model.layout is None, 60, "the stop")
+        await wait_for(pilot, lambda: app.state.layout is None, 60, "the stop")
         await _launch(pilot, app, "dp2")
         done2 = await _bench(pilot, app, seen)
         assert done2.status == "complete"
         await pilot.press("s")
-        await wait_for(pilot, lambda: app.model.layout is None, 60, "the second stop")
+        await wait_for(pilot, lambda: app.state.layout is None, 60, "the second stop")
         await pilot.press("r")
         results = app.screen
         assert isinstance(results, ResultsScreen)
@@ -116,7 +116,7 @@ async def test_a_failed_start_is_diagnosed_and_fixed_with_one_key() -> None:
     app = make_console(HostOptions(sim=True, sim_startup_s=1.0, sim_faults=("flashinfer-no-nvcc",)),
                        ports=console_ports())
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: len(app.model.gpus) == 2, 20, "two GPUs")
+        await wait_for(pilot, lambda: len(app.state.gpus) == 2, 20, "two GPUs")
         await pilot.press("l")
         screen = app.screen
         assert isinstance(screen, LaunchScreen)
@@ -130,16 +130,16 @@ async def test_a_failed_start_is_diagnosed_and_fixed_with_one_key() -> None:
         await wait_for(pilot, lambda: screen.request is not None
                        and ("VLLM_USE_FLASHINFER_SAMPLER", "1") in screen.request.extra_env, 30, "the plan with it")
         await pilot.press("ctrl+l")
-        await wait_for(pilot, lambda: app.model.active_diagnosis() is not None
-                       and app.model.layout is not None and app.model.layout.status == "failed", 90, "the failure")
-        d = app.model.active_diagnosis()
+        await wait_for(pilot, lambda: app.state.active_diagnosis() is not None
+                       and app.state.layout is not None and app.state.layout.status == "failed", 90, "the failure")
+        d = app.state.active_diagnosis()
         assert d is not None and d.entry_id == "flashinfer-no-nvcc" and d.fixable
         band = app.screen.query_one("#band")
         assert "flashinfer-no-nvcc" in str(band.render()) and band.has_class("-diagnosis")
         await pilot.press("a")
-        await wait_for(pilot, lambda: app.model.layout is not None and app.model.layout.status == "ready", 90,
+        await wait_for(pilot, lambda: app.state.layout is not None and app.state.layout.status == "ready", 90,
                        "the relaunch")
-        assert app.model.active_diagnosis() is None
+        assert app.state.active_diagnosis() is None
 
 
 async def test_a_campaign_outlives_the_console_and_a_new_console_finds_it() -> None:
@@ -150,7 +150,7 @@ async def test_a_campaign_outlives_the_console_and_a_new_console_finds_it() -> N
     ports = console_ports()
     app = make_console(HostOptions(sim=True, sim_startup_s=0.5), ports=ports)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: len(app.model.gpus) == 2, 20, "two GPUs")
+        await wait_for(pilot, lambda: len(app.state.gpus) == 2, 20, "two GPUs")
         await pilot.press("c")
         screen = app.screen
         assert isinstance(screen, CampaignScreen)
@@ -200,11 +200,11 @@ async def test_a_benchmark_outlives_the_console_and_a_new_console_follows_and_st
     assert up.returncode == 0, up.stderr[-2000:]
     app = make_console(HostOptions(sim=True), ports=ports, record=False)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: app.model.layout is not None and app.model.layout.status == "ready", 30,
+        await wait_for(pilot, lambda: app.state.layout is not None and app.state.layout.status == "ready", 30,
                        "the layout")
         await _start_bench(pilot, app, "decode-heavy", 64, 12000)  # minutes of decoding: it is stopped first
-        await wait_for(pilot, lambda: app.model.bench.tick is not None and app.model.bench.tick.phase == "run"
-                       and app.model.bench.tick.done == 0 and app.model.bench.tick.sent > 0, 60, "the run going")
+        await wait_for(pilot, lambda: app.state.bench.tick is not None and app.state.bench.tick.phase == "run"
+                       and app.state.bench.tick.done == 0 and app.state.bench.tick.sent > 0, 60, "the run going")
         bench = app.bench_job
         assert bench is not None and bench.job is not None
         pid = bench.job.pid
@@ -217,9 +217,9 @@ async def test_a_benchmark_outlives_the_console_and_a_new_console_follows_and_st
     seen: list[Event] = []
     app2.ctx.bus.subscribe(seen.append)
     async with app2.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: app2.bench_job is not None and app2.model.bench.running, 20, "reattached")
-        ticks = len(app2.model.bench.series.get("output_tps", ()))
-        await wait_for(pilot, lambda: len(app2.model.bench.series.get("output_tps", ())) > ticks + 2, 20,
+        await wait_for(pilot, lambda: app2.bench_job is not None and app2.state.bench.running, 20, "reattached")
+        ticks = len(app2.state.bench.series.get("output_tps", ()))
+        await wait_for(pilot, lambda: len(app2.state.bench.series.get("output_tps", ())) > ticks + 2, 20,
                        "live ticks from the run the first console started")
         await pilot.press("b")
         await pilot.press("ctrl+x")

@@ -65,7 +65,7 @@ async def test_the_campaign_offers_the_model_of_the_layout_stopped_last() -> Non
                         profile_id="qwen3.6-27b-nvfp4")]
     app = make_console(options, live=False, clock=scripted.clock, host=SimHost(options), events=ev)
     async with app.run_test(size=(160, 48)) as pilot:
-        assert app.model.layout is None
+        assert app.state.layout is None
         await pilot.press("c")
         await pilot.pause(0.3)
         models = app.screen.query_one("#c-model", OptionList)

@@ -263,7 +263,7 @@ async def test_a_replays_results_are_the_recordings_runs() -> None:
         first = app.recording.markers_of("run")[0]
         app.source.pause()  # type: ignore[union-attr]
         app.source.seek(first.ts - 1)  # type: ignore[union-attr]
-        await wait_for(pilot, lambda: len(app.model.runs_done) == 0, 10, "the state rebuilt")
+        await wait_for(pilot, lambda: len(app.state.runs_done) == 0, 10, "the state rebuilt")
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: not screen.data.runs, 10, "no run ended yet")
 
@@ -274,7 +274,7 @@ async def test_a_replays_dashboard_follows_the_layout_replayed() -> None:
         assert app.source is not None
         one_p = next(m for m in app.recording.markers_of("run") if "1p1d" in m.label)
         app.source.seek(one_p.ts)
-        await wait_for(pilot, lambda: app.model.layout is not None and app.model.layout.topology == "1p1d", 20,
+        await wait_for(pilot, lambda: app.state.layout is not None and app.state.layout.topology == "1p1d", 20,
                        "the 1P1D layout")
         app.source.pause()
         await pilot.pause(0.3)
@@ -283,7 +283,7 @@ async def test_a_replays_dashboard_follows_the_layout_replayed() -> None:
         table = app.screen.query_one(ServerTable)
         rows = {str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)] for i in range(table.row_count)}
         assert set(rows) == {"prefill-0", "decode-0", "proxy"}, rows  # the dp2 and tp2 "server" rows are gone
-        assert app.model.servers["prefill-0"].gpus and app.model.servers["decode-0"].gpus  # the GPU column
+        assert app.state.servers["prefill-0"].gpus and app.state.servers["decode-0"].gpus  # the GPU column
         assert rows["prefill-0"][2] != "—" and rows["decode-0"][2] != "—"
 
 
@@ -311,7 +311,7 @@ async def test_a_replays_log_pane_keeps_following() -> None:
 async def test_a_replay_offers_only_replay_actions() -> None:
     app = make_replay(SAMPLE, speed=100.0)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: app.model.layout is not None, 20, "a layout of the recording")
+        await wait_for(pilot, lambda: app.state.layout is not None, 20, "a layout of the recording")
         await pilot.pause(0.3)
         actions = {a.binding.action for a in app.active_bindings.values()}
         assert {"toggle_pause", "markers", "next_marker('')"} <= actions
@@ -329,7 +329,7 @@ async def test_a_replay_offers_only_replay_actions() -> None:
 async def test_jumps_in_a_replay_show_one_notice_at_a_time() -> None:
     app = make_replay(SAMPLE, speed=1.0)
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
-        await wait_for(pilot, lambda: app.model.layout is not None, 20, "a layout")
+        await wait_for(pilot, lambda: app.state.layout is not None, 20, "a layout")
         for _ in range(5):
             await pilot.press("n")
             await pilot.pause(0.1)
@@ -357,13 +357,13 @@ async def test_the_markers_list_jumps_where_enter_is_pressed() -> None:
 async def test_a_replay_at_80_columns_keeps_its_header_and_its_keys() -> None:
     app = make_replay(SAMPLE, speed=1.0)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: app.model.layout is not None, 20, "a layout")
+        await wait_for(pilot, lambda: app.state.layout is not None, 20, "a layout")
         await pilot.pause(0.3)
         app.flush()
-        header = render_header(app.model, 80, replay=app.replay_label(80)).plain
-        clock = time.strftime("%H:%M:%S", time.localtime(app.model.clock()))
+        header = render_header(app.state, 80, replay=app.replay_label(80)).plain
+        clock = time.strftime("%H:%M:%S", time.localtime(app.state.clock()))
         assert "…" not in header and header.rstrip().endswith(clock), header  # nothing cut, the clock at the end
-        assert "REPLAY" in header and app.model.layout is not None and app.model.layout.topology in header
+        assert "REPLAY" in header and app.state.layout is not None and app.state.layout.topology in header
         await pilot.pause(0.2)
         keys = [k for k in app.screen.query_one(Footer).query(FooterKey) if k.region.right <= 80 and k.region.width]
         shown = {k.key for k in keys}

@@ -31,12 +31,12 @@ async def test_a_recording_begun_after_the_console_reattached_holds_the_layout()
     assert up.returncode == 0, up.stderr[-2000:]
     app = make_console(HostOptions(sim=True), ports=ports, record=False)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: app.model.layout is not None and app.model.layout.status == "ready"
-                       and app.model.servers, 30, "the layout")
+        await wait_for(pilot, lambda: app.state.layout is not None and app.state.layout.status == "ready"
+                       and app.state.servers, 30, "the layout")
         await pilot.press("ctrl+t")  # recording on, well after the follower said what is up
         await wait_for(pilot, lambda: app.recorder is not None, 10, "the recorder")
-        await wait_for(pilot, lambda: app.model.gpus, 10, "a GPU sample")
-        layout = app.model.layout.id
+        await wait_for(pilot, lambda: app.state.gpus, 10, "a GPU sample")
+        layout = app.state.layout.id
         await pilot.press("q")  # quit, and leave the servers running (the default)
         await pilot.pause(0.2)
         await pilot.press("l")

@@ -64,7 +64,7 @@ async def test_the_shipped_bakeoff_replays_with_its_controls() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         src = app.source
         assert src is not None and app.recording.event_count > 1000
-        await wait_for(pilot, lambda: app.model.layout is not None, 30, "the first layout")
+        await wait_for(pilot, lambda: app.state.layout is not None, 30, "the first layout")
         label = app.replay_label(200) or ""  # a header this wide names the recording
         assert SAMPLE.name in label and " 1× " in label
         await pilot.press("space")
@@ -83,7 +83,7 @@ async def test_the_shipped_bakeoff_replays_with_its_controls() -> None:
         await pilot.press("3")
         await wait_for(pilot, lambda: src.now() >= run_markers[0].ts, 10, "the jump")
         assert src.now() - run_markers[0].ts < 5.0
-        await wait_for(pilot, lambda: app.model.layout is not None and app.model.gpus, 10, "the rebuilt state")
+        await wait_for(pilot, lambda: app.state.layout is not None and app.state.gpus, 10, "the rebuilt state")
         # nothing is launched from a replay
         await pilot.press("l")
         await pilot.press("ctrl+l")

@@ -3,7 +3,7 @@ character to the terminal: an escape sequence in a log line or a diagnosis is sh
 
 from __future__ import annotations
 
-from tui.console.model import ConsoleModel
+from tui.console.state import ConsoleState
 from tui.core.launch.events import LogLine
 from tui.core.playbook import Diagnosis
 
@@ -11,7 +11,7 @@ EVIL = "\x1b]0;owned\x07\x1b[2J\x1b[31mred\ttab\r"
 
 
 def test_log_lines_and_diagnoses_are_escaped_before_they_are_drawn() -> None:
-    m = ConsoleModel()
+    m = ConsoleState()
     m.apply(LogLine(server="decode-0", lineno=1, text=f"INFO {EVIL} done"))
     m.apply(Diagnosis(server="decode-0", entry_id="x", title=f"t{EVIL}", severity="error", priority=1, line_no=1,
                       line=f"ERROR {EVIL}", explanation=f"first\nsecond {EVIL}", fix=f"do {EVIL}"))

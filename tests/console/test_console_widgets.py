@@ -54,7 +54,7 @@ async def test_a_row_is_drawn_again_only_when_a_cell_of_it_changed() -> None:
                 original(self, key, value)
 
         table._strips = Counting(table._strips)
-        table.draw(app.model)  # nothing changed: no row is made again
+        table.draw(app.state)  # nothing changed: no row is made again
         table.refresh()
         await pilot.pause(0.1)
         assert made == []

@@ -2,7 +2,7 @@
 
 ``make_console`` is the one factory the CLI, the tests and the benchmarks use. The app owns one ``EventBus``;
 every source publishes on it (the GPU sampler thread and the server poller of ``LiveTelemetry``, the
-``LayoutFollower`` thread for launches and logs, the benchmark runner, or a recording), the ``ConsoleModel`` folds
+``LayoutFollower`` thread for launches and logs, the benchmark runner, or a recording), the ``ConsoleState`` folds
 each event in as it arrives (cheap), and a 4 Hz timer draws what changed on the screen that is visible.
 
 Attributes down, messages up: the app makes each mode's screen with the console's context and state; a screen
@@ -50,7 +50,6 @@ from tui.console.messages import (
     StopRequested,
     WorkerFailed,
 )
-from tui.console.model import ConsoleModel
 from tui.console.screens.base import ConsoleScreen
 from tui.console.screens.bench import BenchScreen
 from tui.console.screens.campaign import CampaignScreen
@@ -58,6 +57,7 @@ from tui.console.screens.dashboard import DashboardScreen
 from tui.console.screens.launch import LaunchScreen
 from tui.console.screens.playbook import PlaybookScreen
 from tui.console.screens.results import ResultsScreen
+from tui.console.state import ConsoleState
 from tui.core.errors import AppError
 from tui.core.events import Event, Notice
 from tui.core.follow import LayoutFollower
@@ -94,7 +94,7 @@ def make_console(options: HostOptions | None = None, *, live: bool = True, clock
                          ports=ports, record=record and live)
     app = ConsoleApp(ctx, clock=clock)
     for ev in events:
-        app.model.apply(ev)
+        app.state.apply(ev)
     return app
 
 
@@ -131,8 +131,8 @@ class ConsoleApp(App[int]):
         super().__init__()
         self.ctx = ctx
         self.clock = clock or time.time
-        self.model = ConsoleModel(self.clock)
-        self._unsubscribe = ctx.bus.subscribe(self.model.apply)
+        self.state = ConsoleState(self.clock)
+        self._unsubscribe = ctx.bus.subscribe(self.state.apply)
         self.follower: LayoutFollower | None = None
         self.telemetry: Any = None
         self.jobs: list[Job] = []
@@ -155,14 +155,14 @@ class ConsoleApp(App[int]):
             self.add_mode(mode, partial(self._make_screen, screen_class))
 
     def _make_screen(self, screen_class: type[ConsoleScreen]) -> ConsoleScreen:
-        screen = screen_class(self.ctx, self.model)
+        screen = screen_class(self.ctx, self.state)
         self._screens.append(screen)
         return screen
 
     def hand_down_state(self) -> None:
         """Give every screen made so far the console's state (a replay's seek made a new one)."""
         for screen in self._screens:
-            screen.state = self.model
+            screen.state = self.state
 
     # --- modes -------------------------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -294,7 +294,7 @@ class ConsoleApp(App[int]):
 
     # --- benchmarks ---------------------------------------------------------------------------------------------
     def follow_bench(self, bench: BenchJob) -> None:
-        """Follow a benchmark's events file: its events reach the bus (the model, the recording) as if the run
+        """Follow a benchmark's events file: its events reach the bus (the state, the recording) as if the run
         were ours; it runs in a process of its own (``disagg-tui bench``), which outlives the console."""
         self.bench_job = bench
         self._follow_bench(bench)
@@ -381,7 +381,7 @@ class ConsoleApp(App[int]):
 
     # --- drawing ---------------------------------------------------------------------------------------------
     def flush(self) -> None:
-        """Draw what changed on the visible screen; the model's dirty parts are cleared once drawn."""
+        """Draw what changed on the visible screen; the state's dirty parts are cleared once drawn."""
         try:
             screen = self.screen
         except ScreenStackError:  # shutting down: nothing left to draw on
@@ -390,14 +390,14 @@ class ConsoleApp(App[int]):
         if draw is None:
             return
         t0 = time.perf_counter()
-        self.model.replay_label = self.replay_label(self.size.width)
-        self.model.recording = self.recorder is not None
+        self.state.replay_label = self.replay_label(self.size.width)
+        self.state.recording = self.recorder is not None
         try:
             with self.batch_update():
-                draw(self.model)
+                draw(self.state)
         except NoMatches:  # the screen is still being composed: the next flush draws it
             return
-        self.model.dirty.clear()
+        self.state.dirty.clear()
         self.draws += 1
         self.last_draw_ms = (time.perf_counter() - t0) * 1000
 
@@ -428,13 +428,13 @@ class ConsoleApp(App[int]):
 
     # --- what the screens ask for (messages up) -----------------------------------------------------------------
     def _layout_up(self) -> bool:
-        lay = self.model.layout
+        lay = self.state.layout
         return lay is not None and lay.status in (*UP, "stopping")
 
     def on_launch_requested(self, message: LaunchRequested) -> None:
         if self.refuse_in_replay():
             return
-        lay = self.model.layout
+        lay = self.state.layout
         if lay is not None and self._layout_up() and not message.request.replace:
             self.notify(f"{lay.topology} of {lay.profile_id} is {lay.status}: stop it first (s on the dashboard)",
                         title="one layout at a time", severity="warning", timeout=6)
@@ -446,7 +446,7 @@ class ConsoleApp(App[int]):
     def on_stop_requested(self, _: StopRequested) -> None:
         if self.refuse_in_replay():
             return
-        if self.model.layout is None:
+        if self.state.layout is None:
             self.notify("no layout is up", timeout=3)
             return
         self.stop_layout()
@@ -455,7 +455,7 @@ class ConsoleApp(App[int]):
         self._launch_again()
 
     def on_fix_requested(self, message: FixRequested) -> None:
-        d = self.model.active_diagnosis()
+        d = self.state.active_diagnosis()
         if d is None or d.entry_id != message.entry_id:
             self.notify("no diagnosis to fix", timeout=3)
             return
@@ -464,23 +464,23 @@ class ConsoleApp(App[int]):
             return
         if self.refuse_in_replay():
             return
-        self.model.dismiss(d)
+        self.state.dismiss(d)
         self._launch_again(apply_fix=d.entry_id)
 
     def on_dismiss_requested(self, _: DismissRequested) -> None:
-        model = self.model
-        d = model.active_diagnosis()
+        state = self.state
+        d = state.active_diagnosis()
         if d is not None:
-            model.dismiss(d)
-        elif model.layout is not None and model.layout.status == "failed" and self.follower is not None:
-            self.follower.dismiss(model.layout.id)
+            state.dismiss(d)
+        elif state.layout is not None and state.layout.status == "failed" and self.follower is not None:
+            self.follower.dismiss(state.layout.id)
         self.flush()
 
     def _launch_again(self, apply_fix: str | None = None) -> None:
         """Launch the layout shown again (as this console last launched it), replacing it when it is up."""
         if self.refuse_in_replay():
             return
-        lay = self.model.layout
+        lay = self.state.layout
         request = again_request(self.last_launch, lay.profile_id if lay else None, lay.topology if lay else None,
                                 ports=self.ctx.ports, apply_fix=apply_fix,
                                 replace=lay is not None and lay.status in ("starting", "ready"))
@@ -495,7 +495,7 @@ class ConsoleApp(App[int]):
     def on_bench_requested(self, message: BenchRequested) -> None:
         if self.refuse_in_replay():
             return
-        if self.model.bench.running or self.bench_job is not None:
+        if self.state.bench.running or self.bench_job is not None:
             self.notify("a benchmark is running: ctrl+x stops it", severity="warning", timeout=4)
             return
         self.run_benchmark(message.workload, message.slo, message.runner)
@@ -578,10 +578,10 @@ class ConsoleApp(App[int]):
 
         if isinstance(self.screen, QuitModal):
             return
-        offer_stop = self.ctx.replay is None and self.model.layout is not None and self.model.layout.status in UP
+        offer_stop = self.ctx.replay is None and self.state.layout is not None and self.state.layout.status in UP
 
         def answer(choice: str | None) -> None:
-            layout = self.model.layout.id if self.model.layout is not None else ""
+            layout = self.state.layout.id if self.state.layout is not None else ""
             if choice == "leave":
                 # what the operator chose is in the recording (issue 22, finding 16)
                 self.operator("quit", layout, servers="left running" if offer_stop else "none up")
@@ -592,7 +592,7 @@ class ConsoleApp(App[int]):
                 self.run_job("down", down_argv(self.ctx.options))
                 self.set_timer(0.5, lambda: self.exit(0))
 
-        self.push_screen(QuitModal(self.model, offer_stop=offer_stop, replay=self.ctx.replay is not None), answer)
+        self.push_screen(QuitModal(self.state, offer_stop=offer_stop, replay=self.ctx.replay is not None), answer)
 
     def on_unmount(self) -> None:
         self._unsubscribe()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tui.console.model import ConsoleModel
+from tui.console.state import ConsoleState
 from tui.core.errors import printable
 from tui.core.plan.gpuspecs import spec_for_name
 from tui.core.playbook import Diagnosis, Playbook
@@ -23,7 +23,7 @@ class ShownFix:
     changes: tuple[str, ...]  # what applying it changes in the plan ("set X=1", "add --flag v")
 
 
-def gpu_arch(model: ConsoleModel, server: str = "") -> str | None:
+def gpu_arch(model: ConsoleState, server: str = "") -> str | None:
     """The architecture (``blackwell``, ``hopper`` …) of the GPUs ``server`` runs on (every GPU seen when it is
     not known), from their NVML names; None when they differ or a name is not one the datasheet knows."""
     view = model.servers.get(server)
@@ -38,7 +38,7 @@ def gpu_arch(model: ConsoleModel, server: str = "") -> str | None:
     return arches.pop() if len(arches) == 1 else None
 
 
-def shown_fix(d: Diagnosis, book: Playbook | None, model: ConsoleModel) -> ShownFix:
+def shown_fix(d: Diagnosis, book: Playbook | None, model: ConsoleState) -> ShownFix:
     """The fix of ``d`` for the GPUs its server runs on (as the diagnosis said it, where the entry or the GPUs are
     not known here: a replay of a recording, another host's playbook)."""
     entry = book.get(d.entry_id) if book is not None else None

@@ -1,6 +1,6 @@
 """What a server's log line is, for the log pane: the console's own polling, part of a traceback, an error.
 
-No Textual here: the console's state sorts each line as it arrives (``ConsoleModel``), so a replayed recording is
+No Textual here: the console's state sorts each line as it arrives (``ConsoleState``), so a replayed recording is
 sorted the same way as a live log.
 
 - **Our own polls**: the console's poller asks every server for ``/health`` (twice a second), ``/metrics`` (once a

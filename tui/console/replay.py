@@ -20,7 +20,7 @@ from textual.binding import Binding, BindingType
 
 from tui.console.app import ConsoleApp
 from tui.console.context import ConsoleContext
-from tui.console.model import ConsoleModel
+from tui.console.state import ConsoleState
 from tui.core.host.base import HostOptions
 from tui.core.launch.state import StateStore
 from tui.core.models import Catalog
@@ -182,18 +182,18 @@ class ReplayConsoleApp(ConsoleApp, inherit_bindings=False):
 
     @work(exclusive=True, group="replay-seek", thread=True, exit_on_error=False, description="seeking")
     def _fold_until(self, t: float) -> None:
-        model = ConsoleModel(self._now)
+        state = ConsoleState(self._now)
         for ev in self.recording.events():
             if ev.ts >= t:  # the pump goes on from t, these included: folded here too, a run would count twice
                 break
-            model.apply(ev)
-        self.call_from_thread(self._swap, model)
+            state.apply(ev)
+        self.call_from_thread(self._swap, state)
 
-    def _swap(self, model: ConsoleModel) -> None:
-        old = self.model
+    def _swap(self, state: ConsoleState) -> None:
+        old = self.state
         self._unsubscribe()
-        self.model = model
-        self._unsubscribe = self.ctx.bus.subscribe(self.model.apply)
+        self.state = state
+        self._unsubscribe = self.ctx.bus.subscribe(self.state.apply)
         self.hand_down_state()
         del old
         if self.source is not None and not self._was_paused:

@@ -21,7 +21,7 @@ from textual.worker import Worker, WorkerState
 
 from tui.console.context import ConsoleContext
 from tui.console.messages import WorkerFailed
-from tui.console.model import ConsoleModel
+from tui.console.state import ConsoleState
 
 T = TypeVar("T")
 
@@ -45,7 +45,7 @@ class ConsoleScreen(Screen[None]):
     #: as CSS selectors
     TYPE_TO_SEARCH: ClassVar[tuple[str, str, str] | None] = None
 
-    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+    def __init__(self, ctx: ConsoleContext, state: ConsoleState) -> None:
         super().__init__()
         #: what the console drives (the host, profiles, the playbook): read here, changed only by the app
         self.ctx = ctx

@@ -28,8 +28,8 @@ from textual.widgets.option_list import Option
 from tui.console import fmt
 from tui.console.context import ConsoleContext
 from tui.console.messages import BenchRequested, BenchStopRequested
-from tui.console.model import BENCH, ConsoleModel
 from tui.console.screens.base import ConsoleScreen
+from tui.console.state import BENCH, ConsoleState
 from tui.console.widgets.charts import TimeSeriesChart
 from tui.console.widgets.header import HeaderBar
 from tui.core.bench.metrics import parse_goodput
@@ -78,7 +78,7 @@ class BenchScreen(ConsoleScreen):
     #: what a replay does not offer (it measures nothing)
     LIVE_ACTIONS: ClassVar[frozenset[str]] = frozenset({"start", "stop"})
 
-    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+    def __init__(self, ctx: ConsoleContext, state: ConsoleState) -> None:
         super().__init__(ctx, state)
         self.workload_name: str | None = None
         self._tick = 0
@@ -138,7 +138,7 @@ class BenchScreen(ConsoleScreen):
         self.action_stop()
 
     # --- drawing -----------------------------------------------------------------------------------------------
-    def draw(self, model: ConsoleModel, *, full: bool = False) -> None:
+    def draw(self, model: ConsoleState, *, full: bool = False) -> None:
         self._tick += 1
         self.query_one(HeaderBar).draw(model, screen="bench")
         if not (full or BENCH in model.dirty or self._tick % 4 == 0):
@@ -162,7 +162,7 @@ class BenchScreen(ConsoleScreen):
         self.query_one("#chart-itl", TimeSeriesChart).set_series({"p50": pts("itl_p50"), "p99": pts("itl_p99")},
                                                                  now=now)
 
-    def _status(self, model: ConsoleModel) -> Text:
+    def _status(self, model: ConsoleState) -> Text:
         b = model.bench
         t = Text()
         if b.started is None:
@@ -209,7 +209,7 @@ class BenchScreen(ConsoleScreen):
             t.append(f"\nstored in {d.run_dir}", style=fmt.DIM)
         return t
 
-    def _servers(self, model: ConsoleModel) -> Table:
+    def _servers(self, model: ConsoleState) -> Table:
         table = Table(title="the servers' view (/metrics)", title_justify="left", expand=True, box=None,
                       show_edge=False, pad_edge=False)
         for col in ("server", "run/wait", "KV %", "gen tok/s", "TTFT p50", "TPOT p50", "KV in"):

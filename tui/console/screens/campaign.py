@@ -24,9 +24,9 @@ from tui.console import fmt
 from tui.console.campaigns import CampaignState, campaigns
 from tui.console.context import ConsoleContext
 from tui.console.messages import CampaignChoice, CampaignRequested, CampaignResumeRequested
-from tui.console.model import ConsoleModel
 from tui.console.screens.base import ConsoleScreen
 from tui.console.screens.launch import candidate_topologies
+from tui.console.state import ConsoleState
 from tui.console.widgets.checklist import CheckList
 from tui.console.widgets.header import HeaderBar
 from tui.core import paths
@@ -82,7 +82,7 @@ class CampaignScreen(ConsoleScreen):
     #: what a replay does not offer (it launches nothing)
     LIVE_ACTIONS: ClassVar[frozenset[str]] = frozenset({"start", "resume"})
 
-    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+    def __init__(self, ctx: ConsoleContext, state: ConsoleState) -> None:
         super().__init__(ctx, state)
         self.states: list[CampaignState] = []
         self.selected: str | None = None
@@ -136,7 +136,7 @@ class CampaignScreen(ConsoleScreen):
         self.refresh_list()
         self.set_interval(REFRESH_S, self.refresh_list)
 
-    def draw(self, model: ConsoleModel) -> None:
+    def draw(self, model: ConsoleState) -> None:
         self.query_one(HeaderBar).draw(model, screen="campaign")
         self.query_one("#c-current", Static).update(self._current(model))
 
@@ -185,7 +185,7 @@ class CampaignScreen(ConsoleScreen):
         head.append(f"\n{_where(state.directory)}\n", style="dim")
         g.update(_stack(head, grid(state)))
 
-    def _current(self, model: ConsoleModel) -> Text:
+    def _current(self, model: ConsoleState) -> Text:
         state = next((s for s in self.states if s.name == self.selected), None)
         if state is None or not state.running:
             return Text()

@@ -13,8 +13,8 @@ from textual.widgets import Footer
 from tui.console.context import ConsoleContext
 from tui.console.fixview import shown_fix
 from tui.console.messages import DismissRequested, FixRequested, RestartRequested, StopRequested
-from tui.console.model import BAND, GPUS, HEADER, LOG, SERVERS, ConsoleModel
 from tui.console.screens.base import ConsoleScreen
+from tui.console.state import BAND, GPUS, HEADER, LOG, SERVERS, ConsoleState
 from tui.console.widgets.band import Band
 from tui.console.widgets.gpus import GpuPanel
 from tui.console.widgets.header import HeaderBar
@@ -42,7 +42,7 @@ class DashboardScreen(ConsoleScreen):
     #: what a replay does not offer (it launches and stops nothing)
     LIVE_ACTIONS: ClassVar[frozenset[str]] = frozenset({"stop", "apply_fix", "restart"})
 
-    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+    def __init__(self, ctx: ConsoleContext, state: ConsoleState) -> None:
         super().__init__(ctx, state)
         self._tick = 0
         self._diag_key: tuple[str, str] | None = None
@@ -78,7 +78,7 @@ class DashboardScreen(ConsoleScreen):
     def on_screen_resume(self) -> None:
         self.draw(self.state, full=True)
 
-    def draw(self, model: ConsoleModel, *, full: bool = False) -> None:
+    def draw(self, model: ConsoleState, *, full: bool = False) -> None:
         """Called by the app's 4 Hz flush; ages and clocks move once a second even when nothing changed."""
         self._tick += 1
         second = self._tick % 4 == 0

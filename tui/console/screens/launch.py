@@ -26,8 +26,8 @@ from textual.widgets.option_list import Option
 
 from tui.console.context import ConsoleContext
 from tui.console.messages import LaunchRequested
-from tui.console.model import ConsoleModel
 from tui.console.screens.base import ConsoleScreen
+from tui.console.state import ConsoleState
 from tui.console.widgets.header import HeaderBar
 from tui.core.errors import AppError
 from tui.core.models.modelsrc import ModelEntry, list_models
@@ -88,7 +88,7 @@ class TopologyChoice:
         return t
 
 
-def held_ports(plan: LaunchPlan, state: ConsoleModel) -> list[int]:
+def held_ports(plan: LaunchPlan, state: ConsoleState) -> list[int]:
     """The HTTP ports of ``plan`` that the console's own layout (the one it shows) holds: launching replaces it."""
     lay = state.layout
     if lay is None or lay.status not in REPLACEABLE:
@@ -115,7 +115,7 @@ class LaunchScreen(ConsoleScreen):
     #: a name typed on the model or topology list filters the models (the README's second launch)
     TYPE_TO_SEARCH = ("#models, #topologies", "#model-filter", "#topologies")
 
-    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+    def __init__(self, ctx: ConsoleContext, state: ConsoleState) -> None:
         super().__init__(ctx, state)
         self.choices: list[TopologyChoice] = []
         self.model_id: str | None = None
@@ -206,7 +206,7 @@ class LaunchScreen(ConsoleScreen):
                 self.model_id = entries[pick].ref
                 self.replan()
 
-    def draw(self, model: ConsoleModel) -> None:
+    def draw(self, model: ConsoleState) -> None:
         self.query_one(HeaderBar).draw(model, screen="launch")
 
     # --- choices -----------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
-from tui.console.model import ConsoleModel
+from tui.console.state import ConsoleState
 
 
 class QuitModal(ModalScreen[str | None]):
@@ -26,9 +26,9 @@ class QuitModal(ModalScreen[str | None]):
         Binding("s", "choose('stop')", "stop servers"),
     ]
 
-    def __init__(self, model: ConsoleModel, *, offer_stop: bool = True, replay: bool = False) -> None:
+    def __init__(self, state: ConsoleState, *, offer_stop: bool = True, replay: bool = False) -> None:
         super().__init__()
-        self.model = model
+        self.state = state
         self.offer_stop = offer_stop
         self.replay = replay
 
@@ -47,14 +47,14 @@ class QuitModal(ModalScreen[str | None]):
                     yield Button("Quit (q)", id="leave", variant="primary")
                     yield Button("Cancel (esc)", id="cancel")
             return
-        lay = self.model.layout
+        lay = self.state.layout
         what = f"{lay.topology} of {lay.profile_id} ({lay.status})" if lay else "the layout"
         with Vertical(id="quit-dialog", classes="dialog"):
             yield Label(Text.assemble(("Quit the console?", "bold")))
             # Static, not Label: a long line wraps in the dialog's width (80 columns) instead of being cut
             yield Static(f"{what} is running on this host.")
             yield Static("Its servers keep running unless you stop them; a console opened later reattaches.")
-            if self.model.bench.running:
+            if self.state.bench.running:
                 yield Static("A benchmark runs against it: left running, it goes on (its results are stored); "
                              "stopping the servers stops it first, keeping what it measured.")
             with Horizontal(classes="buttons"):

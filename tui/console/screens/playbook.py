@@ -19,9 +19,9 @@ from textual.widgets.option_list import Option
 from tui.console import fmt
 from tui.console.context import ConsoleContext
 from tui.console.messages import PlaybookChanged
-from tui.console.model import BAND, ConsoleModel
 from tui.console.screens.base import ConsoleScreen
 from tui.console.screens.entryform import AddEntryModal
+from tui.console.state import BAND, ConsoleState
 from tui.console.widgets.header import HeaderBar
 from tui.core.errors import AppError
 from tui.core.playbook import Entry, load_playbook
@@ -77,7 +77,7 @@ class PlaybookScreen(ConsoleScreen):
     #: a replay shows; it changes no playbook
     LIVE_ACTIONS: ClassVar[frozenset[str]] = frozenset({"edit", "toggle", "delete"})
 
-    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+    def __init__(self, ctx: ConsoleContext, state: ConsoleState) -> None:
         super().__init__(ctx, state)
         self.rows: list[Listed] = []
         self._delete_armed: tuple[str, float] | None = None
@@ -226,7 +226,7 @@ class PlaybookScreen(ConsoleScreen):
         self.app.call_from_thread(self.notify, f"{entry_id} {done} ({path})", title="playbook", timeout=5)
         self.app.call_from_thread(self._load)
 
-    def draw(self, model: ConsoleModel, *, full: bool = False) -> None:
+    def draw(self, model: ConsoleState, *, full: bool = False) -> None:
         self.query_one(HeaderBar).draw(model, screen="playbook")
         if not (full or BAND in model.dirty):
             return

@@ -21,8 +21,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
 from tui.console.context import ConsoleContext
-from tui.console.model import ConsoleModel
 from tui.console.screens.base import ConsoleScreen
+from tui.console.state import ConsoleState
 from tui.console.widgets.charts import XYChart
 from tui.console.widgets.header import HeaderBar
 from tui.core import paths, safeio
@@ -161,7 +161,7 @@ class ResultsScreen(ConsoleScreen):
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 
-    def __init__(self, ctx: ConsoleContext, state: ConsoleModel) -> None:
+    def __init__(self, ctx: ConsoleContext, state: ConsoleState) -> None:
         super().__init__(ctx, state)
         self.data = ResultsData()
         self._keys: list[table.Cell] = []
@@ -186,7 +186,7 @@ class ResultsScreen(ConsoleScreen):
     def on_screen_resume(self) -> None:
         self.action_reload()
 
-    def draw(self, model: ConsoleModel) -> None:
+    def draw(self, model: ConsoleState) -> None:
         self.query_one(HeaderBar).draw(model, screen="results")
 
     def _maybe_reload(self) -> None:

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from tui.console import fmt
 from tui.console.fixview import shown_fix
-from tui.console.model import ConsoleModel, ServerView
+from tui.console.state import ConsoleState, ServerView
 from tui.console.widgets.panel import TextPanel
 from tui.core.playbook import Playbook
 
@@ -26,7 +26,7 @@ class Band(TextPanel):
         #: the playbook a diagnosis's fix is described from, for the GPUs shown (set by the screen)
         self.book: Playbook | None = None
 
-    def draw(self, model: ConsoleModel) -> None:
+    def draw(self, model: ConsoleState) -> None:
         width = max(self.size.width or (self.app.size.width - 4), 40)
         text, kind = render_band(model, width, self.book)
         self.set_class(kind == "diagnosis", "-diagnosis")
@@ -35,7 +35,7 @@ class Band(TextPanel):
         self.set_text(text)
 
 
-def render_band(model: ConsoleModel, width: int, book: Playbook | None = None) -> tuple[Text, str]:
+def render_band(model: ConsoleState, width: int, book: Playbook | None = None) -> tuple[Text, str]:
     d = model.active_diagnosis()
     if d is not None and (d.is_failure or (model.layout is not None and model.layout.status == "failed")):
         return _diagnosis(model, width, book), "diagnosis"
@@ -55,7 +55,7 @@ def render_band(model: ConsoleModel, width: int, book: Playbook | None = None) -
     return _idle(model), "idle"
 
 
-def _idle(model: ConsoleModel) -> Text:
+def _idle(model: ConsoleState) -> Text:
     lay = model.layout
     if lay is None:
         return Text.assemble(("No layout is up. ", "bold"), "Press ", ("l", "bold"), " to pick a model and a "
@@ -94,7 +94,7 @@ def fixes_text(fixes: tuple[tuple[str, tuple[str, ...]], ...]) -> Text:
     return t
 
 
-def _diagnosis(model: ConsoleModel, width: int, book: Playbook | None) -> Text:
+def _diagnosis(model: ConsoleState, width: int, book: Playbook | None) -> Text:
     d = model.active_diagnosis()
     assert d is not None
     fix = shown_fix(d, book, model)
@@ -124,7 +124,7 @@ def _diagnosis(model: ConsoleModel, width: int, book: Playbook | None) -> Text:
     return t
 
 
-def _server_eta(model: ConsoleModel, v: ServerView, *, short: bool = False) -> str:
+def _server_eta(model: ConsoleState, v: ServerView, *, short: bool = False) -> str:
     elapsed = model.age(v.started) if v.started else None
     if v.expected_s:
         left = v.expected_s - (elapsed or 0.0)
@@ -135,7 +135,7 @@ def _server_eta(model: ConsoleModel, v: ServerView, *, short: bool = False) -> s
     return fmt.duration(elapsed) if short else f"{fmt.duration(elapsed)} (first start here: no ETA yet)"
 
 
-def _startup(model: ConsoleModel, width: int) -> Text:
+def _startup(model: ConsoleState, width: int) -> Text:
     lay = model.layout
     t = Text()
     t.append("Starting ", style="bold")
@@ -179,7 +179,7 @@ def _startup(model: ConsoleModel, width: int) -> Text:
     return t
 
 
-def _bench(model: ConsoleModel, width: int) -> Text:
+def _bench(model: ConsoleState, width: int) -> Text:
     b = model.bench
     s = b.started
     assert s is not None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from tui.console import fmt
-from tui.console.model import ConsoleModel, GpuView
+from tui.console.state import ConsoleState, GpuView
 from tui.console.widgets.panel import TextPanel
 
 #: owners by role; never green, yellow or red, which mean ok, warning and failure
@@ -24,12 +24,12 @@ class GpuPanel(TextPanel):
 
     DEFAULT_CSS = "GpuPanel { height: auto; }"
 
-    def draw(self, model: ConsoleModel) -> None:
+    def draw(self, model: ConsoleState) -> None:
         width = max(self.size.width or (self.app.size.width - 4), 40)
         self.set_text(render_gpus(model, width))
 
 
-def render_gpus(model: ConsoleModel, width: int) -> Text:
+def render_gpus(model: ConsoleState, width: int) -> Text:
     out = Text()
     if model.gpu_error and not model.gpus:
         out.append(f"GPUs cannot be read: {model.gpu_error}", style=fmt.BAD)
@@ -46,7 +46,7 @@ def render_gpus(model: ConsoleModel, width: int) -> Text:
     return out
 
 
-def _gpu_lines(model: ConsoleModel, view: GpuView, width: int) -> Text:
+def _gpu_lines(model: ConsoleState, view: GpuView, width: int) -> Text:
     g = view.sample
     stale = model.gpu_stale(view)
     wide = width >= 120

@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 
 from tui.console import fmt
-from tui.console.model import ConsoleModel
+from tui.console.state import ConsoleState
 from tui.console.widgets.panel import TextPanel
 
 STATUS_STYLE = {"ready": fmt.OK, "starting": fmt.BUSY, "failed": fmt.BAD, "degraded": fmt.BAD, "stopping": fmt.WARN}
@@ -16,14 +16,14 @@ STATUS_STYLE = {"ready": fmt.OK, "starting": fmt.BUSY, "failed": fmt.BAD, "degra
 class HeaderBar(TextPanel):
     DEFAULT_CSS = "HeaderBar { height: 1; }"
 
-    def draw(self, model: ConsoleModel, *, screen: str = "") -> None:
+    def draw(self, model: ConsoleState, *, screen: str = "") -> None:
         """The header of ``screen`` from the console's state (its replay words and recording set by the app)."""
         width = self.size.width or self.app.size.width
         self.set_text(render_header(model, width, replay=model.replay_label, screen=screen,
                                     recording=model.recording))
 
 
-def render_header(model: ConsoleModel, width: int, *, replay: str | None = None, screen: str = "",
+def render_header(model: ConsoleState, width: int, *, replay: str | None = None, screen: str = "",
                   recording: bool = False) -> Text:
     t = Text()
     t.append(" disagg-tui ", style="bold reverse")
@@ -58,7 +58,7 @@ def render_header(model: ConsoleModel, width: int, *, replay: str | None = None,
     return t
 
 
-def layout_since(model: ConsoleModel) -> float:
+def layout_since(model: ConsoleState) -> float:
     """Since when the layout shown is in its state: ready since its last server became ready (each server's start
     plus its startup time, which the state file holds: a console opened later shows when that was, not when it
     opened), starting since its first server started; otherwise since the console saw it change."""

@@ -33,7 +33,7 @@ from textual.widget import Widget
 from textual.widgets import Input
 
 from tui.console import loglines
-from tui.console.model import ConsoleModel, ServerView
+from tui.console.state import ConsoleState, ServerView
 
 # kept here too: what was imported from this module before the words moved to ``loglines``
 ERROR_WORDS = loglines.ERROR_WORDS
@@ -129,7 +129,7 @@ class LogPane(Widget, can_focus=True):
     def following(self) -> bool:
         return self.back == 0
 
-    def show(self, model: ConsoleModel, server: str | None) -> None:
+    def show(self, model: ConsoleState, server: str | None) -> None:
         """Follow ``server`` (None: the first that has lines); repaint when its lines or marks changed."""
         if server is None or server not in model.servers:
             server = next((n for n, v in model.servers.items() if v.logs and v.role != "proxy"), None) \

@@ -18,7 +18,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from tui.console import fmt
-from tui.console.model import SERVER_PERIOD_S, STALE_PERIODS, ConsoleModel, ServerView
+from tui.console.state import SERVER_PERIOD_S, STALE_PERIODS, ConsoleState, ServerView
 
 WIDE = (("server", 10), ("role", 7), ("GPU", 4), ("port", 5), ("state", 20), ("run/wait", 9), ("KV %", 6),
         ("prompt tok/s", 12), ("gen tok/s", 10), ("KV in (moved)", 22))
@@ -47,14 +47,14 @@ def metrics_reason(error: str) -> str:
     return e.split(": ", 1)[0] if ": " in e else e
 
 
-def state_cell(model: ConsoleModel, v: ServerView, width: int = 22) -> Text:
+def state_cell(model: ConsoleState, v: ServerView, width: int = 22) -> Text:
     """What the server is doing, in words that fit ``width``: its start's phase, its health, why its figures are
     old or missing (a failing ``/metrics`` scrape, with its reason when there is room, and its age), how it ended."""
     t = _state(model, v, width)
     return Text(fmt.cut_words(t.plain, width), style=t.style)
 
 
-def _state(model: ConsoleModel, v: ServerView, width: int) -> Text:
+def _state(model: ConsoleState, v: ServerView, width: int) -> Text:
     if v.exited is not None:
         return Text(fmt.exit_words(v.exited.returncode, v.exited.during, short=width < 30), style=fmt.BAD)
     if v.stalled is not None and v.phase != "ready":
@@ -90,7 +90,7 @@ def _state(model: ConsoleModel, v: ServerView, width: int) -> Text:
     return Text(text, style=style)
 
 
-def figures_stale(model: ConsoleModel, v: ServerView) -> bool:
+def figures_stale(model: ConsoleState, v: ServerView) -> bool:
     """The figures shown are not the newest: the last scrapes failed, or none came for four periods."""
     if v.figures is None:
         return False
@@ -145,7 +145,7 @@ def kv_in_cell(v: ServerView, width: int = 22) -> str:
     return text if len(text) <= width or not parts else parts[-1]  # no room for both: the rate
 
 
-def row_for(model: ConsoleModel, v: ServerView, compact: bool, state_w: int = 22, kv_w: int = 22) -> list[object]:
+def row_for(model: ConsoleState, v: ServerView, compact: bool, state_w: int = 22, kv_w: int = 22) -> list[object]:
     name = Text(v.name, style="bold" if not model.server_stale(v) else "dim")
     gpus = ",".join(str(g) for g in v.gpus) or ("—" if v.role != "proxy" else "")
     state = state_cell(model, v, state_w)
@@ -244,7 +244,7 @@ class ServerTable(Widget, can_focus=True):
         self._styles: dict[str, Style] = {}
 
     # --- the rows ----------------------------------------------------------------------------------------------
-    def draw(self, model: ConsoleModel) -> None:
+    def draw(self, model: ConsoleState) -> None:
         width = self.size.width or self.app.size.width
         schema = COMPACT if width < WIDE_FROM else fitted(ROOMY if width >= 150 else WIDE, width)
         compact = schema is COMPACT

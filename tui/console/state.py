@@ -1,7 +1,7 @@
 """What the console shows, folded from the event stream: plain data, no Textual.
 
-Every event that reaches the console goes through :meth:`ConsoleModel.apply` (O(1) work each: keep the newest
-reading of a kind, append to a bounded history); the screens draw from the model at most four times a second,
+Every event that reaches the console goes through :meth:`ConsoleState.apply` (O(1) work each: keep the newest
+reading of a kind, append to a bounded history); the screens draw from the state at most four times a second,
 only the parts marked dirty. Live and replayed sessions are the same events, so the console cannot tell them
 apart. Histories are bounded (``deque(maxlen=...)``): memory does not grow with time.
 """
@@ -163,7 +163,7 @@ class CampaignView:
     steps: deque[CampaignStep] = field(default_factory=lambda: deque(maxlen=200))
 
 
-class ConsoleModel:
+class ConsoleState:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.host_label = ""
@@ -431,25 +431,25 @@ class ConsoleModel:
         self.dirty.add(BAND)
 
 
-_HANDLERS: dict[type[Event], Callable[[ConsoleModel, Event], None]] = {
-    GpuSampled: ConsoleModel._gpu,  # type: ignore[dict-item]
-    ServerHealth: ConsoleModel._health,  # type: ignore[dict-item]
-    ServerMetrics: ConsoleModel._metrics,  # type: ignore[dict-item]
-    LayoutChanged: ConsoleModel._layout,  # type: ignore[dict-item]
-    PlanLaunched: ConsoleModel._plan_launched,  # type: ignore[dict-item]
-    ServerLaunched: ConsoleModel._launched,  # type: ignore[dict-item]
-    LogLine: ConsoleModel._log,  # type: ignore[dict-item]
-    ServerPhase: ConsoleModel._phase,  # type: ignore[dict-item]
-    ServerReady: ConsoleModel._ready,  # type: ignore[dict-item]
-    ServerExited: ConsoleModel._exited,  # type: ignore[dict-item]
-    ServerStalled: ConsoleModel._stalled,  # type: ignore[dict-item]
-    ServerSubPhase: ConsoleModel._subphase,  # type: ignore[dict-item]
-    ServerDeferred: ConsoleModel._deferred,  # type: ignore[dict-item]
-    Diagnosis: ConsoleModel._diagnosis,  # type: ignore[dict-item]
-    BenchStarted: ConsoleModel._bench_started,  # type: ignore[dict-item]
-    BenchTick: ConsoleModel._bench_tick,  # type: ignore[dict-item]
-    BenchDone: ConsoleModel._bench_done,  # type: ignore[dict-item]
-    BenchLine: ConsoleModel._bench_line,  # type: ignore[dict-item]
-    CampaignStep: ConsoleModel._campaign,  # type: ignore[dict-item]
-    Notice: ConsoleModel._notice,  # type: ignore[dict-item]
+_HANDLERS: dict[type[Event], Callable[[ConsoleState, Event], None]] = {
+    GpuSampled: ConsoleState._gpu,  # type: ignore[dict-item]
+    ServerHealth: ConsoleState._health,  # type: ignore[dict-item]
+    ServerMetrics: ConsoleState._metrics,  # type: ignore[dict-item]
+    LayoutChanged: ConsoleState._layout,  # type: ignore[dict-item]
+    PlanLaunched: ConsoleState._plan_launched,  # type: ignore[dict-item]
+    ServerLaunched: ConsoleState._launched,  # type: ignore[dict-item]
+    LogLine: ConsoleState._log,  # type: ignore[dict-item]
+    ServerPhase: ConsoleState._phase,  # type: ignore[dict-item]
+    ServerReady: ConsoleState._ready,  # type: ignore[dict-item]
+    ServerExited: ConsoleState._exited,  # type: ignore[dict-item]
+    ServerStalled: ConsoleState._stalled,  # type: ignore[dict-item]
+    ServerSubPhase: ConsoleState._subphase,  # type: ignore[dict-item]
+    ServerDeferred: ConsoleState._deferred,  # type: ignore[dict-item]
+    Diagnosis: ConsoleState._diagnosis,  # type: ignore[dict-item]
+    BenchStarted: ConsoleState._bench_started,  # type: ignore[dict-item]
+    BenchTick: ConsoleState._bench_tick,  # type: ignore[dict-item]
+    BenchDone: ConsoleState._bench_done,  # type: ignore[dict-item]
+    BenchLine: ConsoleState._bench_line,  # type: ignore[dict-item]
+    CampaignStep: ConsoleState._campaign,  # type: ignore[dict-item]
+    Notice: ConsoleState._notice,  # type: ignore[dict-item]
 }
