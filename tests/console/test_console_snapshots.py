@@ -28,6 +28,9 @@ def fixed_host(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: igno
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.delenv("DISAGG_TUI_MODEL_DIRS", raising=False)
     monkeypatch.setenv("DISAGG_TUI_DUMMY_MODEL_DIR", "/nonexistent/dummy-model")
+    # the launch screen's preflight binds the plan's real ports: another test's server on one of them (two workers)
+    # would draw "FAIL ports" into the reference; what is drawn for a held port is tested in test_launch_screen
+    monkeypatch.setattr("tui.core.plan.preflight.port_free", lambda host, port: True)
 
 
 @pytest.fixture(autouse=True)
