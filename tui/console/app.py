@@ -71,6 +71,10 @@ from tui.core.record.present import SessionPresent
 
 FLUSH_S = 0.25
 FREEZE_AFTER_S = 2.0
+#: how often a detached command this console started is asked whether it ended (waitpid WNOHANG: no thread waits)
+JOB_POLL_S = 0.25
+#: how often the ended ones are reaped
+REAP_S = 2.0
 LAYOUT_RECHECK_S = 2.0
 
 
@@ -168,6 +172,7 @@ class ConsoleApp(App[int]):
     def on_mount(self) -> None:
         self.ctx.bus.attach_loop(asyncio.get_running_loop())
         self.set_interval(FLUSH_S, self.flush)
+        self.set_interval(REAP_S, self._reap_jobs)
         # what exists once the first screen is up (modules, CSS, widgets: ~10^5 objects) lives as long as the app:
         # out of the collector's sight, a full collection scans only what came later (65 ms pauses become ~5 ms,
         # benchmarks/console_load.py); objects made later are collected as usual
@@ -402,6 +407,11 @@ class ConsoleApp(App[int]):
         self.last_draw_ms = (time.perf_counter() - t0) * 1000
 
     # --- detached commands ----------------------------------------------------------------------------------
+    def _reap_jobs(self) -> None:
+        """The detached commands that ended are reaped (no zombie per benchmark over a long session) and
+        forgotten; those still running are kept (a benchmark this console follows, a campaign)."""
+        self.jobs = [j for j in self.jobs if j.poll() is None]
+
     @work(group="jobs", exit_on_error=False, description="a detached disagg-tui command")
     async def run_job(self, name: str, argv: list[str], done_message: str = "") -> int | None:
         """Start ``disagg-tui ARGV`` detached and tell the operator how it ended (its own error line if it
@@ -413,7 +423,10 @@ class ConsoleApp(App[int]):
         self.operator(name, argv=argv)
         self.notify(job.shell(), title=f"{name} started", timeout=4)
         assert job.popen is not None
-        code = await asyncio.to_thread(job.popen.wait)
+        # polled, not waited for in a thread: a thread blocked in waitpid on an overnight campaign would keep the
+        # console from exiting (asyncio joins its executor's threads at exit) until the campaign ended
+        while (code := job.poll()) is None:
+            await asyncio.sleep(JOB_POLL_S)
         if code == 0:
             if done_message:
                 self.notify(done_message, title=name)

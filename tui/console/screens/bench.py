@@ -120,6 +120,7 @@ class BenchScreen(ConsoleScreen):
         if ol.option_count:
             ol.highlighted = 0
             self.workload_name = ol.get_option_at_index(0).id
+        self._show_defaults()
         self.draw(self.state, full=True)
 
     def on_screen_resume(self) -> None:
@@ -128,6 +129,20 @@ class BenchScreen(ConsoleScreen):
     @on(OptionList.OptionHighlighted, "#workloads")
     def _pick(self, event: OptionList.OptionHighlighted) -> None:
         self.workload_name = event.option.id
+        self._show_defaults()
+
+    def _show_defaults(self) -> None:
+        """An empty field is the highlighted workload's own value: its placeholder says which."""
+        w = self.ctx.catalog.workloads.get(self.workload_name or "")
+        if w is None:
+            return
+        values = {"input_len": w.input_len, "output_len": w.output_len, "num_prompts": w.num_prompts,
+                  "request_rate": "inf" if math.isinf(w.request_rate) else f"{w.request_rate:g}",
+                  "max_concurrency": w.max_concurrency or "none"}
+        for key, _ in FIELDS:
+            shown = values.get(key)
+            self.query_one(f"#f-{key}", Input).placeholder = f"{shown} (the workload's)" if shown is not None \
+                else "none"
 
     @on(Button.Pressed, "#start")
     def _start(self) -> None:
