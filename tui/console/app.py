@@ -425,7 +425,7 @@ class ConsoleApp(App[int]):
         assert job.popen is not None
         # polled, not waited for in a thread: a thread blocked in waitpid on an overnight campaign would keep the
         # console from exiting (asyncio joins its executor's threads at exit) until the campaign ended
-        while (code := job.poll()) is None:
+        while (code := job.poll()) is None:  # noqa: ASYNC110 (a child process has no event to await)
             await asyncio.sleep(JOB_POLL_S)
         if code == 0:
             if done_message:
