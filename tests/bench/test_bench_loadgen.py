@@ -152,3 +152,38 @@ async def test_warm_up_ticks_count_their_own_time(stub) -> None:
     assert first.total >= 4 and first.inflight + first.done == first.total  # the burst (and the shapes' requests)
     assert first.line().endswith(f"{first.elapsed_s:6.1f}s  warm-up: {first.done}/{first.total} done, "
                                  f"{first.inflight} in flight")
+
+
+async def test_live_output_rate_never_goes_negative_when_streams_break(stub) -> None:
+    """Issue 23: a run whose server was stopped under it read "out -3,848 tok/s". The live counter of tokens
+    received dropped the chunks of every request that failed after streaming; it now keeps them (they arrived)."""
+    url, srv = await stub(mode="paced", ms_per_token=5.0)
+    ticks: list[BenchTick] = []
+    broke: list[float] = []
+
+    def on_tick(t: BenchTick) -> None:
+        ticks.append(t)
+        if not broke and t.phase == "run" and (t.output_tps or 0) > 0 and t.elapsed_s > 0.5:
+            broke.append(t.elapsed_s)  # the server goes away under every stream at once
+            for streams in list(srv._wheel.values()):
+                for s in streams:
+                    if s.conn.transport is not None:
+                        s.conn.transport.abort()
+
+    run = await run_bench(BenchOptions(workload=_wl(num_prompts=10, output_len=600), warmup=0),
+                          BenchTarget(endpoint=url), on_tick=on_tick)
+    assert broke and (run.summary["completed"], run.summary["failed"]) == (0, 10)
+    after = [t for t in ticks if t.phase == "run" and t.elapsed_s > broke[0]]
+    assert after and all(t.failed == 10 for t in after[-1:])
+    assert all(t.output_tps is None or t.output_tps >= 0 for t in ticks), [t.output_tps for t in ticks]
+
+
+def test_a_counter_that_goes_back_starts_a_new_window() -> None:
+    from tui.core.bench.live import LiveWindow
+
+    live = LiveWindow(run_id="r", total=4)
+    tick = {"phase": "run", "done": 0, "failed": 0}
+    assert live.update({**tick, "el": 0.25, "chunks": 100}).output_tps is None
+    assert live.update({**tick, "el": 0.5, "chunks": 200}).output_tps == pytest.approx(400.0)
+    assert live.update({**tick, "el": 0.75, "chunks": 50}).output_tps is None  # a worker that counted otherwise
+    assert live.update({**tick, "el": 1.0, "chunks": 150}).output_tps == pytest.approx(400.0)

@@ -42,6 +42,10 @@ class LiveWindow:
         else:
             raw = _Tick(el, int(msg.get("chunks") or 0), list(msg.get("ttfts") or ()), list(msg.get("gaps") or ()),
                         list(msg.get("req_gaps") or ()))
+            if self._ticks and (raw.chunks < self._ticks[-1].chunks or raw.el < self._ticks[-1].el):
+                # the tokens received never go back and time never runs backwards: a counter that did (a worker
+                # that counted otherwise, a restart) begins a new window instead of making a negative rate
+                self._ticks.clear()
             self._ticks.append(raw)
             for t in raw.ttfts:
                 self._ttfts.append((el, t))

@@ -118,7 +118,10 @@ class LoadGenerator:
         self.phase = "setup"
         self.stop_requested = False
         self.sent = self.done = self.failed = self.waiting = 0
-        self.chunks_done = 0
+        #: the chunks of every request that ended, failed ones too: with the chunks of those still streaming, the
+        #: live counter of tokens received, which never goes back (a request that fails after streaming took its
+        #: chunks with it when only the successful ones were counted: the live figure went negative)
+        self.chunks_ended = 0
         self.warm_done = 0
         self.window = _Window()
         self.lags: list[float] = []
@@ -250,9 +253,9 @@ class LoadGenerator:
 
     def _finished(self, i: int, res: StreamResult) -> None:
         w = self.window
+        self.chunks_ended += res.chunks
         if res.success:
             self.done += 1
-            self.chunks_done += res.chunks
             if not res.seen_ttft:
                 w.ttfts.append(res.ttft)
             w.add_gaps(res.itl[res.seen_itl:])
@@ -322,7 +325,7 @@ class LoadGenerator:
         return {
             "t": "tick", "phase": self.phase, "el": elapsed, "sent": self.sent, "done": self.done,
             "failed": self.failed, "inflight": self.sent - self.done - self.failed - self.waiting,
-            "waiting": self.waiting, "chunks": self.chunks_done + in_flight_chunks,
+            "waiting": self.waiting, "chunks": self.chunks_ended + in_flight_chunks,
             "ttfts": w.ttfts, "gaps": w.gaps, "req_gaps": w.per_request,
             "lag_max": max(self.lags[-20:], default=0.0),
         }
