@@ -66,3 +66,34 @@ def test_slow_path_runs_are_left_out_of_the_recommendation_unless_asked() -> Non
     asked = recommend(cells, w, gpus=2, include_flagged=("kv-slow-path",))
     assert asked.objectives["max_throughput"][0].winner == "1p1d" and not asked.excluded
     assert math.isinf(Workload("w", 1, 1).request_rate)
+
+
+def _transfer_line(transfers: list[tuple[float, float, float, int]]) -> str:
+    """The simulated decode server's "KV Transfer metrics" log line for ``transfers`` (xfer s, post s, bytes,
+    descriptors), as its periodic stats logger writes it."""
+    from types import SimpleNamespace
+
+    from tui.sim.serverstate import ServerState
+
+    said: list[str] = []
+    state = SimpleNamespace(xfer_log=list(transfers), api="APIServer",
+                            log=SimpleNamespace(info=lambda _proc, _where, text: said.append(text)))
+    ServerState._log_transfers(state)  # type: ignore[arg-type]
+    (line,) = said
+    return line
+
+
+def test_the_simulated_transfer_throughput_is_vllms_mb_over_transfer_time() -> None:
+    """vLLM 0.24's figure is MB moved over the time spent moving them (the H200 fixture: 72 MB per transfer,
+    191.222 ms each, 376.526 MB/s): a healthy simulated NVLink transfer is not read as the slow path because the
+    10 s logging interval was mostly idle."""
+    from tui.core.playbook.book import load_playbook
+
+    fast = _transfer_line([(0.002127, 0.0008, 308.675e6, 14976)] * 18)
+    assert "Throughput (MB/s)=145122.238," in fast
+    fixture_like = _transfer_line([(0.191222, 0.008, 72.0e6, 2304), (0.191222, 0.008, 72.0e6, 2304)])
+    assert "Avg MB per transfer=72.000, Throughput (MB/s)=376.526," in fixture_like
+    book = load_playbook(operator=False)
+    assert book.matcher("decode-0").feed(f"(APIServer pid=1) INFO 12-02 01:13:30 [metrics.py:103] {fast}") == []
+    slow = book.matcher("decode-0").feed(f"(APIServer pid=1) INFO 12-02 01:13:30 [metrics.py:103] {fixture_like}")
+    assert [d.entry_id for d in slow] == ["nixl-slow-transfer"]
