@@ -107,3 +107,16 @@ async def test_an_entry_added_in_the_console_is_in_its_playbook_at_once() -> Non
         await pilot.click("#add-ok")
         await wait_for(pilot, lambda: {e.id for e in app.ctx.book.entries} - before, 10,  # type: ignore[union-attr]
                        "the new entry in the console's playbook")
+
+
+def test_the_idle_band_of_a_replay_offers_no_launch() -> None:
+    """Live, the idle band says l launches; in a replay, which launches nothing, it points at the markers."""
+    from tui.console.state import ConsoleState
+    from tui.console.widgets.band import render_band
+
+    state = ConsoleState(scripted.clock)
+    live, kind = render_band(state, 120)
+    assert kind == "idle" and "Press l to pick a model" in live.plain
+    state.replay_label = "REPLAY 1×"
+    replayed, _ = render_band(state, 120)
+    assert "at this point of the recording" in replayed.plain and "Press l" not in replayed.plain

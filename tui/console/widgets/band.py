@@ -57,6 +57,9 @@ def render_band(model: ConsoleState, width: int, book: Playbook | None = None) -
 
 def _idle(model: ConsoleState) -> Text:
     lay = model.layout
+    if lay is None and model.replay_label is not None:  # a replay launches nothing
+        return Text.assemble(("No layout is up at this point of the recording. ", "bold"), "Press ", ("n", "bold"),
+                             " for the next marker, ", ("m", "bold"), " for the list of them.")
     if lay is None:
         return Text.assemble(("No layout is up. ", "bold"), "Press ", ("l", "bold"), " to pick a model and a "
                              "topology and launch it, ", ("c", "bold"), " for a campaign, ", ("r", "bold"),
