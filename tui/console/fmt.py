@@ -106,15 +106,6 @@ def pct(fraction: float | None, digits: int = 0) -> str:
     return "—" if fraction is None else f"{fraction * 100:.{digits}f}%"
 
 
-def rate_bps(bps: float | None) -> str:
-    if bps is None:
-        return "—"
-    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if bps >= scale:
-            return f"{bps / scale:.1f} {unit}"
-    return f"{bps:.0f} B/s"
-
-
 #: a startup phase (``tui.core.launch.phases``) in the operator's words, short enough for the servers table
 PHASE_WORDS = {
     "launching": "Python start", "args": "argument parsing", "config": "model config", "engine_init": "engine start",

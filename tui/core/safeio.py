@@ -306,18 +306,6 @@ def finite_or_none(data: Any) -> Any:
 # --- walking what was read --------------------------------------------------------------------------------------
 
 
-def check_depth(data: Any, source: str | Path, limit: int = MAX_DEPTH) -> None:
-    """InputError when mappings and lists in ``data`` nest deeper than ``limit`` (an iterative walk)."""
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        obj, depth = stack.pop()
-        if isinstance(obj, dict | list | tuple):
-            if depth > limit:
-                raise InputError(f"nested deeper than {limit} levels", file=source)
-            children = obj.values() if isinstance(obj, dict) else obj
-            stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list | tuple))
-
-
 def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     """A string from a file as it may be printed or stored in one line: control characters escaped (a newline or
     an escape sequence never reaches the terminal), cut to ``limit`` characters with how many were left out."""
