@@ -16,6 +16,7 @@ from typing import Any
 
 from tui.cli import predictions
 from tui.cli.argtypes import nonneg_float, nonneg_int, positive_float, positive_int
+from tui.cli.common import add_force_option
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.progress import ProgressLine
 from tui.cli.recording import SessionRecording, add_record_options
@@ -31,6 +32,7 @@ from tui.core.bench.store import Run
 from tui.core.bench.vllmbench import VLLM_BENCH_HINT, run_vllm_bench
 from tui.core.errors import EXIT_FAILED, EXIT_OK, InputError
 from tui.core.events import EventBus
+from tui.core.launch import ownership
 from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.models import Workload, parse_rate
 
@@ -104,6 +106,8 @@ def register(sub: Any) -> None:
                                    "definitions and key names. Results go to runs/<campaign>/.")
     p.add_argument("--endpoint", "-e", metavar="URL", help="http://HOST:PORT (default: the active layout)")
     add_traffic_options(p, single=True)
+    add_force_option(p, "benchmark a layout a running campaign or another benchmark holds (a second load skews "
+                        "both runs)")
     p.add_argument("--events-to", metavar="FILE.jsonl",
                    help="also write the run's events (start, live ticks, end) to FILE as JSON lines, flushed as they "
                         "happen, for another program to follow (the console follows a benchmark it started)")
@@ -315,6 +319,11 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     workload = workload_from_args(args, ctx, args.workload)
     opts = options_from_args(args, workload, vocab, ctx.api_key)
     target.campaign = args.campaign or "bench"
+    if target.layout is not None:  # a layout a running campaign or benchmark holds: refused unless --force
+        held = ownership.check_free(target.layout, "benchmark it", force=args.force)
+        for h in held:
+            ctx.warn(f"benchmarking all the same (--force): {h.text} holds {target.layout.id}; this run is stored "
+                     f"under runs/{target.campaign}/, apart from it")
     progress = ProgressLine(ctx.err, enabled=not args.quiet)
     runs: list[Run] = []
     vllm = vllm_bench_fn(args, ctx, layout_model_ref(ctx, target.layout) if target.layout else None,
@@ -343,7 +352,10 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
                         await run_bench(seeded, target, bus=recorded, on_tick=progress.tick))
             progress.end()
 
-    with session, contextlib.closing(events) if events is not None else contextlib.nullcontext():
+    # while it runs, the layout's record names this benchmark as a user (another one, a stop or a restart asks first)
+    use = ownership.using(StateStore(), target.layout.id, what=f"{workload.name}, runs/{target.campaign}") \
+        if target.layout is not None else contextlib.nullcontext()
+    with session, use, contextlib.closing(events) if events is not None else contextlib.nullcontext():
         try:
             run_async(session.around(go()))
         except (KeyboardInterrupt, asyncio.CancelledError):

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import time
 from typing import Any
 
-from tui.cli.common import launch_request, make_plan
+from tui.cli.argtypes import positive_int
+from tui.cli.common import add_force_option, launch_request, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.cli.recording import SessionRecording, add_record_options
-from tui.core.errors import EXIT_FAILED, EXIT_OK
+from tui.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from tui.core.events import Event, EventBus, Notice
 from tui.core.guided import FixApplied, GuidedLaunch
+from tui.core.launch import failures, ownership
+from tui.core.launch.adopt import follow_orphans
 from tui.core.launch.events import (
     ServerDeferred,
     ServerExited,
@@ -24,7 +28,7 @@ from tui.core.launch.events import (
     StartupExpected,
 )
 from tui.core.launch.lifecycle import UpOptions, assess_layout, process_states, tear_down, timeouts_for
-from tui.core.launch.state import LayoutRecord, StateStore
+from tui.core.launch.state import OWNER_KINDS, LayoutRecord, StateStore
 from tui.core.plan.request import add_plan_arguments, add_up_arguments
 from tui.core.playbook import Diagnosis, load_playbook
 
@@ -37,17 +41,25 @@ def register(sub: Any) -> None:
     add_plan_arguments(up, required=False)  # --bundle carries them
     add_up_arguments(up)
     up.add_argument("--logs", action="store_true", help="print every server log line while starting")
+    add_force_option(up, "with --replace: replace a layout a running campaign or benchmark holds")
+    # who starts the layout, as the state file records it (the console starts up detached: --started-by console)
+    up.add_argument("--started-by", choices=[k for k in OWNER_KINDS if k != "campaign"], default="cli",
+                    help=argparse.SUPPRESS)
+    up.add_argument("--owner-pid", type=positive_int, default=None, help=argparse.SUPPRESS)
     add_record_options(up, default_on=False)
     add_global_options(up)
     up.set_defaults(handler=run_up)
 
     st = sub.add_parser("status", help="the layouts this host runs, their processes and health")
     st.add_argument("--json", action="store_true")
+    st.add_argument("--failed", action="store_true",
+                    help="the history of failed layouts on this host (the newest first), not the layouts up")
     add_global_options(st)
     st.set_defaults(handler=run_status)
 
     down = sub.add_parser("down", help="stop the active layout (SIGINT, then SIGTERM, then SIGKILL)")
     down.add_argument("--all", action="store_true", help="every layout this host knows, failed ones too")
+    add_force_option(down, "stop a layout a running campaign or benchmark holds")
     add_global_options(down)
     down.set_defaults(handler=run_down)
 
@@ -145,6 +157,9 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
         stall_timeout_s=request.stall_timeout_s or stall_default,
         replace=request.replace,
         stagger_shared_gpus=request.stagger,
+        started_by=ownership.owner(args.started_by, pid=args.owner_pid),
+        request=request,
+        force=args.force,
     )
     bus = EventBus()
     bus.subscribe(ProgressPrinter(ctx, show_logs=args.logs))
@@ -166,11 +181,17 @@ def layout_status(rec: LayoutRecord) -> dict[str, Any]:
     alive = process_states(rec)
     health = assess_layout(rec, alive)
     # "status" is what the layout is (degraded/failed once a process it needs has exited); "recorded_status" is
-    # what the state file says, "exited" which processes are gone
+    # what the state file says, "exited" which processes are gone; "started_by" who started it, "held_by" who
+    # holds it now (a running campaign, a benchmark: stopping, restarting or benchmarking it asks for --force);
+    # "request" the up arguments it was started with (what a restart replays)
+    held = ownership.holders(rec) if rec.status in ("starting", "ready", "stopping") else []
     return {"id": rec.id, "status": health.status, "recorded_status": health.recorded, "exited": list(health.exited),
             "simulated": rec.simulated, "profile": rec.profile_id,
             "topology": rec.topology, "endpoint": rec.endpoint, "gpus": rec.gpus, "note": rec.note,
             "created": rec.created, "fixes_applied": rec.plan.get("fixes_applied", []),
+            "started_by": ownership.started_by_dict(rec),
+            "held_by": [{"kind": h.kind, "pid": h.pid, "text": h.text} for h in held],
+            "request": rec.request,
             "diagnoses": [{k: d.get(k) for k in ("server", "entry_id", "title", "severity", "fix", "line_no")}
                           for d in rec.diagnoses],
             "processes": [{"name": p.name, "role": p.role, "pid": p.pid, "alive": alive.get(p.name, False),
@@ -184,6 +205,9 @@ def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
     from tui.hosts import host_for_layout
 
     store = StateStore()
+    if args.failed:
+        return _print_failures(ctx, store, args.json)
+    follow_orphans(store)  # a start whose launcher was killed: its servers' /health says how it went
     layouts = store.read()
     report = [layout_status(rec) for rec in layouts.values()]
     active = store.active()
@@ -201,13 +225,57 @@ def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
                   f"{','.join(map(str, lay['gpus']))}, endpoint {lay['endpoint']}"
                   + (f" ({lay['note']})" if lay["note"] else "")
                   + (f"; fixes applied: {', '.join(lay['fixes_applied'])}" if lay["fixes_applied"] else ""))
+        for line in _owner_lines(lay):
+            ctx.print(line)
+        if lay["request"] is not None:
+            ctx.print(f"  request: disagg-tui up {shlex.join(lay['request'])}")
         for p in lay["processes"]:
             ctx.print(f"  {p['name']:<10} {p['role']:<8} pid {p['pid']:<8} {'running' if p['alive'] else 'EXITED':<8}"
                       f" {p['url']}  log {p['log']}")
         for d in lay["diagnoses"]:
             ctx.print(f"  {d['severity']}: {d['server']} [{d['entry_id']}] {d['title']} — fix: {d['fix']}")
+        if lay["recorded_status"] == "failed":
+            ctx.print("  (the last failure: x in the console or 'disagg-tui down --all' dismisses it; earlier ones: "
+                      "'disagg-tui status --failed')")
     for line in tick_lines(snapshot, show_layout=False):
         ctx.print(line)
+    return EXIT_OK
+
+
+def _owner_lines(lay: dict[str, Any]) -> list[str]:
+    """Who started a layout and who holds it now, as ``status`` prints them (the campaign that started it and
+    still runs is said once)."""
+    who = lay["started_by"] or {}
+    lines = []
+    others = [h for h in lay["held_by"] if not (h["kind"] == "campaign" and h["pid"] == who.get("pid"))]
+    if who:
+        held = len(others) < len(lay["held_by"])
+        lines.append(f"  {who['text']}" + (" — still running: it holds the layout (down, up --replace and bench "
+                                           "refuse it without --force)" if held else ""))
+    if others:
+        lines.append("  in use by " + "; ".join(h["text"] for h in others))
+    return lines
+
+
+def _print_failures(ctx: CliContext, store: StateStore, as_json: bool) -> int:
+    """``status --failed``: the failures this host keeps (the failed layout of the state file, then the history)."""
+    found = failures.past_failures(store)
+    if as_json:
+        ctx.print_json({"failures": [{"id": f.layout_id, "current": f.current, "error": f.error or None,
+                                      **({"layout": layout_status(f.record)} if f.record is not None else {})}
+                                     for f in found]})
+        return EXIT_OK
+    if not found:
+        ctx.print("no failed layout on this host")
+    for f in found:
+        if f.record is None:
+            ctx.print(f"{f.layout_id}: cannot be read: {f.error}")
+            continue
+        r = f.record
+        first = next((d for d in r.diagnoses if d.get("severity") == "error"), r.diagnoses[0] if r.diagnoses else None)
+        why = f" [{first.get('entry_id')}] {first.get('title')}" if first else ""
+        ctx.print(f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(r.created))}  {r.id}: {r.topology} of "
+                  f"{r.profile_id}{' (shown now)' if f.current else ''} — {r.note or 'failed'}{why}")
     return EXIT_OK
 
 
@@ -222,12 +290,19 @@ def run_down(args: argparse.Namespace, ctx: CliContext) -> int:
     bus = EventBus()
     code = EXIT_OK
     for rec in layouts:
+        if rec.status in ("starting", "ready", "stopping"):
+            try:  # a layout a running campaign or benchmark holds is stopped only when told to
+                ownership.check_free(rec, "stop it", force=args.force)
+            except ownership.LayoutInUse as err:
+                ctx.error(err.one_line())
+                code = EXIT_BAD_INPUT
+                continue
         ctx.print(f"stopping {rec.id} ({rec.topology} of {rec.profile_id}) ...")
         asyncio.run(tear_down(rec, bus, store=store))
         left = [n for n, alive in process_states(rec).items() if alive]
         if left:
             ctx.error(f"still running after SIGKILL: {', '.join(left)}")
-            code = EXIT_FAILED
+            code = max(code, EXIT_FAILED)
         else:
             ctx.print(f"stopped {rec.id}: {len(rec.processes)} process group(s), nothing left running")
     return code

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import time
@@ -34,6 +35,7 @@ from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
 from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError
 from tui.core.events import EventBus
 from tui.core.launch import lifecycle as core_lifecycle
+from tui.core.launch import ownership
 from tui.core.models import Workload, parse_rate
 from tui.core.plan.request import LaunchRequest, add_plan_arguments
 from tui.core.topology import parse_topologies
@@ -99,7 +101,11 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     if args.fresh and not args.campaign:
         spec.name = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     vocab = profile.shape.vocab_size
-    lifecycle: Lifecycle = core_lifecycle
+    # each layout records the campaign as its owner (a second console's benchmark, stop or restart of it asks
+    # first) and the request of its topology (what a restart replays once the campaign is done)
+    lifecycle: Lifecycle = core_lifecycle.OwnedLifecycle(
+        owner=ownership.owner("campaign", name=spec.name),
+        requests=lambda topo: dataclasses.replace(request, topology=topo))
     progress = ProgressLine(ctx.err, enabled=not args.quiet)
 
     def options(wl: Workload) -> Any:

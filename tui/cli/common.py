@@ -14,6 +14,13 @@ from tui.core.plan.request import LaunchRequest, plan_request
 from tui.core.plan.spec import LaunchPlan
 
 
+def add_force_option(p: argparse.ArgumentParser, what: str) -> None:
+    """``--force``, the same on every command that refuses a layout held by a running campaign or benchmark
+    (``up --replace``, ``down``, ``bench``)."""
+    p.add_argument("--force", action="store_true", dest="force",
+                   help=what + " (refused otherwise, naming who holds it)")
+
+
 def launch_request(args: argparse.Namespace, ctx: CliContext, *, topology: str | None = None) -> LaunchRequest:
     """The request of this command line (every mistake in it at once, naming the flags); its warnings said."""
     request = LaunchRequest.from_args(args, topology=topology)

@@ -30,7 +30,7 @@ from tui.core import safeio
 from tui.core.bench.windows import BenchWindows
 from tui.core.errors import InputError
 from tui.core.events import EventBus, Notice, event_from_dict
-from tui.core.launch import subphases
+from tui.core.launch import ownership, subphases
 from tui.core.launch.events import (
     LayoutChanged,
     LogLine,
@@ -76,12 +76,14 @@ class _Server:
     env: dict[str, str] | None = None
 
 
-def shown_layout(layouts: dict[str, LayoutRecord]) -> LayoutRecord | None:
-    """The active layout, else the newest one that failed (its diagnosis stays on screen), else None."""
+def shown_layout(layouts: dict[str, LayoutRecord], *, since: float = 0.0) -> LayoutRecord | None:
+    """The active layout, else the newest one that failed (its diagnosis stays on screen) if it is not older than
+    ``since`` (the layout shown before it: a layout that stopped never gives the screen back to an older failure),
+    else None."""
     active = [r for r in layouts.values() if r.status in ACTIVE]
     if active:
         return max(active, key=lambda r: r.created)
-    failed = [r for r in layouts.values() if r.status == "failed"]
+    failed = [r for r in layouts.values() if r.status == "failed" and r.created >= since]
     return max(failed, key=lambda r: r.created) if failed else None
 
 
@@ -107,7 +109,9 @@ class LayoutFollower(threading.Thread):
         self._lock = threading.Lock()
         self._next_sample = 0.0
         self._deferred: set[str] = set()
-        self._shown: tuple[str, str] = ("", "")  # the (status, note) last published
+        self._shown: tuple[str, str, str, str] = ("", "", "", "")  # (status, note, started by, held by) published
+        #: when the newest layout shown so far was created: an older failure is never shown after it
+        self._since = 0.0
         self._told: set[str] = set()  # the files from outside already said to be unreadable (once each)
         #: a log line is redacted before it is published, matched or kept for an exit's excerpt
         self.redactor = Redactor()
@@ -139,14 +143,15 @@ class LayoutFollower(threading.Thread):
             layouts = {}
         with self._lock:
             dismissed = set(self._dismissed)
-        rec = shown_layout({k: v for k, v in layouts.items() if k not in dismissed or v.status in ACTIVE})
+        rec = shown_layout({k: v for k, v in layouts.items() if k not in dismissed or v.status in ACTIVE},
+                           since=self._since)
         if rec is None:
             if self._layout is not None:
                 gone = self._layout
                 self.bus.publish_threadsafe(LayoutChanged(
-                    layout_id=gone.id, status="stopped" if gone.status in ACTIVE else gone.status,
+                    layout_id=gone.id, status="stopped",  # shown no longer: a failed one was dismissed
                     topology=gone.topology, profile_id=gone.profile_id, endpoint=gone.endpoint,
-                    simulated=gone.simulated, note="no longer in the state file"))
+                    simulated=gone.simulated, note="dismissed" if gone.status == "failed" else "stopped"))
                 self._layout, self._servers = None, {}
             return
         if self._layout is None or rec.id != self._layout.id:
@@ -154,6 +159,7 @@ class LayoutFollower(threading.Thread):
         elif self._shown != self._shown_state(rec):
             self._publish_layout(rec)
         self._layout = rec
+        self._since = max(self._since, rec.created)
         self._add_processes(rec)
         self._held_back(rec)
         for srv in self._servers.values():
@@ -175,19 +181,22 @@ class LayoutFollower(threading.Thread):
         self.bus.publish_threadsafe(PlanLaunched(layout_id=rec.id, plan=rec.plan))
 
     @staticmethod
-    def _shown_state(rec: LayoutRecord) -> tuple[str, str]:
-        """(status, note) as shown: ``degraded``/``failed`` once a server or the proxy of a running layout has
-        exited, the note naming which (the state file still says ``ready``)."""
+    def _shown_state(rec: LayoutRecord) -> tuple[str, str, str, str]:
+        """(status, note, started by, held by) as shown: ``degraded``/``failed`` once a server or the proxy of a
+        running layout has exited, the note naming which (the state file still says ``ready``); who started it;
+        who holds it now (a running campaign, a benchmark against it)."""
         health = assess_layout(rec)
         gone = f"exited: {', '.join(health.exited)}" if health.exited else ""
-        return health.status, "; ".join(n for n in (rec.note, gone) if n)
+        held = ownership.held_text(ownership.holders(rec)) if rec.status in ACTIVE else ""
+        return (health.status, "; ".join(n for n in (rec.note, gone) if n), ownership.started_by_text(rec),
+                held)
 
     def _publish_layout(self, rec: LayoutRecord) -> None:
         self._shown = self._shown_state(rec)
-        status, note = self._shown
+        status, note, started_by, held_by = self._shown
         self.bus.publish_threadsafe(LayoutChanged(
             layout_id=rec.id, status=status, topology=rec.topology, profile_id=rec.profile_id,
-            endpoint=rec.endpoint, simulated=rec.simulated, note=note))
+            endpoint=rec.endpoint, simulated=rec.simulated, note=note, started_by=started_by, held_by=held_by))
 
     def _context(self, rec: LayoutRecord) -> MatchContext:
         """What the record says of the server (its topology); ``up`` saves the full context's diagnoses."""

@@ -13,6 +13,7 @@ from typing import ClassVar
 from tui.core.errors import RunFailed
 from tui.core.events import Event, EventBus, Notice, event_from_dict
 from tui.core.host.base import Host
+from tui.core.launch import failures
 from tui.core.launch.lifecycle import Launch, StartFailure, UpOptions
 from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.models import ModelProfile
@@ -66,6 +67,8 @@ class GuidedLaunch:
         self.store = store
         self.max_attempts = max_attempts
         self.diagnoses: list[Diagnosis] = []
+        #: the playbook entries whose fixes this launch applied, in order (what the state file's request carries)
+        self.applied: list[str] = []
         vllm = host.facts.vllm
         arches = {g.arch for i in plan.gpus if (g := host.facts.gpu(i)) is not None}
         self.arch = arches.pop() if len(arches) == 1 else None
@@ -75,37 +78,55 @@ class GuidedLaunch:
         changes = tuple(w.change for w in fix_plan.workarounds[len(plan.workarounds):])
         self.bus.publish(FixApplied(entry_id=entry_id, changes=changes, attempt=attempt, reason=reason))
 
+    @property
+    def asked(self) -> list[str]:
+        """The entries ``--apply-fix`` names (``A,B``; none for ``auto``)."""
+        if not self.apply or self.apply == "auto":
+            return []
+        return [i for i in self.apply.split(",") if i]
+
     def _previous_diagnoses(self) -> list[Diagnosis]:
-        """What the playbook found when this profile last failed to start (fills a fix's values from its line)."""
+        """What the playbook found when this profile last failed with each entry asked for (fills a fix's values
+        from its line): the state file's failed layout, the history of failures, or the findings a running
+        layout's fix came from (a restart applies the same fix)."""
         store = self.store or StateStore()
         out: list[Diagnosis] = []
-        for d in store.failed_diagnoses(str(self.apply), self.profile.id):
-            try:
-                ev = event_from_dict(d)
-            except (ValueError, TypeError, KeyError):
-                continue
-            if isinstance(ev, Diagnosis):
-                out.append(ev)
+        for entry_id in self.asked:
+            for d in failures.fix_diagnoses(store, entry_id, self.profile.id):
+                try:
+                    ev = event_from_dict(d)
+                except (ValueError, TypeError, KeyError):
+                    continue
+                if isinstance(ev, Diagnosis) and ev not in out:
+                    out.append(ev)
         return out
 
     def asked_fixes(self, previous: list[Diagnosis] | None = None) -> LaunchPlan:
-        """The plan with ``--apply-fix ID`` applied (before anything runs). ``previous``: the last failed start's
-        diagnoses, already read (``run`` reads them off the event loop); read here when not given."""
+        """The plan with ``--apply-fix ID[,ID]`` applied (before anything runs). ``previous``: the last failed
+        start's diagnoses, already read (``run`` reads them off the event loop); read here when not given."""
         plan = self.plan
-        if self.apply and self.apply != "auto":
+        if self.asked:
             if previous is None:
                 previous = self._previous_diagnoses()
-            for entry_id, fix in self.book.fixes(previous, self.apply, self.arch):
-                fixed = apply_fix(plan, fix, entry_id)
-                self._apply(entry_id, plan, fixed, 0, "asked")
-                plan = fixed
+            for which in self.asked:
+                for entry_id, fix in self.book.fixes(previous, which, self.arch):
+                    fixed = apply_fix(plan, fix, entry_id)
+                    self._apply(entry_id, plan, fixed, 0, "asked")
+                    plan = fixed
+                    self.applied.append(entry_id)
         return plan
+
+    def _basis(self, diagnoses: list[Diagnosis]) -> tuple[dict[str, object], ...]:
+        """The findings of the fixes applied so far (what their values came from), as the state file keeps them."""
+        return tuple(d.to_dict() for d in diagnoses if d.entry_id in self.applied)
 
     async def run(self) -> tuple[LayoutRecord, LaunchPlan]:
         # the state file is read under its lock: off the event loop (the fixes are applied on it: they publish)
-        previous = await asyncio.to_thread(self._previous_diagnoses) if self.apply and self.apply != "auto" else []
+        previous = await asyncio.to_thread(self._previous_diagnoses) if self.asked else []
+        self.applied = []
         plan = self.asked_fixes(previous)
         applied = set(plan.fixes_applied)
+        basis = list(previous)
         for attempt in range(1, self.max_attempts + 1):
             matchers: dict[str, Matcher] = {s.name: self.book.matcher(s.name, self.context) for s in plan.servers}
 
@@ -115,7 +136,9 @@ class GuidedLaunch:
                     for d in m.feed(text, lineno):
                         self.bus.publish_threadsafe(d)
 
-            opts = replace(self.options, line_hooks=(*self.options.line_hooks, hook))
+            # the state file records the request with the fixes this attempt carries, and what their values came from
+            opts = replace(self.options, line_hooks=(*self.options.line_hooks, hook), fixes=tuple(self.applied),
+                           fix_basis=self._basis(basis))
             launch = Launch(self.host, plan, self.profile, self.bus, opts, self.store)
             try:
                 record = await launch.run()
@@ -128,8 +151,8 @@ class GuidedLaunch:
                     self.diagnoses = matcher.diagnoses
                 await asyncio.to_thread(launch.store.update, launch.layout_id,
                                         diagnoses=[d.to_dict() for d in self.diagnoses])
-                failures = [d for d in self.diagnoses if d.is_failure]
-                fixes = [(e, f) for e, f in self.book.fixes(failures, "auto", self.arch) if e not in applied] \
+                failed_now = [d for d in self.diagnoses if d.is_failure]
+                fixes = [(e, f) for e, f in self.book.fixes(failed_now, "auto", self.arch) if e not in applied] \
                     if self.apply == "auto" else []
                 if not fixes or attempt == self.max_attempts:
                     raise DiagnosedFailure(exc, self.diagnoses, plan) from None
@@ -138,6 +161,8 @@ class GuidedLaunch:
                     self._apply(entry_id, plan, fixed, attempt, "auto")
                     plan = fixed
                     applied.add(entry_id)
+                    self.applied.append(entry_id)
+                basis += failed_now
                 self.bus.publish(Notice(level="info", source="up",
                                         message=f"relaunching with {', '.join(e for e, _ in fixes)} applied "
                                                 f"(attempt {attempt + 1} of {self.max_attempts})"))

@@ -18,6 +18,11 @@ class LayoutChanged(Event):
     endpoint: str = ""
     simulated: bool = False
     note: str = ""
+    #: who started it (``started by campaign X (pid 4242) at 19:54``; empty when not known)
+    started_by: str = ""
+    #: who holds it now (a running campaign that started it, a benchmark against it; empty: nobody): a benchmark,
+    #: a stop or a restart of it asks first
+    held_by: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -25,7 +24,7 @@ import httpx
 from tui.core.errors import AppError, LayoutBusy, PlanRefused, RunFailed
 from tui.core.events import EventBus, Notice
 from tui.core.host.base import Host
-from tui.core.launch import subphases
+from tui.core.launch import failures, ownership, subphases
 from tui.core.launch.events import (
     LayoutChanged,
     LogLine,
@@ -43,6 +42,7 @@ from tui.core.launch.history import Expected, StartupHistory, StartupRecord, exp
 from tui.core.launch.phases import PHASE_INDEX, PhaseTracker
 from tui.core.launch.state import (
     LayoutHealth,
+    LayoutOwner,
     LayoutRecord,
     ProcessRecord,
     StateStore,
@@ -53,6 +53,7 @@ from tui.core.launch.supervisor import LogFollower, StopTarget, create_time, pro
 from tui.core.models import ModelProfile
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import Check, failed, preflight
+from tui.core.plan.request import LaunchRequest
 from tui.core.plan.spec import shell_line
 from tui.core.redact import Redactor, argv_secret_values, redact_argv, secret_values
 
@@ -89,6 +90,15 @@ class UpOptions:
     #: how often a starting server's process tree and caches are sampled (sub-phases; progress for the stall
     #: detector); 0 turns it off
     watch_interval_s: float = 2.0
+    #: who starts the layout (None: ``up`` from the CLI, in this process) and the request it is started with, with
+    #: the playbook fixes applied to it (entry ids) and the diagnoses they took their values from: all recorded in
+    #: the state file (what ``status`` shows and a restart replays)
+    started_by: LayoutOwner | None = None
+    request: LaunchRequest | None = None
+    fixes: tuple[str, ...] = ()
+    fix_basis: tuple[dict[str, Any], ...] = ()
+    #: replace a layout that a running campaign or benchmark holds all the same (``--force``)
+    force: bool = False
 
 
 def timeouts_for(host: Host) -> tuple[float, float]:
@@ -149,15 +159,22 @@ class Launch:
                         continue
                     if not self.options.replace:
                         raise _busy(rec)
+            # a new start: the failure shown until now is history (the dashboard shows the layout that is up)
+            failures.retire_failed(self.store, layouts)
             plan_dict = self.plan.redacted_dict()
             sim: dict[str, Any] = {}
             if self.host.simulated:
                 o = getattr(self.host, "options", None)
                 sim = {"gpu": getattr(self.host, "gpu", ""), "gpus": getattr(self.host, "count", 0),
                        "faults": list(o.sim_faults) if o else []}
+            o = self.options
+            me = os.getpid()
             rec = LayoutRecord(id=self.layout_id, created=time.time(), simulated=self.host.simulated,
-                               plan=plan_dict, processes=[], status="starting", owner_pid=os.getpid(),
-                               owner_user=_user(), sim=sim, endpoint=self.plan.endpoint)
+                               plan=plan_dict, processes=[], status="starting", owner_pid=me,
+                               owner_create_time=create_time(me), owner_user=ownership.user_name(), sim=sim,
+                               endpoint=self.plan.endpoint, started_by=o.started_by or ownership.owner("cli"),
+                               request=ownership.request_to_store(o.request, o.fixes) if o.request else None,
+                               fix_basis=[dict(d) for d in o.fix_basis], ready_timeout_s=o.ready_timeout_s)
             layouts[rec.id] = rec
             self.record = rec
             return rec
@@ -185,6 +202,8 @@ class Launch:
         if self.options.replace:
             active = await asyncio.to_thread(self.store.active)
             if active is not None:
+                # a layout a running campaign or benchmark holds is replaced only when told to (--force)
+                await asyncio.to_thread(ownership.check_free, active, "replace it", force=self.options.force)
                 self.bus.publish(Notice(level="info", message=f"replacing layout {active.id}", source="up"))
                 await tear_down(active, self.bus, store=self.store)
         busy = await asyncio.to_thread(self.store.active)
@@ -522,21 +541,33 @@ def shared_gpu_waits(servers: Sequence[tuple[str, Sequence[int]]]) -> dict[str, 
 
 
 def _busy(rec: LayoutRecord) -> LayoutBusy:
+    who = ownership.started_by_text(rec)
     return LayoutBusy(f"layout {rec.id} ({rec.topology} of {rec.profile_id} on GPU {','.join(map(str, rec.gpus))}) "
-                      f"is {rec.status}; one layout per host", hint="'disagg-tui down' first, or 'up --replace'")
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
+                      f"is {rec.status}" + (f", {who}" if who else "") + "; one layout per host",
+                      hint="'disagg-tui down' first, or 'up --replace'")
 
 
 async def bring_up(profile: ModelProfile, plan: LaunchPlan, host: Host, bus: EventBus, *,
                    options: UpOptions | None = None, store: StateStore | None = None) -> LayoutRecord:
     """Launch ``plan`` and wait until every server (and the proxy) is ready. Raises on failure, stopping the rest."""
     return await Launch(host, plan, profile, bus, options, store).run()
+
+
+@dataclass
+class OwnedLifecycle:
+    """``bring_up``/``tear_down`` as a campaign takes them (``tui.core.bench.campaign.Lifecycle``), recording who
+    starts each layout (``owner``: the campaign, this process) and the request of each topology (``requests``)."""
+
+    owner: LayoutOwner
+    requests: Callable[[str], LaunchRequest | None]
+    store: StateStore | None = None
+
+    async def bring_up(self, profile: ModelProfile, plan: LaunchPlan, host: Host, bus: EventBus) -> LayoutRecord:
+        return await bring_up(profile, plan, host, bus, store=self.store,
+                              options=UpOptions(started_by=self.owner, request=self.requests(plan.topology)))
+
+    async def tear_down(self, record: LayoutRecord, bus: EventBus) -> None:
+        await tear_down(record, bus, store=self.store)
 
 
 def _targets(procs: Iterable[ProcessRecord]) -> list[StopTarget]:
@@ -572,7 +603,9 @@ async def tear_down(record: LayoutRecord, bus: EventBus, *, store: StateStore | 
     def forget_or_mark_stopped() -> None:
         with store.locked() as layouts:
             if forget:
-                layouts.pop(record.id, None)
+                gone = layouts.pop(record.id, None)
+                if gone is not None and record.status == "failed":  # a failure stopped (down --all): history
+                    failures.archive(store, gone)
             elif record.id in layouts:
                 layouts[record.id].status = "stopped"
 

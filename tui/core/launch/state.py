@@ -2,7 +2,11 @@
 
 ``<state_dir>/layouts.json``, guarded by an ``fcntl`` lock on ``<state_dir>/layouts.lock`` so two operators (or two
 commands) on one host never interleave. One record per layout: its plan (secrets redacted), and for every process
-we launched its pid, process group, start time (so a reused pid is never taken for ours), log file, URL and role.
+we launched its pid, process group, start time (so a reused pid is never taken for ours), log file, URL and role;
+who started it (``started_by``: a console, a campaign or ``up`` from the CLI, with its process and the time), the
+exact launch request it was started with (``request``: ``LaunchRequest.to_argv()``, the fixes it carries included),
+and the benchmarks running against it (``users``). A layout that failed stays here only until it is dismissed or
+another layout starts: then it moves to the history of failures (:mod:`tui.core.launch.failures`).
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tui.core import paths, safeio, typedread
 from tui.core.errors import InputError
 from tui.core.redact import redact_data
+
+if TYPE_CHECKING:
+    from tui.core.plan.request import LaunchRequest
 
 STATE_VERSION = 1
 
@@ -139,6 +146,40 @@ def _check_plan(plan: dict[str, Any]) -> None:
         raise exc.inside("plan") from None
 
 
+#: who may start a layout (``LayoutOwner.kind``)
+OWNER_KINDS = ("cli", "console", "campaign")
+
+
+@dataclass
+class LayoutOwner:
+    """Who started a layout: ``up`` from the CLI, a console (which starts ``up`` detached) or a campaign; its
+    process (``pid`` with its start time, so a recycled pid is never taken for it) and when it started the layout."""
+
+    kind: str = "cli"  # cli | console | campaign
+    pid: int = 0
+    create_time: float = 0.0
+    since: float = 0.0
+    name: str = ""  # a campaign's name
+    user: str = ""
+
+
+@dataclass
+class LayoutUser:
+    """A process that uses a layout it did not start: a benchmark against it (``disagg-tui bench``, the console's
+    included), registered while it runs."""
+
+    kind: str  # bench
+    pid: int
+    create_time: float = 0.0
+    since: float = 0.0
+    what: str = ""  # the workload, and where its runs are stored
+
+
+#: arguments of a stored launch request at most, and users of one layout at most
+MAX_REQUEST_ARGS = 512
+MAX_USERS = 64
+
+
 @dataclass
 class LayoutRecord:
     id: str
@@ -153,6 +194,19 @@ class LayoutRecord:
     endpoint: str = ""
     note: str = ""
     diagnoses: list[dict[str, Any]] = field(default_factory=list)  # playbook findings (Diagnosis.to_dict())
+    #: who started it (None: a record of a disagg-tui before owners were recorded); ``owner_pid`` is the process that
+    #: launched it (``up`` or ``run``), ``owner_create_time`` that process's start time
+    started_by: LayoutOwner | None = None
+    owner_create_time: float = 0.0
+    #: the launch request it was started with, as ``disagg-tui up`` arguments (``LaunchRequest.to_argv()``, the fixes
+    #: applied as ``--apply-fix``; secrets redacted): what a restart replays. None: not recorded (an older record)
+    request: list[str] | None = None
+    #: the diagnoses its fixes took their values from (a length from a failing line): a restart applies the same
+    fix_basis: list[dict[str, Any]] = field(default_factory=list)
+    #: the benchmarks running against it (each registers while it runs; a dead one is no user)
+    users: list[LayoutUser] = field(default_factory=list)
+    #: the start's deadline in seconds (0: not recorded): what a layout whose launcher is gone is held to
+    ready_timeout_s: float = 0.0
 
     @property
     def gpus(self) -> list[int]:
@@ -189,23 +243,65 @@ class LayoutRecord:
                 made.append(ProcessRecord.from_dict(p))
             except typedread.FieldError as exc:
                 raise exc.inside(i).inside("processes") from None
-        rec = typedread.read(cls, {**d, "processes": made}, ranges={"owner_pid": (0, typedread.PID_MAX)})
+        rec = typedread.read(cls, {**d, "processes": made}, ranges={"owner_pid": (0, typedread.PID_MAX),
+                                                                    "ready_timeout_s": (0, 1e9)})
         _check_plan(rec.plan)
         for key in ("id", "status", "owner_user", "endpoint"):
             _check_text(getattr(rec, key), (key,))
         _check_text(rec.note, ("note",), lines=True)
-        for i, diag in enumerate(rec.diagnoses):
-            for key in _PRINTED_DIAGNOSIS:
-                _check_text(diag.get(key), ("diagnoses", i, key), lines=key in ("title", "fix"))
-            line_no = diag.get("line_no")
-            if line_no is not None and (isinstance(line_no, bool) or not isinstance(line_no, int) or line_no < 0):
-                raise typedread.FieldError(f"expected a line number, got {typedread.described(line_no)}",
-                                           ("diagnoses", i, "line_no"))
+        for name in ("diagnoses", "fix_basis"):
+            _check_diagnoses(getattr(rec, name), name)
+        if rec.started_by is not None:
+            _check_party(rec.started_by, ("started_by",), ("kind", "name", "user"))
+        if len(rec.users) > MAX_USERS:
+            raise typedread.FieldError(f"{len(rec.users):,} users (at most {MAX_USERS})", ("users",))
+        for i, u in enumerate(rec.users):
+            _check_party(u, ("users", i), ("kind", "what"))
+        if rec.request is not None:
+            if len(rec.request) > MAX_REQUEST_ARGS:
+                raise typedread.FieldError(f"{len(rec.request):,} arguments (at most {MAX_REQUEST_ARGS})",
+                                           ("request",))
+            for i, arg in enumerate(rec.request):
+                _check_text(arg, ("request", i), lines=True)
         return rec
+
+    def launch_request(self) -> LaunchRequest | None:
+        """The :class:`~tui.core.plan.request.LaunchRequest` it was started with, read back with the request's
+        own parser (secrets stay redacted: :func:`tui.core.launch.ownership.stored_request` takes them from the
+        environment); None when none was recorded; an InputError naming the field when it does not parse."""
+        if self.request is None:
+            return None
+        from tui.core.plan.request import LaunchRequest  # the planner: only when a request is read back
+
+        try:
+            return LaunchRequest.from_argv(self.request)
+        except InputError as exc:
+            raise InputError(f"the stored launch request of layout {self.id} does not parse ({exc.title})",
+                             field="request", hint="launch it again from the launch screen (l) or with up") from None
 
 
 #: what ``status`` prints of a layout's saved diagnoses
 _PRINTED_DIAGNOSIS = ("server", "entry_id", "title", "severity", "fix")
+
+
+def _check_diagnoses(diagnoses: list[dict[str, Any]], name: str) -> None:
+    for i, diag in enumerate(diagnoses):
+        for key in _PRINTED_DIAGNOSIS:
+            _check_text(diag.get(key), (name, i, key), lines=key in ("title", "fix"))
+        line_no = diag.get("line_no")
+        if line_no is not None and (isinstance(line_no, bool) or not isinstance(line_no, int) or line_no < 0):
+            raise typedread.FieldError(f"expected a line number, got {typedread.described(line_no)}",
+                                       (name, i, "line_no"))
+
+
+def _check_party(party: LayoutOwner | LayoutUser, path: tuple[str | int, ...], texts: tuple[str, ...]) -> None:
+    """An owner or a user as printed and signalled: a pid Linux can have, printable short texts."""
+    if not 0 <= party.pid <= typedread.PID_MAX:
+        raise typedread.FieldError(f"out of range: {typedread.described(party.pid)} (within 0..{typedread.PID_MAX})",
+                                   (*path, "pid"))
+    for key in texts:
+        value = getattr(party, key)
+        typedread.check_text(value, (*path, key), limit=200)
 
 
 #: the recorded statuses under which every process of the layout is meant to be running
@@ -350,17 +446,6 @@ class StateStore:
             if rec is not None:
                 for key, value in changes.items():
                     setattr(rec, key, value)
-
-    def failed_diagnoses(self, entry_id: str, profile_id: str | None = None) -> list[dict[str, Any]]:
-        """The playbook findings of the most recent failed start (of ``profile_id``) that reported ``entry_id``:
-        ``up --apply-fix ID`` fills a fix's values (a length, a memory figure) from that failure's log line."""
-        failed = sorted((r for r in self.read().values() if r.status == "failed"
-                         and (profile_id is None or r.profile_id == profile_id)),
-                        key=lambda r: r.created, reverse=True)
-        for rec in failed:
-            if any(d.get("entry_id") == entry_id for d in rec.diagnoses):
-                return rec.diagnoses
-        return []
 
     def active(self) -> LayoutRecord | None:
         """The layout that is up (or starting) on this host, if any."""

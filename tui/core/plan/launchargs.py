@@ -62,9 +62,9 @@ def add_up_arguments(p: argparse.ArgumentParser | Any) -> None:
     p.add_argument("--stall-timeout", metavar="S", help="report a start whose log is silent for S seconds as stalled")
     p.add_argument("--no-stagger", action="store_true",
                    help="start servers that share a GPU at once (each then gets a fraction of its KV cache)")
-    p.add_argument("--apply-fix", metavar="ID|auto",
-                   help="apply a playbook entry's fix to the plan before launching; 'auto': launch, and when a "
-                        "start fails with a known failure whose fix is safe, apply it and relaunch")
+    p.add_argument("--apply-fix", metavar="ID[,ID]|auto",
+                   help="apply playbook entries' fixes to the plan before launching (in order); 'auto': launch, and "
+                        "when a start fails with a known failure whose fix is safe, apply it and relaunch")
 
 
 def add_vllm_argument(p: argparse.ArgumentParser | Any, *, default: Any = None) -> None:

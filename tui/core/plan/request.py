@@ -92,7 +92,7 @@ class LaunchRequest:
     bundle: str | None = None
     allow_env: tuple[str, ...] = ()
     trust_remote_code: bool = False
-    apply_fix: str | None = None  # a playbook entry id, or "auto"
+    apply_fix: str | None = None  # playbook entry ids (comma-separated, applied in order), or "auto"
     replace: bool = False
     stagger: bool = True
     ready_timeout_s: float | None = None
@@ -147,6 +147,12 @@ class LaunchRequest:
             value = getattr(self, name)
             if value is not None and not value.strip():
                 bad(name, "empty")
+        if self.apply_fix and self.apply_fix.strip():
+            ids = self.apply_fix.split(",")
+            if any(not i.strip() for i in ids):
+                bad("apply_fix", f"an empty entry id in {self.apply_fix!r}; expected ID[,ID...] or auto")
+            elif "auto" in ids and len(ids) > 1:
+                bad("apply_fix", "auto applies every safe fix a failure needs: give it alone, or entry ids")
         for name, words in (("extra_args", self.extra_args), ("allow_env", self.allow_env)):
             if any("\0" in w for w in words):
                 bad(name, "a NUL character cannot be passed on a command line")

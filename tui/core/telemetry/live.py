@@ -16,6 +16,7 @@ import httpx
 
 from tui.core.events import Event, EventBus
 from tui.core.host.base import Host
+from tui.core.launch.adopt import follow_orphans
 from tui.core.launch.lifecycle import assess_layout
 from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.telemetry.events import GpuSampled
@@ -191,6 +192,8 @@ class LiveTelemetry:
         if self._fixed_endpoints is not None:
             wanted = self._fixed_endpoints
         else:
+            if self.active.store is not None:  # a start whose launcher is gone is followed by its servers' health
+                await asyncio.to_thread(follow_orphans, self.active.store)
             # read now, not the view of up to a second ago: a caller that heard the layout change (a server
             # launched, ready) would otherwise poll the layout as it was before (a short run ended unpolled)
             wanted = await asyncio.to_thread(self.active.endpoints, fresh=True)
