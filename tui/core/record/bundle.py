@@ -354,7 +354,11 @@ def _parse_plan(f: Fields) -> LaunchPlan:
         wf.get("source", str)
         wf.done()
     f.done()
-    result: LaunchPlan = guarded(lambda: LaunchPlan.from_dict(plain(f.data)), f.source, "plan")
+    data = plain(f.data)
+    for s in data["servers"]:  # as checked: a number among a server's words or values is its text (YAML's 8000)
+        s["argv"] = [str(a) for a in s["argv"]]
+        s["env"] = {str(k): str(v) for k, v in (s.get("env") or {}).items()}
+    result: LaunchPlan = guarded(lambda: LaunchPlan.from_dict(data), f.source, "plan")
     return result
 
 
