@@ -57,10 +57,13 @@ def _cell(topology: str, tps: float, flags: list[str]) -> Cell:
 
 
 def test_slow_path_runs_are_left_out_of_the_recommendation_unless_asked() -> None:
-    cells = [_cell("tp2", 1000.0, []), _cell("1p1d", 5000.0, ["kv-slow-path"])]
+    cells = [_cell("tp2", 1000.0, []), _cell("dp2", 900.0, []), _cell("1p1d", 5000.0, ["kv-slow-path"])]
     w = {"w": Workload("w", 512, 512)}
     rec = recommend(cells, w, gpus=2)
     assert rec.objectives["max_throughput"][0].winner == "tp2"
+    # with the slow 1P1D left out, tp2 alone is judged: no winner, and what is missing is said (issue 23)
+    alone = recommend([cells[0], cells[2]], w, gpus=2).objectives["max_throughput"][0]
+    assert alone.winner is None and alone.missing == "only tp2 usable on w (1p1d left out: see the evidence)"
     assert rec.excluded and "1p1d" in rec.excluded[0]
     assert any("left out: 1p1d" in e for e in rec.evidence)
     asked = recommend(cells, w, gpus=2, include_flagged=("kv-slow-path",))

@@ -50,9 +50,11 @@ def _well_formed(p: dict[str, Any]) -> bool:
 
 def attach_all(ctx: CliContext, runs: Sequence[Run]) -> None:
     """Store a prediction with every finished run (a failure to predict is a warning, never the run's failure). A
-    simulated run whose figures departed from it is flagged ``sim-diverged`` (kept out of the recommendation)."""
+    simulated run whose figures departed from it is flagged ``sim-diverged`` (kept out of the recommendation). A run
+    that measured nothing (failed, stopped, none completed: ``Run.unusable``) is compared with no prediction: its
+    zeros depart from every one, and it is in no figure anyway."""
     for r in runs:
-        if not r.summary:
+        if not r.summary or r.unusable:
             continue
         try:
             p = prediction_for(ctx, r)
@@ -79,7 +81,7 @@ def render(ctx: CliContext, runs: Sequence[Run], *, markdown: bool = False) -> s
     rows: list[list[str]] = []
     notes: list[str] = []
     for r in runs:
-        if not r.summary:
+        if not r.summary or r.unusable:  # a run that measured nothing has no figure to set beside a prediction
             continue
         p = prediction_for(ctx, r)
         if "unavailable" in p:

@@ -30,7 +30,17 @@ from tui.core.bench.dataset import run_seed
 from tui.core.bench.events import BenchTick, CampaignStep
 from tui.core.bench.runner import BenchOptions, BenchTarget, run_bench
 from tui.core.bench.serverside import EnergyReader
-from tui.core.bench.store import RUN_FILE, Run, RunMeta, load_run, rate_label, run_name, safe_name, write_json
+from tui.core.bench.store import CAMPAIGN_FILE as CAMPAIGN_FILE  # where it always was, for its readers
+from tui.core.bench.store import (
+    RUN_FILE,
+    Run,
+    RunMeta,
+    load_run,
+    rate_label,
+    run_name,
+    safe_name,
+    write_json,
+)
 from tui.core.errors import AppError, InputError, RunFailed
 from tui.core.events import EventBus
 from tui.core.host.base import Host
@@ -39,7 +49,6 @@ from tui.core.models import ModelProfile, Workload
 from tui.core.plan.planner import LaunchPlan
 from tui.core.procs import pid_alive
 
-CAMPAIGN_FILE = "campaign.json"
 AUTO_FRACTIONS = (0.25, 0.5, 0.75, 0.9)
 GPU_FREE_TIMEOUT_S = 120.0
 #: a GPU counts as free when this little memory is in use (the driver's own reservation stays below it)

@@ -9,19 +9,29 @@ output tok/s), so a smaller margin — or overlapping 95 % intervals when repeat
 The four factors (prefill:decode work ratio, SLO tightness, GPU count, KV-transfer cost vs what it saves) are
 stated from this host's numbers, with the one that drove each verdict named. The evidence is called thin when it
 is: saturation only, a single rate or workload, no repeats, failed cells, or flagged runs.
+
+Only rows that measured something are judged (:attr:`Cell.ranked`): a run that failed, was stopped or completed no
+request, and a run on a campaign's layout that is not part of the campaign, are named in the evidence and judged by
+nobody. Rows of different measurements (another model, host, client or traffic: :attr:`Cell.unit`) are judged
+apart; rows of one topology served differently compete as layouts of their own (``tp1 [--enforce-eager]``). With
+one topology measured on a workload no winner is named: the verdict says what is missing, and
+:attr:`Recommendation.to_compare` the command that would measure it.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tui.core.bench.metrics import attainment, percentile_key
 from tui.core.bench.table import Cell
+from tui.core.errors import InputError
 from tui.core.models import Workload
+from tui.core.topology import parse_topology
 
 #: relative difference between two runs of the same real server (fixtures: 1.9 % output throughput)
 NOISE_FLOOR = 0.02
@@ -54,6 +64,8 @@ class Verdict:
     within_noise: bool = False
     driver: str = ""
     why: str = ""
+    #: why no winner is named although the workload was measured (one topology only): "" otherwise
+    missing: str = ""
 
 
 @dataclass
@@ -68,6 +80,8 @@ class Recommendation:
     thin: bool = False
     #: cells left out of the verdicts and why (a run whose KV went over a slow path says nothing about the layout)
     excluded: list[str] = field(default_factory=list)
+    #: workload → the command that measures what is missing to compare (one topology measured on it)
+    to_compare: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -76,7 +90,8 @@ class Recommendation:
 
 
 def _saturation(cells: Sequence[Cell], workload: str) -> list[Cell]:
-    return [c for c in cells if c.workload == workload and (c.rate is None or math.isinf(c.rate))]
+    """The saturation rows of ``workload`` (a :attr:`Cell.unit`: the workload, and its measurement where several)."""
+    return [c for c in cells if c.unit == workload and (c.rate is None or math.isinf(c.rate))]
 
 
 def _overlap(a: Cell, b: Cell, key: str) -> bool:
@@ -94,10 +109,10 @@ def _verdict(objective: str, workload: str, metric: str, scored: list[tuple[floa
         return v
     scored = sorted(scored, key=lambda t: t[0], reverse=higher)
     v.value, best = scored[0]
-    v.winner = best.topology
+    v.winner = best.layout
     if len(scored) > 1:
         v.runner_up_value, second = scored[1]
-        v.runner_up = second.topology
+        v.runner_up = second.layout
         # how much better the winner is: higher by this share (max objectives), or the runner-up this share
         # higher (min objectives: 6.1 ms against 27.9 ms reads "by 4.6×", not "by 78 %")
         base = v.runner_up_value if higher else v.value
@@ -121,7 +136,7 @@ def goodput_scores(cells: Sequence[Cell], workload: str, slo: Mapping[str, float
 
     best: dict[str, tuple[float, Cell]] = {}
     for c in cells:
-        if c.workload != workload:
+        if c.unit != workload:
             continue
         vals = []
         for r in c.runs:
@@ -132,8 +147,8 @@ def goodput_scores(cells: Sequence[Cell], workload: str, slo: Mapping[str, float
         if not vals:
             continue
         g = sum(vals) / len(vals)
-        if c.topology not in best or g > best[c.topology][0]:
-            best[c.topology] = (g, c)
+        if c.layout not in best or g > best[c.layout][0]:
+            best[c.layout] = (g, c)
     return list(best.values())
 
 
@@ -144,16 +159,16 @@ def highest_rates(cells: Sequence[Cell], slo_by_workload: Mapping[str, Mapping[s
     for c in cells:
         if c.rate is None or math.isinf(c.rate):
             continue
-        slo = slo_by_workload.get(c.workload)
+        slo = slo_by_workload.get(c.unit)
         if not slo:
             continue
         att = [attainment(r.records(), slo) for r in c.runs]
         ok = bool(att) and min(att) >= ATTAINMENT
-        cur = out.setdefault(c.topology, {}).get(c.workload)
+        cur = out.setdefault(c.layout, {}).get(c.unit)
         if ok and (cur is None or c.rate > cur):
-            out[c.topology][c.workload] = c.rate
+            out[c.layout][c.unit] = c.rate
         else:
-            out[c.topology].setdefault(c.workload, None)
+            out[c.layout].setdefault(c.unit, None)
     return out
 
 
@@ -169,8 +184,8 @@ def _kv_line(cells: Sequence[Cell], workload: str) -> str:
     if kv and "external" in kv[0]:
         ext = sum(float(k.get("external", 0.0)) for k in kv) / len(kv)
         n = d.value("completed") or 0
-        parts.append(f"{d.topology} moved {ext / n:,.0f} prompt tokens per request over the KV connector"
-                     if n else f"{d.topology} moved {ext:,.0f} prompt tokens over the KV connector")
+        parts.append(f"{d.layout} moved {ext / n:,.0f} prompt tokens per request over the KV connector"
+                     if n else f"{d.layout} moved {ext:,.0f} prompt tokens over the KV connector")
         if any(k.get("recomputed") for k in kv):
             parts.append("but decode re-did the prefill for most requests (transfer failed)")
     if col:
@@ -178,15 +193,15 @@ def _kv_line(cells: Sequence[Cell], workload: str) -> str:
         ttft_d, tpot_d = d.value("mean_ttft_ms"), d.value("mean_tpot_ms")
         if best_ttft is not None and ttft_d is not None and best_ttft.value("mean_ttft_ms") is not None:
             delta = ttft_d - (best_ttft.value("mean_ttft_ms") or 0.0)
-            parts.append(f"mean TTFT {'+' if delta >= 0 else ''}{delta:,.0f} ms vs {best_ttft.topology}")
+            parts.append(f"mean TTFT {'+' if delta >= 0 else ''}{delta:,.0f} ms vs {best_ttft.layout}")
         best_tpot = min(col, key=lambda c: c.value("mean_tpot_ms") or math.inf)
         tp = best_tpot.value("mean_tpot_ms")
         if tpot_d and tp:
             ratio = tp / tpot_d
             how = f"{ratio:.1f}× lower" if ratio >= 1.5 else f"{(tpot_d - tp) / tp:+.0%}"
             verdict = "what disaggregation saves" if tpot_d < tp else "the transfer does not pay here"
-            parts.append(f"mean TPOT {tpot_d:.1f} ms vs {tp:.1f} ms for {best_tpot.topology} ({how}: {verdict})")
-    return "; ".join(parts) if parts else f"{d.topology} measured, without KV-transfer counters"
+            parts.append(f"mean TPOT {tpot_d:.1f} ms vs {tp:.1f} ms for {best_tpot.layout} ({how}: {verdict})")
+    return "; ".join(parts) if parts else f"{d.layout} measured, without KV-transfer counters"
 
 
 def _driver(objective: str, winner: str, ratio: float, *, tps_winner: str | None = None,
@@ -219,20 +234,69 @@ def _driver(objective: str, winner: str, ratio: float, *, tps_winner: str | None
 EXCLUDED_FLAGS = ("kv-slow-path",)
 
 
+def alternatives(topology: str) -> list[str]:
+    """The usual other layouts on as many GPUs as ``topology`` takes (on one GPU there are none: those of two)."""
+    try:
+        gpus = max(parse_topology(topology).gpus_needed, 2)
+    except InputError:
+        gpus = 2
+    return [f"dp{gpus}", f"tp{gpus}", "1p1d" if gpus == 2 else f"1p{gpus - 1}d"]
+
+
+def compare_command(cell: Cell, measured: Sequence[str]) -> str:
+    """The campaign that measures the other layouts of ``cell``'s workload as its runs were measured (the model of
+    their plan, the simulator when they were simulated, as many prompts)."""
+    run = cell.runs[0] if cell.runs else None
+    others = [t for t in alternatives(cell.topology) if t not in measured]
+    words = ["disagg-tui", "run"]
+    if run is not None and run.simulated:
+        words.append("--sim")
+    model = (run.served.profile or run.meta.model) if run is not None else ""
+    if model:
+        words += ["--model", shlex.quote(model)]
+    words += ["--topology", ",".join(others), "--workload", shlex.quote(cell.workload)]
+    prompts = run.summary.get("num_prompts") if run is not None else None
+    if isinstance(prompts, int) and not isinstance(prompts, bool) and prompts > 0:
+        words += ["--num-prompts", str(prompts)]
+    return " ".join(words)
+
+
+def _one_topology(sat: Sequence[Cell], every: Sequence[Cell], unit: str) -> tuple[str, str] | None:
+    """When ``unit``'s judged saturation rows are of one topology only: why no winner is named, and the command
+    that measures the others; None when two or more topologies were measured."""
+    topologies = sorted({c.topology for c in sat})
+    if len(topologies) != 1:
+        return None
+    topo = topologies[0]
+    variants = len({c.layout for c in sat})
+    apart = sorted({c.topology for c in every if c.unit == unit and c.topology != topo
+                    and (c.rate is None or math.isinf(c.rate))})
+    why = f"only {topo} measured on {unit}"
+    if apart:
+        why = f"only {topo} usable on {unit} ({', '.join(apart)} left out: see the evidence)"
+    if variants > 1:
+        why += f"; its {variants} serve configurations are compared in the table"
+    return why, compare_command(sat[0], [topo])
+
+
 def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus: int | None = None,
               slo: Mapping[str, float] | None = None, repeats: int = 1, failed: Sequence[str] = (),
               include_flagged: Sequence[str] = ()) -> Recommendation:
-    """``include_flagged``: flags of ``EXCLUDED_FLAGS`` whose cells are judged anyway (``--include-kv-slow-path``)."""
+    """``include_flagged``: flags of ``EXCLUDED_FLAGS`` whose cells are judged anyway (``--include-kv-slow-path``).
+    Only :attr:`Cell.ranked` rows are judged; the others are named in the evidence."""
     rec = Recommendation()
+    unjudged = [c for c in cells if not c.ranked and (c.left_out or c.outside)]
+    cells = [c for c in cells if c.ranked or not (c.left_out or c.outside)]
     excluded = [c for c in cells if any(f in EXCLUDING_FLAGS for f in c.flags)]
     every = cells
     cells = [c for c in cells if c not in excluded]
     left_out = [c for c in cells if any(f in c.flags for f in EXCLUDED_FLAGS if f not in include_flagged)]
     if left_out:
         cells = [c for c in cells if c not in left_out]
-        rec.excluded = [f"{c.topology}/{c.workload}@{'sat' if c.rate is None else f'{c.rate:g}'}: "
+        rec.excluded = [f"{c.layout}/{c.workload}@{'sat' if c.rate is None else f'{c.rate:g}'}: "
                         + ", ".join(f for f in c.flags if f in EXCLUDED_FLAGS) for c in left_out]
-    names = sorted({c.workload for c in every})  # a workload whose every cell is excluded: no winner
+    names = sorted({c.unit for c in every})  # a workload whose every cell is excluded: no winner
+    workload_of = {c.unit: c.workload for c in every}
     rec.slo_derived = not slo
     for w in names:
         rec.slo[w] = dict(slo) if slo else derive_slo(cells, w)
@@ -240,15 +304,21 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
         sat = _saturation(cells, w)
         tps = [(c.value("output_throughput") or 0.0, c) for c in sat if c.value("output_throughput") is not None]
         tpot = [(c.value("mean_tpot_ms") or 0.0, c) for c in sat if c.value("mean_tpot_ms")]
-        rec.objectives.setdefault("max_throughput", []).append(
-            _verdict("max_throughput", w, "output_throughput", tps, True))
-        rec.objectives.setdefault("min_tpot", []).append(_verdict("min_tpot", w, "mean_tpot_ms", tpot, False))
         good = goodput_scores(cells, w, rec.slo[w]) if rec.slo[w] else []
-        rec.objectives.setdefault("max_goodput", []).append(
-            _verdict("max_goodput", w, "request_goodput", good, True))
+        one = _one_topology([c for _, c in tps] or sat, every, w) if sat else None
+        for objective, metric, scored, higher in (("max_throughput", "output_throughput", tps, True),
+                                                  ("min_tpot", "mean_tpot_ms", tpot, False),
+                                                  ("max_goodput", "request_goodput", good, True)):
+            if one is not None and scored:
+                v = Verdict(objective, w, metric, missing=one[0], why="one topology measured")
+            else:
+                v = _verdict(objective, w, metric, scored, higher)
+            rec.objectives.setdefault(objective, []).append(v)
+        if one is not None:
+            rec.to_compare[w] = one[1]
     rec.highest_rate_meeting_slo = highest_rates(cells, rec.slo)
     for w in names:
-        wl = workloads.get(w)
+        wl = workloads.get(workload_of[w])
         ratio = wl.input_len / wl.output_len if wl else 1.0
         kind = "prefill-dominated" if ratio > 1 else "decode-dominated"
         lines = [
@@ -258,7 +328,7 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
         tps_v = next(v for v in rec.objectives["max_throughput"] if v.workload == w)
         slo_w = rec.slo[w]
         if slo_w and tps_v.winner:
-            win = next(c for c in _saturation(cells, w) if c.topology == tps_v.winner)
+            win = next(c for c in _saturation(cells, w) if c.layout == tps_v.winner)
             p99 = win.value(percentile_key("tpot", 99))
             limit = slo_w.get("tpot")
             if p99 is not None and limit is not None:
@@ -268,6 +338,9 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
                              f"{'tight' if tight else 'loose'} for it")
             else:
                 lines.append(f"{FACTORS[1]}: {', '.join(f'{k} ≤ {v:g} ms' for k, v in slo_w.items())}")
+        elif slo_w:
+            lines.append(f"{FACTORS[1]}: {', '.join(f'{k} ≤ {v:g} ms' for k, v in slo_w.items())}"
+                         + (" (derived)" if rec.slo_derived else "") + "; no winner to judge it against")
         else:
             lines.append(f"{FACTORS[1]}: no SLO to judge against")
         lines.append(f"{FACTORS[2]}: {gpus if gpus is not None else '?'} GPU(s) per layout"
@@ -283,13 +356,16 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
                                               tpot_winner=tpot_v.winner)
     for objective, vs in rec.objectives.items():
         winners = {v.winner for v in vs if v.winner}
-        if not winners:
+        missing = [v.missing for v in vs if v.missing]
+        if not winners and not missing:
             why = sorted({f for c in excluded for f in c.flags if f in EXCLUDING_FLAGS})
             rec.summary[objective] = (f"no usable measurement ({len(excluded)} cell(s) kept out: {', '.join(why)})"
                                       if excluded else "not measured")
             continue
         parts = []
         for v in vs:
+            if v.missing:
+                parts.append(v.missing)
             if not v.winner:
                 continue
             margin = ""
@@ -297,17 +373,40 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
                 margin = f" by {v.margin:.1%}" if v.margin < 1 else f" by {1 + v.margin:.1f}×"
             noise = " (within noise)" if v.within_noise else ""
             parts.append(f"{v.winner} on {v.workload}{margin}{noise}")
-        head = next(iter(winners)) if len(winners) == 1 else "depends on the workload"
+        if not winners:
+            head = "not compared"
+        elif len(winners) > 1:
+            head = "depends on the workload"
+        else:
+            head = next(iter(winners)) + (" where compared" if missing else "")
         rec.summary[objective] = f"{head}: " + "; ".join(parts)
-    rec.evidence = _evidence(every, names, repeats, failed, rec)
+    rec.evidence = _evidence(every, sorted({c.workload for c in every}), repeats, failed, rec)
     for flag in EXCLUDING_FLAGS:
-        out = sorted({f"{c.topology}/{c.workload}" for c in excluded if flag in c.flags})
+        out = sorted({f"{c.layout}/{c.workload}" for c in excluded if flag in c.flags})
         if out:
             rec.evidence.append(f"kept out of the recommendation ({flag}): {', '.join(out)}")
     rec.evidence += [f"left out: {x} (KV moved far below the GPU link; --include-kv-slow-path to judge it)"
                      for x in rec.excluded]
+    rec.evidence += _unjudged(unjudged)
     rec.thin = bool(rec.evidence)
     return rec
+
+
+def _unjudged(cells: Sequence[Cell]) -> list[str]:
+    """The runs no verdict judged: left out of every figure (failed, stopped, none completed), or measured on a
+    campaign's layout without being part of it."""
+    lines = []
+    gone = [c for c in cells if c.left_out]
+    if gone:
+        lines.append(f"{len(gone)} run(s) in no figure: " + "; ".join(
+            f"{r.id} ({c.left_out}{f'; not part of campaign {c.outside}' if c.outside else ''})"
+            for c in gone for r in c.runs[:1]))
+    apart = [c for c in cells if c.outside and not c.left_out]
+    if apart:
+        lines.append(f"{len(apart)} run(s) judged by nobody (measured on a campaign's layout, not part of it: it "
+                     "may have shared the layout with the campaign's load): "
+                     + "; ".join(f"{r.id} (campaign {c.outside})" for c in apart for r in c.runs[:1]))
+    return lines
 
 
 def _evidence(cells: Sequence[Cell], names: Sequence[str], repeats: int, failed: Sequence[str],
@@ -348,6 +447,8 @@ def render(rec: Recommendation) -> str:
         for v in rec.objectives.get(objective, []):
             if v.winner and v.driver:
                 lines.append(f"      {v.workload}: driven by {v.driver} — {v.why}")
+    for w, command in rec.to_compare.items():
+        lines.append(f"  to compare on {w}, measure the other layouts: {command}")
     for w, factors in rec.factors.items():
         lines.append(f"  {w}:")
         lines += [f"    - {f}" for f in factors]

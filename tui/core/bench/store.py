@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import binascii
 import contextlib
+import functools
 import json
 import math
 import os
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tui.core import paths, safeio, typedread
+from tui.core.bench import served as served_mod
 from tui.core.bench.kvxfer import KvTransferRun, TtftBreakdown
 from tui.core.bench.metrics import (
     RequestRecord,
@@ -43,14 +45,16 @@ from tui.core.bench.metrics import (
     summarize,
 )
 from tui.core.bench.serverside import KvTransferCheck, PacingCheck, PrefixCacheCheck
-from tui.core.errors import InputError
-from tui.core.models import Workload, ranges
+from tui.core.errors import AppError, InputError
+from tui.core.models import Catalog, Workload, ranges
 from tui.core.plan.spec import LaunchPlan
 from tui.core.procs import pid_alive
 from tui.core.redact import Redactor
 
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
+#: a campaign folder's spec (``tui.core.bench.campaign``): the runs stored beside it are the campaign's
+CAMPAIGN_FILE = "campaign.json"
 #: the plan of the layout a run measured (``LaunchPlan.redacted_dict()``), when one was known
 PLAN_FILE = "plan.json"
 REQUESTS_FILE = "requests.parquet"
@@ -420,6 +424,41 @@ class Run:
         """Measured on the simulated host (its figures come from the simulator's performance model)."""
         return bool((self.meta.fingerprint or {}).get("simulated")) or bool(self.summary.get("simulated"))
 
+    @property
+    def unusable(self) -> str:
+        """Why this run's figures may enter no mean, interval, best mark or recommendation ("" when they may): it is
+        still running, it failed or was stopped (``incomplete``), or it completed no request. The run is stored and
+        shown all the same, with this as its status."""
+        s = self.summary
+        done, failed = _count(s.get("completed")), _count(s.get("failed"))
+        total = _count(s.get("num_prompts")) or done + failed
+        counts = f"{done}/{total} done, {failed} failed" if s else ""
+        status = self.meta.status
+        if status == "running":
+            return "still running"
+        if status != "complete":
+            return f"{status} ({counts})" if counts else status
+        if not done:
+            return f"no request completed ({counts})" if counts else "no request completed (no summary)"
+        return ""
+
+    @functools.cached_property
+    def served(self) -> served_mod.ServedSettings:
+        """What its layout served with (every vLLM flag and variable of its plan, normalised: :mod:`served`)."""
+        return read_run_served(self.path)
+
+    @property
+    def campaign_folder(self) -> Path | None:
+        """The campaign folder it is stored in (one with a ``campaign.json``), None for a run of no campaign (a
+        ``bench`` or an imported result)."""
+        folder = self.path.parent
+        return folder if os.path.lexists(folder / CAMPAIGN_FILE) and os.path.lexists(self.path / RUN_FILE) \
+            else None
+
+
+def _count(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else 0
+
 
 def read_records(directory: Path) -> list[RequestRecord]:
     """Every finished request of a run: ``requests.parquet``, else the parts and the journal (a killed run).
@@ -634,6 +673,24 @@ def read_run_workload(directory: Path) -> Workload | None:
     return wl.with_overrides(request_rate=math.inf if value is None else value)
 
 
+def run_workloads(runs: Iterable[Run], catalog: Catalog | None = None) -> dict[str, Workload]:
+    """The workloads the runs used, by name: each run's own (``workload.json``, an edited one too, checked), else
+    the catalogue's of that name; a name neither knows is left out."""
+    out: dict[str, Workload] = {}
+    for r in runs:
+        name = r.meta.workload
+        if name in out:
+            continue
+        own = read_run_workload(r.path)
+        if own is not None:
+            out[name] = own
+            continue
+        if catalog is not None:
+            with contextlib.suppress(AppError):
+                out[name] = catalog.workload(name)
+    return out
+
+
 def read_run_plan(directory: Path) -> LaunchPlan | None:
     """The plan of the layout a run directory measured (its ``plan.json``), None when it kept none; the folder may
     be a teammate's copy: the file is read bounded and strict, and a plan of the wrong shape is a one-line
@@ -644,6 +701,23 @@ def read_run_plan(directory: Path) -> LaunchPlan | None:
     data = safeio.load_json(path, "run record")
     plan: LaunchPlan = safeio.guarded(lambda: LaunchPlan.from_dict(data), path, "plan")
     return plan
+
+
+def read_run_served(directory: Path) -> served_mod.ServedSettings:
+    """The served settings of a run directory's ``plan.json`` (:func:`served.plan_settings`); unknown, saying why,
+    when it kept none, or one that does not read (a copied folder's file: bounded and strict, never an error)."""
+    path = directory / PLAN_FILE
+    if not os.path.lexists(directory / RUN_FILE):
+        return served_mod.unknown("its run folder is not on this host")
+    if not os.path.lexists(path):
+        return served_mod.unknown("stored without its plan")
+    try:
+        data = safeio.load_json(path, "run record")
+    except InputError as err:
+        return served_mod.unknown(f"its plan does not read: {err.message}")
+    if not isinstance(data, dict):
+        return served_mod.unknown("its plan is not an object")
+    return served_mod.plan_settings(data)
 
 
 def load_runs(directories: Iterable[Path]) -> tuple[list[Run], list[InputError]]:

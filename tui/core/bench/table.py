@@ -1,10 +1,15 @@
 """The comparison table across runs: topology × workload (× rate), like the design note's table, in polars.
 
-One row per (topology, workload, rate); repeats of a cell are averaged and carry a 95 % confidence interval. Runs
-that were not measured alike (another model, the other client, another host or the simulator) are never averaged
-together: where the runs shown differ in one of those, each row says which in a ``setup`` column.
+One row per (topology, workload, rate) and setup; repeats of a row are averaged and carry a 95 % confidence
+interval. Only true repeats are averaged: runs measured differently (another model, client, host, vLLM) or served
+differently (another vLLM flag or variable in their plans) are rows of their own, the ``setup`` column saying how
+(:mod:`tui.core.bench.setupkey`). A run that failed, was stopped or completed no request is a row of its own too,
+its status saying so and its figures left out: it never enters a mean, an interval, a best mark or a
+recommendation, and never knocks out the good runs of its cell (:attr:`Run.unusable`). A run on a campaign's layout
+that is not part of the campaign is a row apart, never ranked.
 Columns: output TPS, TPOT mean and p99, TTFT mean, goodput. The best value of each column within a workload (and
-rate) is marked: highest TPS and goodput, lowest latencies. Printable as text, Markdown, CSV or JSON.
+rate) is marked among the rows of one measurement: highest TPS and goodput, lowest latencies. Printable as text,
+Markdown, CSV or JSON.
 """
 
 from __future__ import annotations
@@ -16,7 +21,15 @@ from typing import Any
 
 from tui.core.bench import report, stats
 from tui.core.bench.metrics import goodput_of, percentile_key, summarize
-from tui.core.bench.store import Run, rate_label
+from tui.core.bench.setupkey import SETUP_PARTS as SETUP_PARTS
+from tui.core.bench.setupkey import like_for_like_note as like_for_like_note
+from tui.core.bench.setupkey import run_labels
+from tui.core.bench.setupkey import run_setup as run_setup
+from tui.core.bench.setupkey import setup_labels as setup_labels
+from tui.core.bench.setupkey import unknown_flags_note as unknown_flags_note
+from tui.core.bench.setupkey import workload_signature as workload_signature
+from tui.core.bench.store import Run
+from tui.core.bench.store import rate_label as rate_label
 from tui.core.errors import InputError
 
 
@@ -41,15 +54,20 @@ COLUMNS: tuple[Column, ...] = (
 
 @dataclass
 class Cell:
-    """One (topology, workload, rate) with the runs measured for it."""
+    """One (topology, workload, rate) and setup with the runs measured for it; or one run left out of every figure
+    (``left_out`` says why), shown as a row of its own."""
 
     topology: str
     workload: str
     rate: float | None  # None = inf (saturation)
-    setup: str = ""  # what sets these runs apart from others shown (model, client, host); "" when nothing does
+    setup: str = ""  # what sets these runs apart from others shown (setupkey.RunLabel.full); "" when nothing does
     runs: list[Run] = field(default_factory=list)
     values: dict[str, stats.Interval] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
+    group_setup: str = ""  # the measurement part of the setup: rows compare only within one
+    serve: str = ""  # how its serve flags differ from the others' ("" when they do not)
+    outside: str = ""  # the campaign whose layout it measured without being part of it
+    left_out: str = ""  # why its run enters no figure (failed, stopped, no request completed); "" for a measured row
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -57,7 +75,26 @@ class Cell:
 
     @property
     def group(self) -> tuple[str, str, str]:
-        return (self.setup, self.workload, rate_label(self.rate))
+        return (self.group_setup, self.workload, rate_label(self.rate))
+
+    @property
+    def ranked(self) -> bool:
+        """Its figures may be marked best and recommended: measured, and not a stray run on a campaign's layout."""
+        return not self.left_out and not self.outside and bool(self.values)
+
+    @property
+    def layout(self) -> str:
+        """The topology and, where runs were served differently, how this row was: what a verdict names."""
+        return f"{self.topology} [{self.serve}]" if self.serve else self.topology
+
+    @property
+    def unit(self) -> str:
+        """The workload, and the measurement where rows of several are shown: what a recommendation judges."""
+        return f"{self.workload} ({self.group_setup})" if self.group_setup else self.workload
+
+    @property
+    def status(self) -> str:
+        return self.left_out or "complete"
 
     def value(self, key: str) -> float | None:
         iv = self.values.get(key)
@@ -98,16 +135,23 @@ def run_values(run: Run, slo_ms: Mapping[str, float] | None = None) -> dict[str,
 
 def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None, *,
                 slo_by_workload: Mapping[str, Mapping[str, float]] | None = None) -> list[Cell]:
-    """Cells of the table; goodput is recomputed from the records under ``slo_ms`` (or each workload's SLO)."""
+    """Cells of the table; goodput is recomputed from the records under ``slo_ms`` (or each workload's SLO, keyed
+    by its :attr:`Cell.unit` or its name). Every run is in one: the runs that measured something in the cell of
+    their setup, each run left out (failed, stopped, none completed) in a row of its own."""
     cells: dict[tuple[str, str, str, str], Cell] = {}
-    measured = [run for run in runs if run.summary]
-    setups = setup_labels(measured)
-    for run, setup in zip(measured, setups, strict=True):
+    apart: list[Cell] = []
+    for run, label in zip(runs, run_labels(runs), strict=True):
         m = run.meta
-        cell = Cell(m.topology or "unknown", m.workload or "unknown", m.request_rate, setup)
+        cell = Cell(m.topology or "unknown", m.workload or "unknown", m.request_rate, label.full,
+                    group_setup=label.group, serve=label.serve, outside=label.outside, left_out=run.unusable)
+        if cell.left_out:
+            cell.runs.append(run)
+            cell.flags = list(m.flags)
+            apart.append(cell)
+            continue
         cells.setdefault(cell.key, cell).runs.append(run)
     for cell in cells.values():
-        slo = (slo_by_workload or {}).get(cell.workload) or slo_ms
+        slo = (slo_by_workload or {}).get(cell.unit) or (slo_by_workload or {}).get(cell.workload) or slo_ms
         per_run = [run_values(r, slo) for r in cell.runs]
         keys = {k for v in per_run for k in v}
         for k in keys:
@@ -118,88 +162,9 @@ def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None, 
             for f in r.meta.flags:
                 if f not in cell.flags:
                     cell.flags.append(f)
-    return sorted(cells.values(),
-                  key=lambda c: (c.setup, c.workload, math.inf if c.rate is None else c.rate, c.topology))
-
-
-_CLIENTS = {"disagg-tui": "ours", "vllm-bench": "vllm bench", "imported": "imported"}
-
-
-SETUP_PARTS = ("model", "client", "host", "vLLM")
-
-
-def run_setup(run: Run) -> tuple[str, str, str, str]:
-    """What a run was measured with, beyond its cell: the model, the client, the host (or "simulated"), the
-    server's vLLM version."""
-    fp = run.meta.fingerprint or {}
-    host = "simulated" if fp.get("simulated") else str(fp.get("hostname") or "")
-    server = fp.get("server") if isinstance(fp.get("server"), dict) else {}
-    version = str((server or {}).get("server_version") or "")
-    return (run.meta.model or "", _CLIENTS.get(run.meta.runner, run.meta.runner), host,
-            f"vLLM {version}" if version else "")
-
-
-def workload_signature(run: Run) -> str:
-    """The traffic a run sent, from its summary: prompts, mean tokens in and out, arrivals (two runs of one
-    workload name with different signatures are not like for like)."""
-    s = run.summary
-    done = s.get("completed") or 0
-    parts = [f"{s.get('num_prompts', '?')} prompts"]
-    if s.get("random_input_len") is not None:
-        parts.append(f"{s.get('random_input_len')}/{s.get('random_output_len')} tok")
-        if s.get("random_range_ratio"):
-            parts.append(f"range {s.get('random_range_ratio')}")
-        if s.get("random_prefix_len"):
-            parts.append(f"prefix {s.get('random_prefix_len')}")
-    elif done:  # a result without its definition (imported): the mean lengths it sent, to two digits
-        mean_in = float(s.get("total_input_tokens") or 0) / done
-        mean_out = float(s.get("total_output_tokens") or 0) / done
-        parts.append(f"{float(f'{mean_in:.2g}'):g}/{float(f'{mean_out:.2g}'):g} tok")
-    if s.get("burstiness") not in (None, 1, 1.0):
-        parts.append(f"burstiness {s.get('burstiness')}")
-    if s.get("max_concurrency") is not None:
-        parts.append(f"≤{s.get('max_concurrency')} in flight")
-    return ", ".join(parts)
-
-
-def _workload_sigs(runs: Sequence[Run]) -> dict[str, set[str]]:
-    sigs: dict[str, set[str]] = {}
-    for r in runs:
-        sigs.setdefault(r.meta.workload, set()).add(workload_signature(r))
-    return sigs
-
-
-def setup_labels(runs: Sequence[Run]) -> list[str]:
-    """Per run, the parts of its setup that differ among ``runs`` (model · client · host · vLLM, and the traffic
-    where runs of one workload name sent different traffic), "" where none do."""
-    setups = [run_setup(r) for r in runs]
-    varying = [i for i in range(len(SETUP_PARTS)) if len({s[i] for s in setups}) > 1]
-    sigs = _workload_sigs(runs)
-    out = []
-    for r, s in zip(runs, setups, strict=True):
-        parts = [s[i] or "?" for i in varying]
-        if len(sigs.get(r.meta.workload, ())) > 1:
-            parts.append(workload_signature(r))
-        out.append(" · ".join(parts))
-    return out
-
-
-def like_for_like_note(runs: Sequence[Run]) -> str:
-    """"" when every run shown was measured alike; else one line naming what differs (rows of different setups
-    are never averaged together, and the best marks compare rows of one setup only)."""
-    measured = [r for r in runs if r.summary]
-    setups = [run_setup(r) for r in measured]
-    diffs = []
-    for i, part in enumerate(SETUP_PARTS):
-        values = sorted({s[i] or "?" for s in setups})
-        if len(values) > 1:
-            diffs.append(f"{part} ({' vs '.join(values)})")
-    for name, sigs in sorted(_workload_sigs(measured).items()):
-        if len(sigs) > 1:
-            diffs.append(f"workload {name} ({' vs '.join(sorted(sigs))})")
-    if not diffs:
-        return ""
-    return "NOT LIKE-FOR-LIKE: these runs differ in " + "; ".join(diffs) + " (the setup column tells them apart)"
+    return sorted([*cells.values(), *apart],
+                  key=lambda c: (c.group_setup, c.workload, math.inf if c.rate is None else c.rate, c.topology,
+                                 bool(c.left_out), c.setup, c.runs[0].meta.started if c.runs else 0.0))
 
 
 def best_marks(cells: Sequence[Cell]) -> dict[tuple[tuple[str, str, str, str], str], bool]:
@@ -207,7 +172,8 @@ def best_marks(cells: Sequence[Cell]) -> dict[tuple[tuple[str, str, str, str], s
     marks: dict[tuple[tuple[str, str, str, str], str], bool] = {}
     groups: dict[tuple[str, str, str], list[Cell]] = {}
     for c in cells:
-        groups.setdefault(c.group, []).append(c)
+        if c.ranked:
+            groups.setdefault(c.group, []).append(c)
     for members in groups.values():
         for col in COLUMNS:
             if col.better not in ("max", "min"):
@@ -234,6 +200,7 @@ def comparison_frame(cells: Sequence[Cell]) -> Any:
         data[f"{col.key}_ci95"] = []
         data[f"{col.key}_best"] = []
     data["flags"] = []
+    data["status"] = []
     for c in cells:
         data["topology"].append(c.topology)
         data["setup"].append(c.setup)
@@ -244,12 +211,13 @@ def comparison_frame(cells: Sequence[Cell]) -> Any:
             iv = c.values.get(col.key)
             data[col.key].append(iv.mean if iv else None)
             data[f"{col.key}_ci95"].append(iv.half if iv and iv.n > 1 else None)
-            data[f"{col.key}_best"].append(bool(marks.get((c.key, col.key))))
+            data[f"{col.key}_best"].append(c.ranked and bool(marks.get((c.key, col.key))))
         data["flags"].append(",".join(c.flags))
+        data["status"].append(c.status)
     if not any(data["setup"]):
         del data["setup"]  # every run measured alike: no column for it
     schema: dict[str, Any] = {"topology": pl.Utf8, "setup": pl.Utf8, "workload": pl.Utf8, "rate": pl.Utf8,
-                              "runs": pl.Int64, "flags": pl.Utf8}
+                              "runs": pl.Int64, "flags": pl.Utf8, "status": pl.Utf8}
     for col in COLUMNS:
         schema[col.key] = pl.Float64
         schema[f"{col.key}_ci95"] = pl.Float64
@@ -280,12 +248,19 @@ def _lead_cells(r: dict[str, Any], lead: list[str]) -> list[str]:
     return [str(r[k]) + (n if k == "topology" else "") for k in lead]
 
 
+def _tail(df: Any) -> list[str]:
+    """The columns after the figures: ``flags``, and ``status`` where some row is a run left out."""
+    shown = "status" in df.columns and any(v != "complete" for v in df["status"])
+    return ["flags", *(["status"] if shown else [])]
+
+
 def render_text(df: Any) -> str:
-    lead = _lead(df)
-    headers = [*lead, *[c.title for c in COLUMNS], "flags"]
+    lead, tail = _lead(df), _tail(df)
+    headers = [*lead, *[c.title for c in COLUMNS], *tail]
     rows = []
     for r in df.iter_rows(named=True):
-        rows.append([*_lead_cells(r, lead), *[cell_text(r, c, markdown=False) for c in COLUMNS], r["flags"] or ""])
+        rows.append([*_lead_cells(r, lead), *[cell_text(r, c, markdown=False) for c in COLUMNS],
+                     *[r[k] or "" for k in tail]])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
     numeric = set(range(len(lead), len(lead) + len(COLUMNS)))
 
@@ -295,16 +270,19 @@ def render_text(df: Any) -> str:
 
     lines = [fmt(headers), fmt(["-" * w for w in widths])]
     lines += [fmt(r) for r in rows]
-    lines.append("* best in its workload (and rate); ± is the 95% confidence interval over repeats")
+    lines.append("* best in its workload (and rate); ± is the 95% confidence interval over repeats"
+                 + ("; a run whose status is not complete is in no figure" if len(tail) > 1 else ""))
     return "\n".join(lines)
 
 
 def render_markdown(df: Any) -> str:
-    lead = _lead(df)
-    headers = [*lead, *[c.title for c in COLUMNS], "flags"]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(lead) + "---:|" * len(COLUMNS) + "---|"]
+    lead, tail = _lead(df), _tail(df)
+    headers = [*lead, *[c.title for c in COLUMNS], *tail]
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "---|" * len(lead) + "---:|" * len(COLUMNS) + "---|" * len(tail)]
     for r in df.iter_rows(named=True):
-        cells = [*_lead_cells(r, lead), *[cell_text(r, c, markdown=True) for c in COLUMNS], r["flags"] or ""]
+        cells = [*_lead_cells(r, lead), *[cell_text(r, c, markdown=True) for c in COLUMNS],
+                 *[(r[k] or "").replace("|", "\\|") for k in tail]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -326,7 +304,9 @@ def simulated_note(runs: Sequence[Run]) -> str:
 
 def cell_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
     """One object per (topology, workload[, rate]): the vllm summary keys (averaged over repeats, with
-    ``ci95_<key>`` and ``repeats`` when there are several), plus ``runs`` (their ids) and ``flags``."""
+    ``ci95_<key>`` and ``repeats`` when there are several), plus ``runs`` (their ids) and ``flags``; a run left out
+    is an object of its counts, its ``status`` and why (``left_out``), ``outside_campaign`` naming the campaign whose
+    layout a run measured without being part of it."""
     out = []
     for c in cells:
         row: dict[str, Any] = {"topology": c.topology, "workload": c.workload}
@@ -334,12 +314,19 @@ def cell_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
             row["setup"] = c.setup
         if c.rate is not None:
             row["rate"] = c.rate
-        summaries = [r.summary for r in c.runs if r.summary]
-        agg = report.aggregate(summaries) if len(summaries) > 1 else dict(summaries[0]) if summaries else {}
-        row.update({k: v for k, v in agg.items() if k not in ("topology", "workload")})
+        if c.left_out:  # its counts only: no figure of it may pass for a measurement
+            run = c.runs[0]
+            row.update({k: run.summary[k] for k in ("num_prompts", "completed", "failed") if k in run.summary})
+            row["status"], row["left_out"] = run.meta.status, c.left_out
+        else:
+            summaries = [r.summary for r in c.runs if r.summary]
+            agg = report.aggregate(summaries) if len(summaries) > 1 else dict(summaries[0]) if summaries else {}
+            row.update({k: v for k, v in agg.items() if k not in ("topology", "workload")})
+            row["status"] = "complete"
+        if c.outside:
+            row["outside_campaign"] = c.outside
         if all(r.simulated for r in c.runs):
             row["simulated"] = True
-        row["status"] = "complete"
         row["runs"] = [r.id for r in c.runs]
         row["flags"] = list(c.flags)
         if c.value("kv_ttft_share_pct") is not None:
