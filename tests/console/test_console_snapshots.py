@@ -128,8 +128,11 @@ def test_campaign(snap_compare, size) -> None:  # type: ignore[no-untyped-def]
 
 
 def _entries_loaded(app: ConsoleApp) -> bool:
+    """The entries listed, and the failures on this host read (the layout shown now, with its diagnoses)."""
     lists = app.screen.query("#pb-entries")
-    return bool(lists) and lists.first(OptionList).option_count > 0
+    failures = app.screen.query("#pb-failures")
+    return bool(lists) and lists.first(OptionList).option_count > 0 and bool(failures) \
+        and failures.first(OptionList).option_count > 0
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -118,8 +119,10 @@ async def test_the_preview_is_the_plan_up_makes_of_the_request() -> None:
         await wait_for(pilot, lambda: started, 10, "the up command line")
     (argv,) = started
     assert argv[0] == "up" and LaunchRequest.from_argv(argv[1:argv.index("--sim")]) == request
+    # the flags after the host's are up's own (who starts the layout: the console), not the plan's
+    assert argv[argv.index("--started-by"):][:4] == ["--started-by", "console", "--owner-pid", str(os.getpid())]
     planned = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "tui", "plan", "--json",
-                                                       "--no-preflight", *argv[1:]],
+                                                       "--no-preflight", *argv[1:argv.index("--started-by")]],
                                       capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert planned.returncode == 0, planned.stderr
     assert json.loads(planned.stdout)["plan"] == json.loads(json.dumps(preview.redacted_dict()))

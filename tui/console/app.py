@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual import events, work
 from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding, BindingType
@@ -30,7 +31,7 @@ from textual.widgets import Input, Select, TextArea
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from tui.console import fmt
-from tui.console.argv import again_request, down_argv, launch_argv, run_argv
+from tui.console.argv import down_argv, launch_argv, run_argv
 from tui.console.benchjob import BenchJob, running_benches, start_bench
 from tui.console.campaigns import campaigns
 from tui.console.commands import ConsoleCommands
@@ -62,6 +63,7 @@ from tui.core.errors import AppError
 from tui.core.events import Event, Notice
 from tui.core.follow import LayoutFollower
 from tui.core.host.base import Host, HostOptions
+from tui.core.launch import ownership
 from tui.core.launch.history import StartupHistory
 from tui.core.launch.state import StateStore
 from tui.core.models import Catalog, Workload
@@ -436,13 +438,48 @@ class ConsoleApp(App[int]):
                         severity="error", timeout=12)
         return code
 
-    def stop_layout(self) -> None:
-        self.run_job("down", down_argv(self.ctx.options), "every server of the layout stopped")
+    def stop_layout(self, *, force: bool = False) -> None:
+        self.run_job("down", down_argv(self.ctx.options, force=force), "every server of the layout stopped")
 
     # --- what the screens ask for (messages up) -----------------------------------------------------------------
     def _layout_up(self) -> bool:
         lay = self.state.layout
         return lay is not None and lay.status in (*UP, "stopping")
+
+    def _confirm(self, title: str, body: str | Text, yes: str, then: Callable[[], None]) -> None:
+        """A dialog that says what is about to happen; ``then`` runs only on ``y`` (or its button)."""
+        from tui.console.screens.modals import ConfirmModal
+
+        def answer(ok: bool | None) -> None:
+            if ok:
+                then()
+
+        self.push_screen(ConfirmModal(title, body, yes), answer)
+
+    async def _holders_of_shown(self) -> tuple[ownership.Holder, ...]:
+        """Who holds the layout shown now (a running campaign, a benchmark), read afresh: the state file and
+        the processes, in a thread."""
+        lay = self.state.layout
+        if lay is None:
+            return ()
+
+        def look() -> tuple[ownership.Holder, ...]:
+            rec = self.ctx.store.read().get(lay.id)
+            return tuple(ownership.holders(rec)) if rec is not None else ()
+
+        return await asyncio.to_thread(look)
+
+    def _held_dialog(self, what: str, yes: str, holders: tuple[ownership.Holder, ...],
+                     then: Callable[[], None], extra: str = "") -> None:
+        lay = self.state.layout
+        body = Text()
+        if lay is not None:
+            body.append(f"{lay.topology} of {lay.profile_id} ({lay.status})"
+                        + (f", {lay.started_by}" if lay.started_by else "") + ".\n\n")
+        for h in holders:
+            body.append(f"It is in use by {h.text}.\n", style="bold yellow")
+        body.append(f"\n{what}{extra}")
+        self._confirm(f"{lay.topology if lay else 'The layout'} is in use", body, yes, then)
 
     def on_launch_requested(self, message: LaunchRequested) -> None:
         if self.refuse_in_replay():
@@ -452,9 +489,25 @@ class ConsoleApp(App[int]):
             self.notify(f"{lay.topology} of {lay.profile_id} is {lay.status}: stop it first (s on the dashboard)",
                         title="one layout at a time", severity="warning", timeout=6)
             return
-        self.last_launch = message.request
-        self.run_job("up", launch_argv(message.request, self.ctx.options))
+        if message.request.replace:
+            self._replace(message.request)
+        else:
+            self._launch(message.request)
+
+    def _launch(self, request: LaunchRequest, *, force: bool = False) -> None:
+        self.last_launch = request
+        self.run_job("up", launch_argv(request, self.ctx.options, force=force))
         self.action_mode("dashboard")
+
+    @work(exclusive=True, group="layout-guard", exit_on_error=False, description="who holds the layout")
+    async def _replace(self, request: LaunchRequest) -> None:
+        """``up --replace``: a layout a running campaign or benchmark holds is replaced once the operator says so."""
+        holders = await self._holders_of_shown()
+        if holders:
+            self._held_dialog("Launching replaces it: its servers stop under what runs on it.", "Replace it",
+                              holders, lambda: self._launch(request, force=True))
+        else:
+            self._launch(request)
 
     def on_stop_requested(self, _: StopRequested) -> None:
         if self.refuse_in_replay():
@@ -462,7 +515,17 @@ class ConsoleApp(App[int]):
         if self.state.layout is None:
             self.notify("no layout is up", timeout=3)
             return
-        self.stop_layout()
+        self._stop()
+
+    @work(exclusive=True, group="layout-guard", exit_on_error=False, description="who holds the layout")
+    async def _stop(self) -> None:
+        """Stop the layout shown; one a running campaign or benchmark holds only once the operator says so."""
+        holders = await self._holders_of_shown()
+        if holders:
+            self._held_dialog("Stopping it now fails what runs on it (a campaign's cell; a benchmark ends "
+                              "incomplete).", "Stop it", holders, lambda: self.stop_layout(force=True))
+        else:
+            self.stop_layout()
 
     def on_restart_requested(self, _: RestartRequested) -> None:
         self._launch_again()
@@ -477,33 +540,73 @@ class ConsoleApp(App[int]):
             return
         if self.refuse_in_replay():
             return
-        self.state.dismiss(d)
         self._launch_again(apply_fix=d.entry_id)
 
     def on_dismiss_requested(self, _: DismissRequested) -> None:
+        """``x``: a failed layout goes at once, every diagnosis of it with it, out of the state file too (``status``
+        agrees; the playbook screen lists it among the past failures); on a layout that is up, the diagnosis shown
+        goes."""
         state = self.state
-        d = state.active_diagnosis()
-        if d is not None:
-            state.dismiss(d)
-        elif state.layout is not None and state.layout.status == "failed" and self.follower is not None:
-            self.follower.dismiss(state.layout.id)
+        lay = state.layout
+        if lay is not None and lay.status == "failed":
+            for each in list(state.diagnoses):
+                state.dismiss(each)
+            if self.follower is not None:
+                self.follower.dismiss(lay.id)
+            self._dismiss_failed(lay.id)
+        else:
+            d = state.active_diagnosis()
+            if d is not None:
+                state.dismiss(d)
         self.flush()
 
-    def _launch_again(self, apply_fix: str | None = None) -> None:
-        """Launch the layout shown again (as this console last launched it), replacing it when it is up."""
+    @work(group="dismiss", exit_on_error=False, description="dismissing a failed layout")
+    async def _dismiss_failed(self, layout_id: str) -> None:
+        from tui.core.launch import failures
+
+        if not await asyncio.to_thread(failures.dismiss, self.ctx.store, layout_id):
+            self.notify("it is no longer a failed layout of the state file (or a process of it still runs: "
+                        "'disagg-tui down --all' stops it)", title="dismissed here only", timeout=6)
+
+    @work(exclusive=True, group="layout-guard", exit_on_error=False, description="preparing the relaunch")
+    async def _launch_again(self, apply_fix: str | None = None) -> None:
+        """Launch the layout shown again with the request it was started with (the state file's: a layout started
+        from the CLI or by a campaign restarts with its own), ``apply_fix`` added to the fixes it carries. A
+        restart always asks first, saying what it runs and which fixes it carries; an applied fix asks when the
+        layout is up or someone holds it."""
+        from tui.console import relaunch
+
         if self.refuse_in_replay():
             return
         lay = self.state.layout
-        request = again_request(self.last_launch, lay.profile_id if lay else None, lay.topology if lay else None,
-                                ports=self.ctx.ports, apply_fix=apply_fix,
-                                replace=lay is not None and lay.status in ("starting", "ready"))
-        if request is None:
+        try:
+            again = await asyncio.to_thread(relaunch.prepare, self.ctx.store, lay, self.last_launch,
+                                            ports=self.ctx.ports, apply_fix=apply_fix)
+        except AppError as err:
+            self.notify(err.hint or "", title=err.one_line(), severity="error", timeout=10)
+            return
+        if again is None:
             self.notify("no layout to launch again: press l to launch one", timeout=4)
             return
-        if lay is not None and lay.status == "failed" and self.follower is not None:
-            self.follower.dismiss(lay.id)
-        self.last_launch = request
-        self.run_job("up", launch_argv(request, self.ctx.options))
+
+        def go() -> None:
+            if lay is not None and lay.status == "failed":
+                for d in list(self.state.diagnoses):
+                    self.state.dismiss(d)
+                if self.follower is not None:
+                    self.follower.dismiss(lay.id)
+            self.last_launch = again.request
+            self.operator("restart" if apply_fix is None else "apply_fix", lay.id if lay else "",
+                          command=again.command)
+            self.run_job("up", launch_argv(again.request, self.ctx.options, force=bool(again.holders)))
+
+        if apply_fix is None or again.serving or again.holders:
+            title = f"Apply {apply_fix} and relaunch?" if apply_fix else \
+                f"Restart {lay.topology if lay else 'the layout'}?"
+            self._confirm(title, relaunch.dialog_text(again, fix=apply_fix),
+                          "Relaunch" if apply_fix else "Restart", go)
+        else:
+            go()
 
     def on_bench_requested(self, message: BenchRequested) -> None:
         if self.refuse_in_replay():
@@ -514,9 +617,22 @@ class ConsoleApp(App[int]):
         self.run_benchmark(message.workload, message.slo, message.runner)
 
     @work(exclusive=True, group="bench", exit_on_error=False, description="starting a benchmark")
-    async def run_benchmark(self, workload: Workload, slo: dict[str, float], runner: str) -> None:
-        """``disagg-tui bench`` started detached against the active layout, then followed; why not, if not."""
-        bench = await asyncio.to_thread(start_bench, self.ctx.store, self.ctx.options, workload, slo, runner)
+    async def run_benchmark(self, workload: Workload, slo: dict[str, float], runner: str,
+                            force: bool = False) -> None:
+        """``disagg-tui bench`` started detached against the active layout, then followed; why not, if not. A
+        layout a running campaign or another benchmark holds is benchmarked only once the operator says so (the
+        run is stored under ``runs/console/``, apart from the campaign's)."""
+        try:
+            bench = await asyncio.to_thread(start_bench, self.ctx.store, self.ctx.options, workload, slo, runner,
+                                            force=force)
+        except ownership.LayoutInUse as err:
+            def anyway() -> None:
+                self.run_benchmark(workload, slo, runner, force=True)
+
+            self._held_dialog("A second load on it skews both runs, and the campaign may stop the layout under "
+                              "this one. ", "Benchmark it anyway", err.holders, anyway,
+                              extra="This run is stored under runs/console/, apart from the campaign's cells.")
+            return
         assert bench.job is not None
         self.jobs.append(bench.job)
         self.operator("bench", argv=bench.job.argv)
@@ -602,7 +718,9 @@ class ConsoleApp(App[int]):
             elif choice == "stop":
                 self.operator("quit", layout, servers="stopped")
                 self.stop_bench()  # before its servers go: the run ends as stopped, not as a server death
-                self.run_job("down", down_argv(self.ctx.options))
+                # the dialog named who holds it (a campaign, a benchmark) and the stop button said "anyway"
+                held = self.state.layout is not None and bool(self.state.layout.held_by)
+                self.run_job("down", down_argv(self.ctx.options, force=held or self.bench_job is not None))
                 self.set_timer(0.5, lambda: self.exit(0))
 
         self.push_screen(QuitModal(self.state, offer_stop=offer_stop, replay=self.ctx.replay is not None), answer)

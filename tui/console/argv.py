@@ -5,6 +5,7 @@ restart or an applied fix repeats."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,10 +41,13 @@ def global_args(options: HostOptions) -> list[str]:
 
 
 def bench_argv(workload_file: Path, events: Path, slo: dict[str, float], runner: str, options: HostOptions, *,
-               campaign: str = "console") -> list[str]:
+               campaign: str = "console", force: bool = False) -> list[str]:
     """``disagg-tui bench`` for a run started from the console: against the active layout, stored under
-    ``runs/<campaign>/``, its events to ``events`` for the console to follow, no progress line (nobody reads it)."""
+    ``runs/<campaign>/``, its events to ``events`` for the console to follow, no progress line (nobody reads it);
+    ``force``: on a layout a running campaign or benchmark holds (the operator said so)."""
     argv = ["bench", "--workload", str(workload_file), "--campaign", campaign, "--events-to", str(events), "--quiet"]
+    if force:
+        argv.append("--force")
     if slo:
         argv += ["--goodput", *(f"{k}:{v:g}" for k, v in slo.items())]
     if runner == "vllm":
@@ -51,11 +55,13 @@ def bench_argv(workload_file: Path, events: Path, slo: dict[str, float], runner:
     return [*argv, *global_args(options)]
 
 
-def launch_argv(request: LaunchRequest, options: HostOptions) -> list[str]:
-    """``disagg-tui up`` of a launch request (``request.to_argv()``), on the console's host (its ``--vllm`` is the
-    request's when the request names one)."""
+def launch_argv(request: LaunchRequest, options: HostOptions, *, force: bool = False) -> list[str]:
+    """``disagg-tui up`` of a launch request (``request.to_argv()`` first, as it is), started by this console (the
+    state file records it as the owner), on the console's host (its ``--vllm`` is the request's when the request
+    names one); ``force``: replace a layout a running campaign or benchmark holds (the operator said so)."""
     host = dataclasses.replace(options, vllm=None) if request.vllm is not None else options
-    return ["up", *request.to_argv(), *global_args(host)]
+    return ["up", *request.to_argv(), *global_args(host), "--started-by", "console", "--owner-pid", str(os.getpid()),
+            *(["--force"] if force else [])]
 
 
 def again_request(last: LaunchRequest | None, profile_id: str | None, topology: str | None, *,
@@ -75,8 +81,9 @@ def again_request(last: LaunchRequest | None, profile_id: str | None, topology: 
     return dataclasses.replace(base, apply_fix=apply_fix, replace=replace)
 
 
-def down_argv(options: HostOptions, *, all_layouts: bool = False) -> list[str]:
-    return ["down", *(["--all"] if all_layouts else []), *global_args(options)]
+def down_argv(options: HostOptions, *, all_layouts: bool = False, force: bool = False) -> list[str]:
+    """``disagg-tui down``; ``force``: stop a layout a running campaign or benchmark holds (the operator said so)."""
+    return ["down", *(["--all"] if all_layouts else []), *(["--force"] if force else []), *global_args(options)]
 
 
 def run_argv(model: str, topologies: Sequence[str], workloads: Sequence[str], options: HostOptions, *,

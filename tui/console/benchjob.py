@@ -22,6 +22,7 @@ from tui.core.bench.eventsfile import EventsTail
 from tui.core.errors import AppError
 from tui.core.events import Event
 from tui.core.host.base import HostOptions
+from tui.core.launch import ownership
 from tui.core.launch.state import StateStore
 from tui.core.models import Workload
 
@@ -46,14 +47,16 @@ def write_workload(path: Path, workload: Workload) -> None:
 
 
 def start_bench(store: StateStore, options: HostOptions, workload: Workload, slo: dict[str, float],
-                runner: str) -> BenchJob:
+                runner: str, *, force: bool = False) -> BenchJob:
     """``disagg-tui bench`` started detached against the active layout, to be followed; AppError saying why not
-    (nothing up, a layout not ready yet, no ``vllm`` for ``vllm bench serve``). Blocking: call it from a thread."""
+    (nothing up, a layout not ready yet, no ``vllm`` for ``vllm bench serve``), ``LayoutInUse`` naming who holds
+    the layout (a running campaign, another benchmark) unless ``force``. Blocking: call it from a thread."""
     layout = store.active()
     if layout is None or not layout.endpoint:
         raise AppError("nothing is up to benchmark", hint="launch a layout first (l)")
     if layout.status != "ready":
         raise AppError(f"the layout is {layout.status}", hint="benchmark it once it is ready")
+    ownership.check_free(layout, "benchmark it", force=force)
     if runner == "vllm":
         exe = options.vllm or "vllm"
         if shutil.which(exe) is None:
@@ -61,7 +64,7 @@ def start_bench(store: StateStore, options: HostOptions, workload: Workload, slo
                            hint="start the console with --vllm /path/to/venv/bin/vllm for vllm bench serve")
     workload_file, events = bench_files()
     write_workload(workload_file, workload)
-    job = start_job("bench", bench_argv(workload_file, events, slo, runner, options))
+    job = start_job("bench", bench_argv(workload_file, events, slo, runner, options, force=force))
     return BenchJob(events, job)
 
 

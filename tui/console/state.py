@@ -120,6 +120,10 @@ class LayoutView:
     since: float = 0.0
     #: the playbook fixes its plan carries: (entry id, the changes it made), from ``PlanLaunched``
     fixes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: who started it (``started by campaign X (pid 4242) at 19:54``) and who holds it now (a running campaign, a
+    #: benchmark against it: a benchmark, a stop or a restart of it asks first); empty when not known or nobody
+    started_by: str = ""
+    held_by: str = ""
 
 
 def plan_fixes(plan: dict[str, object]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -264,8 +268,9 @@ class ConsoleState:
         fixes = self.layout.fixes if self.layout is not None and same else \
             self._plan[1] if self._plan[0] == ev.layout_id else ()
         self.layout = LayoutView(id=ev.layout_id, status=ev.status, topology=ev.topology, profile_id=ev.profile_id,
-                                 endpoint=ev.endpoint, simulated=ev.simulated, note=ev.note, since=since,
-                                 fixes=fixes)
+                                 endpoint=ev.endpoint, simulated=ev.simulated, note=ev.note,
+                                 since=since, fixes=fixes, started_by=printable(ev.started_by[:300]),
+                                 held_by=printable(ev.held_by[:600]))
         if ev.status == "stopped":
             self.last_layout, self.layout = self.layout, None
             self._gone |= set(self.servers)

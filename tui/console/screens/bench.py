@@ -184,9 +184,15 @@ class BenchScreen(ConsoleScreen):
             lay = model.layout
             if lay is None or lay.status != "ready":
                 t.append("Nothing is up to benchmark: launch a layout first (l).", style=fmt.WARN)
+            elif lay.held_by:  # a campaign benchmarks it, or another benchmark runs: a second load skews both
+                t.append(f"{lay.topology} of {lay.profile_id} at {lay.endpoint} is in use by {lay.held_by}. ",
+                         style=fmt.WARN)
+                t.append("A second load skews both runs: ctrl+s asks first.")
             else:
                 t.append(f"Ready to benchmark {lay.topology} of {lay.profile_id} at {lay.endpoint}. ", style=fmt.OK)
                 t.append("Pick a workload, edit it if you like, ctrl+s to start.")
+            if lay is not None and lay.started_by:
+                t.append(f"\n{lay.started_by[:1].upper()}{lay.started_by[1:]}.", style=fmt.DIM)
             return t
         s = b.started
         t.append(f"{s.workload} on {s.topology}", style="bold")

@@ -1,5 +1,7 @@
 """Modal dialogs: quitting (it always asks: leave the servers running, the default, or stop them when a layout
-is up), and a text viewer for details (a diagnosis in full, a plan as shell) that copies its text with ``c``."""
+is up), a confirmation (a restart, or acting on a layout a running campaign or benchmark holds: ``y`` goes on,
+anything else does not), and a text viewer for details (a diagnosis in full, a plan as shell) that copies its
+text with ``c``."""
 
 from __future__ import annotations
 
@@ -52,14 +54,19 @@ class QuitModal(ModalScreen[str | None]):
         with Vertical(id="quit-dialog", classes="dialog"):
             yield Label(Text.assemble(("Quit the console?", "bold")))
             # Static, not Label: a long line wraps in the dialog's width (80 columns) instead of being cut
-            yield Static(f"{what} is running on this host.")
+            yield Static(f"{what} is running on this host" + (f", {lay.started_by}." if lay and lay.started_by
+                                                                else "."))
             yield Static("Its servers keep running unless you stop them; a console opened later reattaches.")
+            if lay is not None and lay.held_by:
+                yield Static(Text(f"It is in use by {lay.held_by}: stopping its servers stops the layout under "
+                                  "it.", style="bold yellow"), id="quit-held")
             if self.state.bench.running:
                 yield Static("A benchmark runs against it: left running, it goes on (its results are stored); "
                              "stopping the servers stops it first, keeping what it measured.")
             with Horizontal(classes="buttons"):
                 yield Button("Leave running (l, q)", id="leave", variant="primary")
-                yield Button("Stop servers (s)", id="stop", variant="error")
+                yield Button("Stop servers anyway (s)" if lay is not None and lay.held_by else "Stop servers (s)",
+                             id="stop", variant="error")
                 yield Button("Cancel (esc)", id="cancel")
 
     def on_mount(self) -> None:
@@ -69,6 +76,42 @@ class QuitModal(ModalScreen[str | None]):
         self.dismiss(None if event.button.id == "cancel" else event.button.id)
 
     def action_choose(self, choice: str | None) -> None:
+        self.dismiss(choice)
+
+
+class ConfirmModal(ModalScreen[bool]):
+    """Go on with something that needs saying first (a restart: what it runs and the fixes it carries; a
+    benchmark, a stop or a restart of a layout someone else holds): ``y`` (or its button) goes on; ``n``, Esc or
+    Enter on the focused Cancel do not. The key that asked (``R``) never answers it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "choose(True)", "yes"),
+        Binding("n,escape", "choose(False)", "cancel"),
+    ]
+
+    def __init__(self, title: str, body: str | Text, yes: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.body = body
+        self.yes = yes
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-dialog", classes="dialog"):
+            yield Label(Text(self.title_text, style="bold"))
+            with VerticalScroll(id="confirm-scroll"):
+                yield Static(self.body, id="confirm-body")
+            with Horizontal(classes="buttons"):
+                yield Button(f"{self.yes} (y)", id="yes", variant="warning")
+                yield Button("Cancel (n, esc)", id="no", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()  # Enter alone never goes on
+        self.query_one("#confirm-scroll").styles.max_height = max(int(self.app.size.height * 0.9) - 8, 3)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_choose(self, choice: bool) -> None:
         self.dismiss(choice)
 
 

@@ -1,7 +1,8 @@
 """Playbook: the known failures (search, show; the operator's own marked, the shipped ones they switched off
-listed), the diagnoses of the current and failed layouts, and the operator's changes: an entry edited (a
-shipped one: their copy takes its place), deleted, a shipped one switched off and on (``tui.core.playbook.edit``),
-a new one learned from a log line (``entryform.AddEntryModal``)."""
+listed), the failures on this host (the layout shown now with its diagnoses, then the failed layouts of the
+history, newest first: ``tui.core.launch.failures``; Enter opens one in full), and the operator's changes: an
+entry edited (a shipped one: their copy takes its place), deleted, a shipped one switched off and on
+(``tui.core.playbook.edit``), a new one learned from a log line (``entryform.AddEntryModal``)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ from tui.console.context import ConsoleContext
 from tui.console.messages import PlaybookChanged
 from tui.console.screens.base import ConsoleScreen
 from tui.console.screens.entryform import AddEntryModal
+from tui.console.screens.modals import TextModal
 from tui.console.state import BAND, ConsoleState
 from tui.console.widgets.header import HeaderBar
 from tui.core.errors import AppError
-from tui.core.playbook import Entry, load_playbook
+from tui.core.launch.failures import PastFailure, past_failures
+from tui.core.playbook import Diagnosis, Entry, load_playbook
 from tui.core.playbook.edit import Listed, delete_entry, disable_entry, enable_entry, listing
 from tui.core.playbook.loader import shipped_playbook_path
 
@@ -69,6 +72,7 @@ class PlaybookScreen(ConsoleScreen):
         Binding("ctrl+e", "edit", "edit"),
         Binding("ctrl+d", "toggle", "switch off/on"),
         Binding("delete", "delete", "delete yours"),
+        Binding("ctrl+f", "failures", "failures"),
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 
@@ -81,6 +85,10 @@ class PlaybookScreen(ConsoleScreen):
         super().__init__(ctx, state)
         self.rows: list[Listed] = []
         self._delete_armed: tuple[str, float] | None = None
+        #: the failures listed (the history read last), and the layout shown when it was read
+        self.failures: list[PastFailure] = []
+        self._failures_of: tuple[str, str] | None = None
+        self._diagnoses_listed = -1
 
     @property
     def entries(self) -> list[Entry]:
@@ -95,8 +103,8 @@ class PlaybookScreen(ConsoleScreen):
                 ol.border_title = "Entries"
                 yield ol
             with Vertical(id="playbook-right"):
-                diag = Static(id="pb-diagnoses")
-                diag.border_title = "Diagnoses on this host"
+                diag = OptionList(id="pb-failures")
+                diag.border_title = "Failures on this host (^f, enter opens)"
                 yield diag
                 with VerticalScroll(id="pb-entry-view"):
                     yield Static(id="pb-entry")
@@ -110,6 +118,7 @@ class PlaybookScreen(ConsoleScreen):
 
     def on_screen_resume(self) -> None:
         self._load()
+        self._failures_of = None  # read the history again
         self.draw(self.state, full=True)
 
     def on_resize(self) -> None:
@@ -230,15 +239,146 @@ class PlaybookScreen(ConsoleScreen):
         self.query_one(HeaderBar).draw(model, screen="playbook")
         if not (full or BAND in model.dirty):
             return
-        t = Text()
-        if not model.diagnoses:
-            t.append("No diagnosis on the layout shown now.", style="dim")
-        for d in sorted(model.diagnoses, key=lambda d: d.sort_key()):
-            t.append(f"{d.headline()}\n", style=SEVERITY_STYLE.get(d.severity, ""))
-            if d.line:
-                t.append(f"  > {d.line.strip()[:150]}\n", style="dim")
-            t.append(f"  fix: {d.fix}\n")
-        self.query_one("#pb-diagnoses", Static).update(t)
+        lay = model.layout
+        shown = (lay.id, lay.status) if lay is not None else ("", "")
+        if shown != self._failures_of or full:  # the history changes when a layout fails, starts or is dismissed
+            self._failures_of = shown
+            self._read_failures()
+        elif len(model.diagnoses) != self._diagnoses_listed:
+            self._list_failures()
+
+    # --- the failures on this host -----------------------------------------------------------------------------
+    @work(exclusive=True, group="playbook-failures", thread=True, exit_on_error=False,
+          description="reading the failures on this host")
+    def _read_failures(self) -> None:
+        found = past_failures(self.ctx.store)
+        self.app.call_from_thread(self._show_failures, found)
+
+    def _show_failures(self, found: list[PastFailure]) -> None:
+        self.failures = found
+        self._list_failures()
+
+    def _list_failures(self) -> None:
+        ol = self.query_one("#pb-failures", OptionList)
+        keep = ol.highlighted
+        ol.clear_options()
+        self._diagnoses_listed = len(self.state.diagnoses)
+        lay = self.state.layout
+        width = max(ol.size.width - 6, 20)
+        listed = {f.layout_id for f in self.failures}
+        if self.state.diagnoses and (lay is None or lay.id not in listed):
+            top = sorted(self.state.diagnoses, key=lambda d: d.sort_key())[0]
+            what = f"{lay.topology} of {lay.profile_id}" if lay is not None else "the layout shown"
+            ol.add_option(Option(Text(fmt.cut_words(f"now · {what}: {top.headline()}"
+                                                    + (f" (+{len(self.state.diagnoses) - 1})"
+                                                       if len(self.state.diagnoses) > 1 else ""), width),
+                                      style=SEVERITY_STYLE.get(top.severity, "")), id="now"))
+        for i, f in enumerate(self.failures):
+            ol.add_option(Option(_failure_row(f, width), id=f"f{i}"))
+        if not ol.option_count:
+            ol.add_option(Option(Text("No failure on this host.", style="dim"), id="none", disabled=True))
+        elif keep is not None:
+            ol.highlighted = min(keep, ol.option_count - 1)
+
+    def action_failures(self) -> None:
+        self.set_focus(self.query_one("#pb-failures"))
+
+    @on(OptionList.OptionSelected, "#pb-failures")
+    def _open_failure(self, event: OptionList.OptionSelected) -> None:
+        oid = event.option.id or ""
+        if oid == "now":
+            lay = self.state.layout
+            title = f"{lay.topology} of {lay.profile_id}: diagnoses" if lay is not None else "Diagnoses"
+            self.app.push_screen(TextModal(title, diagnoses_text(self.state.diagnoses)))
+        elif oid.startswith("f") and oid[1:].isdigit() and int(oid[1:]) < len(self.failures):
+            f = self.failures[int(oid[1:])]
+            self.app.push_screen(TextModal(f"Failed layout {f.layout_id}", failure_text(f)))
+
+
+def _when(at: float) -> str:
+    import time
+
+    return time.strftime("%m-%d %H:%M", time.localtime(at)) if at else "?"
+
+
+def _first_error(diagnoses: list[dict[str, object]]) -> dict[str, object] | None:
+    errors = [d for d in diagnoses if d.get("severity") == "error"]
+    found = errors or diagnoses
+    return found[0] if found else None
+
+
+def _failure_row(f: PastFailure, width: int) -> Text:
+    """A failure as one row: when, what, the root cause the playbook named (or the note)."""
+    if f.record is None:
+        return Text(fmt.cut_words(f"{f.layout_id}: cannot be read: {f.error}", width), style="red")
+    r = f.record
+    d = _first_error(r.diagnoses)
+    why = f"[{d.get('entry_id')}] {d.get('title')}" if d is not None else (r.note or "failed")
+    t = Text()
+    t.append(f"{_when(r.created)} ", style="dim")
+    t.append(f"{r.topology} of {r.profile_id}", style="bold")
+    if f.current:
+        t.append(" (shown now)", style="dim")
+    t.append(" · ")
+    t.append(fmt.cut_words(why, max(width - len(t.plain), 10)), style="red")
+    return t
+
+
+def diagnoses_text(diagnoses: list[Diagnosis]) -> Text:
+    t = Text()
+    if not diagnoses:
+        t.append("No diagnosis.", style="dim")
+    for d in sorted(diagnoses, key=lambda d: d.sort_key()):
+        t.append(f"{d.headline()}\n", style=SEVERITY_STYLE.get(d.severity, ""))
+        if d.line:
+            t.append(f"  > {d.line.strip()[:300]}\n", style="dim")
+        t.append(f"  fix: {d.fix}\n\n")
+    return t
+
+
+def failure_text(f: PastFailure) -> Text:
+    """A failed layout in full: when and what, who started it and with which request, why it failed (each
+    diagnosis: its line and its fix), and each process with its exit and its log."""
+    import shlex
+
+    from tui.core.launch.ownership import started_by_text
+
+    t = Text()
+    r = f.record
+    if r is None:
+        t.append(f"This record cannot be read: {f.error}\n", style="red")
+        return t
+    t.append(f"{r.topology} of {r.profile_id}", style="bold")
+    t.append(f" failed · {_when(r.created)} · layout {r.id}" + (" (simulated)" if r.simulated else "") + "\n")
+    if r.note:
+        t.append(f"{r.note}\n", style="red")
+    who = started_by_text(r)
+    if who:
+        t.append(f"{who[:1].upper()}{who[1:]}.\n", style="dim")
+    if r.request is not None:
+        t.append("Request: ", style="bold")
+        t.append(f"disagg-tui up {shlex.join(r.request)}\n")
+    fixes = r.plan.get("fixes_applied") or []
+    if fixes:
+        t.append(f"Fixes it carried: {', '.join(map(str, fixes))}\n")
+    t.append("\nWhy\n", style="bold")
+    if not r.diagnoses:
+        t.append("  no known failure matched (the logs below say what happened)\n", style="dim")
+    for d in r.diagnoses:
+        sev = str(d.get("severity", ""))
+        t.append(f"  {sev}: {d.get('server', '')} [{d.get('entry_id', '')}] {d.get('title', '')}\n",
+                 style=SEVERITY_STYLE.get(sev, ""))
+        line = d.get("line")
+        if isinstance(line, str) and line.strip():
+            t.append(f"    > {line.strip()[:300]}\n", style="dim")
+        t.append(f"    fix: {d.get('fix', '')}\n")
+    t.append("\nProcesses\n", style="bold")
+    for p in r.processes:
+        exit_ = "exit ?" if p.exited is None else f"exit {p.exited}"
+        t.append(f"  {p.name:<10} {p.role:<8} pid {p.pid:<8} {exit_:<8} log {p.log}\n")
+    if f.current:
+        t.append("\nx on the dashboard dismisses it (it then stays here, in the history).", style="dim")
+    return t
 
 
 def _tag(r: Listed) -> str:

@@ -65,24 +65,44 @@ def _idle(model: ConsoleState) -> Text:
                              "topology and launch it, ", ("c", "bold"), " for a campaign, ", ("r", "bold"),
                              " for stored results.")
     if lay.status == "ready":
-        t = Text.assemble((f"{lay.topology} of {lay.profile_id} is ready", fmt.OK), f" at {lay.endpoint}. ",
-                          "Press ", ("b", "bold"), " to benchmark it, ", ("s", "bold"), " to stop it.")
+        if lay.held_by:  # a running campaign or a benchmark holds it: what it does is not this console's to undo
+            t = Text.assemble((f"{lay.topology} of {lay.profile_id} is ready", fmt.OK), f" at {lay.endpoint}. ",
+                              (f"In use by {lay.held_by}", fmt.WARN), ": ", ("b", "bold"), ", ", ("s", "bold"),
+                              " and ", ("R", "bold"), " ask first.")
+        else:
+            t = Text.assemble((f"{lay.topology} of {lay.profile_id} is ready", fmt.OK), f" at {lay.endpoint}. ",
+                              "Press ", ("b", "bold"), " to benchmark it, ", ("s", "bold"), " to stop it.")
         started = [f"{v.name} in {fmt.duration(v.ready_s)}" for v in model.servers.values()
                    if v.ready_s is not None and v.role != "proxy"]
-        if started:
-            t.append("\nStarted: " + ", ".join(started), style=fmt.DIM)
+        if started or lay.started_by:
+            t.append("\n" + "; ".join([*(["Started: " + ", ".join(started)] if started else []),
+                                        *([_cap(lay.started_by)] if lay.started_by else [])]), style=fmt.DIM)
         if lay.fixes:
             t.append("\n")
             t.append_text(fixes_text(lay.fixes))
         return t
     if lay.status == "failed":
-        return Text.assemble((f"{lay.topology} of {lay.profile_id} failed to start", fmt.BAD),
-                             f": {lay.note}. " if lay.note else ". ", "Press ", ("l", "bold"), " to launch again.")
+        t = Text.assemble((f"{lay.topology} of {lay.profile_id} failed to start", fmt.BAD),
+                          f": {lay.note}. " if lay.note else ". ", "Press ", ("l", "bold"), " to launch again, ",
+                          ("x", "bold"), " to dismiss it.")
+        return _owned(t, lay.started_by)
     if lay.status == "degraded":  # a server or the proxy of a started layout has exited
-        return Text.assemble((f"{lay.topology} of {lay.profile_id} is degraded", fmt.BAD),
-                             f": {lay.note}. " if lay.note else ". ", "Its log is below; press ", ("s", "bold"),
-                             " to stop what is left, ", ("l", "bold"), " to launch again.")
-    return Text(f"{lay.topology} of {lay.profile_id}: {lay.status}", style=fmt.BUSY)
+        t = Text.assemble((f"{lay.topology} of {lay.profile_id} is degraded", fmt.BAD),
+                          f": {lay.note}. " if lay.note else ". ", "Its log is below; press ", ("s", "bold"),
+                          " to stop what is left, ", ("l", "bold"), " to launch again.")
+        return _owned(t, lay.started_by)
+    return _owned(Text(f"{lay.topology} of {lay.profile_id}: {lay.status}", style=fmt.BUSY), lay.started_by)
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _owned(t: Text, started_by: str) -> Text:
+    """The band's text with who started the layout under it (``Started by campaign X (pid 4242) at 19:54``)."""
+    if started_by:
+        t.append("\n" + _cap(started_by), style=fmt.DIM)
+    return t
 
 
 def fixes_text(fixes: tuple[tuple[str, tuple[str, ...]], ...]) -> Text:
@@ -147,6 +167,8 @@ def _startup(model: ConsoleState, width: int) -> Text:
         if lay.fixes:
             t.append(" with the fix" + ("es " if len(lay.fixes) > 1 else " ") + ", ".join(e for e, _ in lay.fixes),
                      style=fmt.WARN)
+        if lay.started_by:
+            t.append(f" · {lay.started_by}", style=fmt.DIM)
     servers = [v for v in model.servers.values() if v.role != "proxy"]
     if not servers:
         t.append("\nlaunching…", style=fmt.DIM)
