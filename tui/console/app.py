@@ -244,10 +244,15 @@ class ConsoleApp(App[int]):
         return self.ctx.replay
 
     def refuse_in_replay(self) -> bool:
-        """True (and a notification) when this console replays a recording: it shows, it launches nothing."""
+        """True (and a notification saying why) when this console only shows: it replays a recording, or it is
+        watch-only (a browser's, served without ``--operator``): it launches, stops, measures and edits nothing."""
         if self.ctx.replay:
             self.notify("this console replays a recording: nothing is launched, stopped or measured",
                         title="replay", severity="warning", timeout=4)
+            return True
+        refusal = self.ctx.watch_only_refusal()
+        if refusal is not None:
+            self.notify(refusal, title="watch-only", severity="warning", timeout=8)
             return True
         return False
 
@@ -564,6 +569,9 @@ class ConsoleApp(App[int]):
     async def _dismiss_failed(self, layout_id: str) -> None:
         from tui.core.launch import failures
 
+        if self.ctx.watch_only is not None:  # the state file is the operator's: only this console forgets it
+            self.notify(self.ctx.watch_only_refusal() or "", title="dismissed here only", timeout=6)
+            return
         if not await asyncio.to_thread(failures.dismiss, self.ctx.store, layout_id):
             self.notify("it is no longer a failed layout of the state file (or a process of it still runs: "
                         "'disagg-tui down --all' stops it)", title="dismissed here only", timeout=6)
@@ -639,6 +647,8 @@ class ConsoleApp(App[int]):
         self.follow_bench(bench)
 
     def on_bench_stop_requested(self, _: BenchStopRequested) -> None:
+        if self.refuse_in_replay():
+            return
         stopped = self.stop_bench()
         self.notify("stopping: what was measured is kept" if stopped else "no benchmark is running", timeout=4)
 
@@ -707,7 +717,8 @@ class ConsoleApp(App[int]):
 
         if isinstance(self.screen, QuitModal):
             return
-        offer_stop = self.ctx.replay is None and self.state.layout is not None and self.state.layout.status in UP
+        offer_stop = self.ctx.replay is None and self.ctx.watch_only is None and self.state.layout is not None \
+            and self.state.layout.status in UP
 
         def answer(choice: str | None) -> None:
             layout = self.state.layout.id if self.state.layout is not None else ""

@@ -32,3 +32,12 @@ class ConsoleContext:
     ports: tuple[int, int, int] | None = None
     #: record the session (a live console does by default)
     record: bool = True
+    #: why this console only watches (a browser's, served by ``disagg-tui web`` without ``--operator``): it shows
+    #: everything and launches, stops, measures, applies and edits nothing; None: it acts
+    watch_only: str | None = None
+
+    def watch_only_refusal(self) -> str | None:
+        """What a watch-only console says when it is asked to act (None: it acts)."""
+        if self.watch_only is None:
+            return None
+        return f"watch-only: {self.watch_only} (this console shows; it launches, stops, measures and edits nothing)"

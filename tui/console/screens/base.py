@@ -64,6 +64,15 @@ class ConsoleScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return not (self.replaying and action in self.LIVE_ACTIONS)
 
+    def refuse_watch_only(self) -> bool:
+        """True (and a notification saying why) when this console only watches: what a screen changes itself (the
+        playbook) goes through here; what it asks the app for goes through the app's own gate."""
+        refusal = self.ctx.watch_only_refusal()
+        if refusal is not None:
+            self.notify(refusal, title="watch-only", severity="warning", timeout=8)
+            return True
+        return False
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         forward_failure(self, event)
 

@@ -172,6 +172,8 @@ class DashboardScreen(ConsoleScreen):
         the last error that is not a generic consequence, first), sees and edits the pattern, gives a fix."""
         from tui.console.screens.entryform import AddEntryModal, candidate_lines
 
+        if self.refuse_watch_only():
+            return
         name = self.query_one(LogPane).server
         view = self.state.servers.get(name) if name else None
         lines, pick = candidate_lines(view.logs, self.ctx.book) if view is not None else ([], 0)

@@ -185,6 +185,8 @@ class PlaybookScreen(ConsoleScreen):
 
     # --- changing the operator's playbook ----------------------------------------------------------------------
     def action_edit(self) -> None:
+        if self.refuse_watch_only():
+            return
         r = self._current()
         if r is None:
             return
@@ -194,6 +196,8 @@ class PlaybookScreen(ConsoleScreen):
         self.app.push_screen(AddEntryModal(entry=r.entry, shipped=not r.own), lambda _: self._load())
 
     def action_toggle(self) -> None:
+        if self.refuse_watch_only():
+            return
         r = self._current()
         if r is None:
             return
@@ -206,6 +210,8 @@ class PlaybookScreen(ConsoleScreen):
     def action_delete(self) -> None:
         import time
 
+        if self.refuse_watch_only():
+            return
         r = self._current()
         if r is None:
             return
