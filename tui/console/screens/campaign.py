@@ -1,5 +1,10 @@
 """Campaign: a bake-off (topologies × workloads × rates × repeats), its grid filling in, the current cell live.
 
+Each cell shows the mean output tok/s and mean TPOT of its good repeats, ★ marking the best of each objective among
+the campaign's layouts (the results' comparison: a run that failed or completed no request shows its status and is
+in no figure); a running campaign says when it should end (:func:`tui.core.bench.campaigns.eta`: the cells left times
+the mean cell measured so far, plus the layouts left times the mean bring-up), an ended one its recommendation.
+
 A campaign started here is ``disagg-tui run`` started detached: it keeps running when the console exits or the
 SSH connection drops, and this screen (in any console, later) shows it from its directory (``campaign.json`` and
 each cell's run), the live figures of the cell being measured from the servers' ``/metrics``. Resume is ``run``'s:
@@ -16,12 +21,12 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Footer, Input, Label, OptionList, SelectionList, Static
 from textual.widgets.option_list import Option
 
 from tui.console import fmt
-from tui.console.campaigns import CampaignState, campaigns
+from tui.console.campaigns import CampaignState, CellState, campaigns
 from tui.console.context import ConsoleContext
 from tui.console.messages import CampaignChoice, CampaignRequested, CampaignResumeRequested
 from tui.console.screens.base import ConsoleScreen
@@ -30,13 +35,48 @@ from tui.console.state import ConsoleState
 from tui.console.widgets.checklist import CheckList
 from tui.console.widgets.header import HeaderBar
 from tui.core import paths
+from tui.core.bench.campaigns import span
 
 REFRESH_S = 2.0
 STATUS_STYLE = {"complete": fmt.OK, "failed": fmt.BAD, "incomplete": fmt.WARN, "running": fmt.BUSY}
 
 
+#: how a grid marks the best of an objective among the campaign's layouts
+BEST = "★"
+
+
+def _cell_text(state: CampaignState, cells: list[CellState], key: tuple[str, str, str]) -> Text:
+    """A grid cell: the mean output tok/s and mean TPOT of its good repeats (★ where best of its column), then the
+    repeats that measured nothing, each with its status."""
+    parts = Text()
+    fig = state.figures.get(key)
+    if fig is not None:
+        tps, tpot, good = (fig.values.get(k) for k in ("output_throughput", "mean_tpot_ms", "request_goodput"))
+        for value, text, objective in ((tps, f"{fmt.num(tps)} tok/s", "output_throughput"),
+                                       (tpot, f"TPOT {tpot:.1f} ms" if tpot is not None else "", "mean_tpot_ms"),
+                                       (good, f"goodput {good:.2f}" if good is not None else "",
+                                        "request_goodput")):
+            if value is None:
+                continue
+            if parts:
+                parts.append("\n")
+            best = objective in fig.best
+            parts.append(text + (f" {BEST}" if best else ""), style="bold green" if best else fmt.OK)
+        if fig.repeats > 1:
+            parts.append(f" (n={fig.repeats})", style=fmt.DIM)
+    for c in sorted(cells, key=lambda c: c.repeat):
+        if c.status == "complete" and not c.left_out:
+            continue  # in the figures above
+        if parts:
+            parts.append("\n")
+        label = "no request completed" if c.status == "complete" else c.status
+        parts.append(label, style=STATUS_STYLE.get(c.status, fmt.BAD) if c.status != "complete" else fmt.BAD)
+    return parts
+
+
 def grid(state: CampaignState) -> Table:
-    """Topologies down, workloads (and rates) across; each cell its status and output tokens/s."""
+    """Topologies down, workloads (and rates) across; each cell its figures (the best of each objective marked) or
+    its status."""
     spec = state.spec
     topos = list(spec.get("topologies", [])) or sorted({c.topology for c in state.cells})
     columns: list[tuple[str, str]] = []
@@ -58,15 +98,28 @@ def grid(state: CampaignState) -> Table:
             if not cells:
                 row.append(Text("pending", style=fmt.DIM))
                 continue
-            parts = Text()
-            for i, c in enumerate(sorted(cells, key=lambda c: c.repeat)):
-                if i:
-                    parts.append(" ")
-                label = fmt.num(c.output_tps) + " tok/s" if c.status == "complete" and c.output_tps else c.status
-                parts.append(label, style=STATUS_STYLE.get(c.status, ""))
-            row.append(parts)
+            row.append(_cell_text(state, cells, (topo, w, r)))
         t.add_row(*row)
     return t
+
+
+def verdict(state: CampaignState) -> Text:
+    """Under the grid: what ★ means; when the campaign should end (while it runs) and how that is computed; the
+    recommendation once it has ended."""
+    out = Text()
+    if any(f.best for f in state.figures.values()):
+        out.append(f"{BEST} best of its column: most output tok/s, lowest mean TPOT, most goodput (req/s within the "
+                   "SLO)\n", style=fmt.DIM)
+    if state.eta is not None:
+        out.append(f"ETA ~{span(state.eta.seconds)}", style="bold")
+        out.append(f" = {state.eta.how()}\n", style=fmt.DIM)
+    elif state.running:
+        out.append("ETA: once a cell has been measured\n", style=fmt.DIM)
+    if state.recommendation:
+        out.append("Recommendation\n", style="bold")
+        for line in state.recommendation:
+            out.append(f"  {line}\n")
+    return out
 
 
 class CampaignScreen(ConsoleScreen):
@@ -105,7 +158,7 @@ class CampaignScreen(ConsoleScreen):
                     yield Input(value="1", id="c-repeat", placeholder="1", compact=True)
                     yield Input(id="c-prompts", placeholder="the workload's", compact=True)
                 yield Button("Start (ctrl+s)", id="c-start", variant="primary")
-            with Vertical(id="campaign-live"):
+            with VerticalScroll(id="campaign-live"):  # a long grid and its verdict scroll (80×24)
                 cl = OptionList(id="c-list")
                 cl.border_title = "Campaigns on this host"
                 yield cl
@@ -147,7 +200,7 @@ class CampaignScreen(ConsoleScreen):
 
     @work(exclusive=True, group="campaigns", thread=True, exit_on_error=False, description="reading campaigns")
     def _read(self) -> None:
-        states = campaigns(limit=15)
+        states = campaigns(limit=15, gpus=len(self.state.gpus) or None)
         self.app.call_from_thread(self._show, states)
 
     def _show(self, states: list[CampaignState]) -> None:
@@ -183,7 +236,7 @@ class CampaignScreen(ConsoleScreen):
         head.append("running" if state.running else "not running (ctrl+r resumes)",
                     style=fmt.BUSY if state.running else fmt.DIM)
         head.append(f"\n{_where(state.directory)}\n", style="dim")
-        g.update(_stack(head, grid(state)))
+        g.update(_stack(head, grid(state), verdict(state)))
 
     def _current(self, model: ConsoleState) -> Text:
         state = next((s for s in self.states if s.name == self.selected), None)
@@ -256,8 +309,11 @@ def _where(directory: Path) -> str:
         return str(directory)
 
 
-def _stack(head: Text, body: Table) -> Table:
+def _stack(head: Text, body: Table, tail: Text) -> Table:
     outer = Table.grid(expand=True)
     outer.add_row(head)
     outer.add_row(body)
+    if tail:
+        outer.add_row(Text())
+        outer.add_row(tail)
     return outer

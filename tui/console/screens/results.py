@@ -1,6 +1,10 @@
-"""Results: every stored run compared (topology × workload, and rate for sweeps) with the best per column marked
+"""Results: the stored runs compared (topology × workload, and rate for sweeps) with the best per column marked
 and the setup column, the recommendation per objective with its reasons, a latency–throughput chart for rate
 sweeps, a run's details (plan, fingerprint, per-request distributions), and export to CSV or Markdown.
+
+The scope is every run, or one campaign's (``s`` steps through them; the table's title says which): a campaign's
+scope leaves out the runs measured on its layouts that are not part of it, and says so; the exports are of the
+scope shown. A run that failed, was stopped or completed no request is a row of its own, in no figure.
 
 The table and the recommendation are the core's (``tui.core.bench.table``, ``tui.core.bench.recommend``), the
 same the CLI prints; they are built in a thread (the runs are files) and only drawn here.
@@ -27,7 +31,7 @@ from tui.console.widgets.charts import XYChart
 from tui.console.widgets.header import HeaderBar
 from tui.core import paths, safeio
 from tui.core.bench import recommend as rec_mod
-from tui.core.bench import stats, table
+from tui.core.bench import scope, stats, table
 from tui.core.bench.events import BenchDone
 from tui.core.bench.store import (
     Run,
@@ -36,7 +40,7 @@ from tui.core.bench.store import (
     load_run,
     read_meta_dict,
     read_run_plan,
-    read_run_workload,
+    run_workloads,
 )
 from tui.core.errors import AppError, InputError
 from tui.core.models import Catalog, Workload
@@ -52,25 +56,15 @@ class ResultsData:
     recommendation: rec_mod.Recommendation | None = None
     note: str = ""
     errors: list[str] = field(default_factory=list)
-    stamp: tuple[int, float] = (0, 0.0)
+    stamp: tuple[str, int, float] = ("", 0, 0.0)
+    #: the scope shown (every run, or a campaign's) and the campaigns there are to choose from
+    scoped: scope.Scoped = field(default_factory=lambda: scope.Scoped(scope.ALL_RUNS))
+    campaigns: list[str] = field(default_factory=list)
 
 
 def workloads_of(runs: list[Run], catalog: Catalog) -> dict[str, Workload]:
     """The workloads the runs used: the run's own (an edited one too), else the catalog's."""
-    out: dict[str, Workload] = {}
-    for r in runs:
-        name = r.meta.workload
-        if name in out:
-            continue
-        own = read_run_workload(r.path)  # checked: a copied folder's file of the wrong types is not taken
-        if own is not None:
-            out[name] = own
-            continue
-        try:
-            out[name] = catalog.workload(name)
-        except AppError:
-            continue
-    return out
+    return run_workloads(runs, catalog)
 
 
 def plan_shell(run_dir: Path) -> tuple[str, bool] | None:
@@ -103,24 +97,28 @@ def recorded_runs(done: list[BenchDone]) -> tuple[list[Run], list[str]]:
 
 
 def load_results(catalog: Catalog, gpus: int | None, root: Path | None = None, *,
-                 recorded: list[BenchDone] | None = None) -> ResultsData:
-    """Every stored run (or, with ``recorded``, the runs of a recording), its comparison cells and the
-    recommendation (blocking: call from a thread)."""
+                 recorded: list[BenchDone] | None = None, campaign: str = scope.ALL_RUNS) -> ResultsData:
+    """Every stored run (or, with ``recorded``, the runs of a recording) or ``campaign``'s, its comparison cells and
+    the recommendation (blocking: call from a thread). A campaign no longer stored falls back to every run."""
     data = ResultsData()
+    every: list[Run] = []
     if recorded is not None:
-        data.runs, data.errors = recorded_runs(recorded)
+        every, data.errors = recorded_runs(recorded)
     else:
         for p in find_runs([], root):
             try:
-                data.runs.append(load_run(p))
+                every.append(load_run(p))
             except AppError as err:
                 data.errors.append(err.one_line())
+    data.campaigns = scope.campaign_names(every)
+    data.scoped = scope.scope_runs(every, campaign if campaign in data.campaigns else scope.ALL_RUNS)
+    data.runs = data.scoped.runs
     if not data.runs:
         return data
     data.cells = table.build_cells(data.runs)
     data.frame = table.comparison_frame(data.cells)
     workloads = workloads_of(data.runs, catalog)
-    repeats = max((len(c.runs) for c in data.cells), default=1)
+    repeats = max((len(c.runs) for c in data.cells if c.ranked), default=1)
     try:
         rec = rec_mod.recommend(data.cells, workloads, gpus=gpus, repeats=repeats)
         if rec.slo_derived:
@@ -129,8 +127,21 @@ def load_results(catalog: Catalog, gpus: int | None, root: Path | None = None, *
         data.recommendation = rec
     except (AppError, KeyError, ValueError) as err:
         data.errors.append(f"no recommendation: {err}")
-    data.note = table.simulated_note(data.runs)
+    data.note = "\n".join(n for n in (table.simulated_note(data.runs), table.like_for_like_note(data.runs),
+                                      table.unknown_flags_note(data.runs), scope.apart_note(data.scoped)) if n)
     return data
+
+
+def export_text(data: ResultsData, kind: str) -> str:
+    """The scope shown as CSV, or as Markdown with its notes and the recommendation."""
+    if kind == "csv":
+        return table.render_csv(data.frame)
+    text = f"_Scope: {data.scoped.label}_\n\n" + table.render_markdown(data.frame)
+    if data.note:
+        text += "\n\n" + "\n".join(f"_{line}_" for line in data.note.split("\n"))
+    if data.recommendation is not None:
+        text += "\n\n```\n" + rec_mod.render(data.recommendation) + "\n```"
+    return text
 
 
 def request_distribution(run: Run) -> str:
@@ -153,7 +164,9 @@ def request_distribution(run: Run) -> str:
 
 
 class ResultsScreen(ConsoleScreen):
+    AUTO_FOCUS = "#results-table"
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "next_scope", "scope"),
         Binding("ctrl+r", "reload", "reload"),
         Binding("ctrl+e", "export('csv')", "export CSV"),
         Binding("ctrl+k", "export('md')", "export Markdown"),
@@ -165,12 +178,13 @@ class ResultsScreen(ConsoleScreen):
         super().__init__(ctx, state)
         self.data = ResultsData()
         self._keys: list[table.Cell] = []
+        self.scope: str = scope.ALL_RUNS  # the campaign shown, or every run
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
         with Vertical(id="results-body"):
-            t = DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
-            t.border_title = "Runs compared (* best in its workload and rate; ± 95% interval over repeats)"
+            t: DataTable[Any] = DataTable(id="results-table", cursor_type="row", zebra_stripes=True)
+            t.border_title = self._title()
             yield t
             with Horizontal(id="results-lower"):
                 with VerticalScroll(id="recommendation"):
@@ -197,20 +211,38 @@ class ResultsScreen(ConsoleScreen):
         # the GPU count the telemetry saw (host.facts may run `vllm --version` on a real host: not on the loop)
         # a replay's results are the recording's runs (those ended by the moment replayed), not this host's
         recorded = list(self.state.runs_done) if self.replaying else None
-        self._load(len(self.state.gpus) or None, recorded)
+        self._load(len(self.state.gpus) or None, recorded, self.scope)
+
+    def _title(self) -> str:
+        scopes = [scope.ALL_RUNS, *self.data.campaigns]
+        which = f"campaign {self.scope}" if self.scope else "all runs"
+        at = scopes.index(self.scope) + 1 if self.scope in scopes else 1
+        pick = f" (s: scope, {at} of {len(scopes)})" if len(scopes) > 1 else ""
+        return f"Runs compared: {which}{pick} · * best in its workload and rate · ± 95% interval over repeats"
+
+    def action_next_scope(self) -> None:
+        """Every run, then each campaign, newest first, and round again."""
+        scopes = [scope.ALL_RUNS, *self.data.campaigns]
+        at = scopes.index(self.scope) if self.scope in scopes else 0
+        self.scope = scopes[(at + 1) % len(scopes)]
+        self.query_one("#results-table", DataTable).border_title = self._title()
+        self.action_reload()
 
     @work(exclusive=True, group="results", thread=True, exit_on_error=False, description="reading results")
-    def _load(self, gpus: int | None, recorded: list[BenchDone] | None) -> None:
-        data = load_results(self.ctx.catalog, gpus, recorded=recorded)
+    def _load(self, gpus: int | None, recorded: list[BenchDone] | None, campaign: str) -> None:
+        data = load_results(self.ctx.catalog, gpus, recorded=recorded, campaign=campaign)
         self.app.call_from_thread(self._show, data)
 
     def _show(self, data: ResultsData) -> None:
-        stamp = (len(data.runs), max((r.meta.ended or r.meta.started for r in data.runs), default=0.0))
-        if stamp == self.data.stamp and self.data.frame is not None:
+        stamp = (data.scoped.label, len(data.runs),
+                 max((r.meta.ended or r.meta.started for r in data.runs), default=0.0))
+        if stamp == self.data.stamp and self.data.frame is not None and data.campaigns == self.data.campaigns:
             return
         data.stamp = stamp
         self.data = data
+        self.scope = data.scoped.campaign  # a campaign that is gone falls back to every run
         t = self.query_one("#results-table", DataTable)
+        t.border_title = self._title()
         t.clear(columns=True)
         rec_text = self.query_one("#rec-text", Static)
         if data.frame is None:
@@ -224,23 +256,31 @@ class ResultsScreen(ConsoleScreen):
                                      style="dim"))
             return
         lead = ["topology", *(["setup"] if "setup" in data.frame.columns else []), "workload", "rate"]
+        apart = any(c.left_out for c in data.cells)
         for k in lead:
             t.add_column(k, key=k)
         for c in table.COLUMNS:
             t.add_column(c.title, key=c.key)
         t.add_column("flags", key="flags")
+        if apart:  # a run in no figure: its status says why
+            t.add_column("status", key="status")
         self._keys = list(data.cells)
-        for i, r in enumerate(data.frame.iter_rows(named=True)):
-            cells: list[Any] = [str(r[k]) + (f" (n={r['runs']})" if k == "topology" and r["runs"] > 1 else "")
-                                for k in lead]
+        for i, (cell, r) in enumerate(zip(data.cells, data.frame.iter_rows(named=True), strict=True)):
+            dim = "dim" if not cell.ranked else ""
+            cells: list[Any] = [Text(str(r[k]) + (f" (n={r['runs']})" if k == "topology" and r["runs"] > 1 else ""),
+                                     style=dim) for k in lead]
             for c in table.COLUMNS:
                 text = table.cell_text(r, c, markdown=False)
-                cells.append(Text(text, style="bold green" if r[f"{c.key}_best"] else "", justify="right"))
+                cells.append(Text(text, style="bold green" if r[f"{c.key}_best"] else dim, justify="right"))
             cells.append(Text(r["flags"] or "", style="yellow"))
+            if apart:
+                cells.append(Text(r["status"], style="red" if cell.left_out else ""))
             t.add_row(*cells, key=str(i))
         body = Text()
         if data.note:
             body.append(data.note + "\n", style="bold yellow")
+        if not data.runs:
+            body.append(f"No run in {data.scoped.label} yet.", style="dim")
         if data.recommendation is not None:
             body.append(rec_mod.render(data.recommendation))
         for e in data.errors:
@@ -252,9 +292,9 @@ class ResultsScreen(ConsoleScreen):
         series: dict[str, list[tuple[float, float]]] = {}
         for c in data.cells:
             tps, tpot = c.values.get("output_throughput"), c.values.get("mean_tpot_ms")
-            if tps is None or tpot is None:
-                continue
-            series.setdefault(f"{c.topology} {c.workload}", []).append((tps.mean, tpot.mean))
+            if tps is None or tpot is None or not c.ranked:
+                continue  # a curve is one layout's rates of one workload, measured alike
+            series.setdefault(f"{c.layout} {c.unit}", []).append((tps.mean, tpot.mean))
         sweeps = {k: sorted(v) for k, v in series.items() if len(v) > 1}
         self.query_one("#sweep", XYChart).set_series(sweeps)
 
@@ -307,10 +347,9 @@ class ResultsScreen(ConsoleScreen):
     def _export(self, kind: str) -> None:
         folder = paths.data_dir() / "exports"
         folder.mkdir(parents=True, exist_ok=True)
-        out = folder / f"results-{time.strftime('%Y%m%d-%H%M%S')}.{kind}"
-        text = table.render_csv(self.data.frame) if kind == "csv" else table.render_markdown(self.data.frame)
-        if kind == "md" and self.data.recommendation is not None:
-            text += "\n\n```\n" + rec_mod.render(self.data.recommendation) + "\n```"
+        which = f"-{self.data.scoped.campaign}" if self.data.scoped.campaign else ""
+        out = folder / f"results{which}-{time.strftime('%Y%m%d-%H%M%S')}.{kind}"
+        text = export_text(self.data, kind)
         try:
             out.write_text(text + "\n", encoding="utf-8")
         except OSError as exc:

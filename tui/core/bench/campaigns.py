@@ -4,11 +4,17 @@ A campaign folder may be a teammate's copy: its ``campaign.json`` is read with :
 read_spec` and each run folder with :func:`~tui.core.bench.store.load_run` (a run whose process went away is
 incomplete, as everywhere else); a run folder that does not read is kept apart with its one-line error, never a
 traceback. The console's campaign screen draws from this; it names no file of a run folder itself.
+
+While a campaign runs, :func:`eta` says when it should end, from what it has measured so far: the cells left times
+the mean wall time of the cells measured (a run's start to its end), less what the cell being measured has already
+taken, plus the layouts still to bring up times the mean time a layout took between the previous one's last cell
+(or the campaign's start) and its own first cell (its bring-up, and the tear-down and GPU wait before it).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,3 +118,71 @@ def stored_campaigns(root: Path | None = None, limit: int = 20) -> list[StoredCa
         except InputError:
             continue
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Eta:
+    """When a running campaign should end, and what that is computed from (see the module)."""
+
+    seconds: float
+    cells_left: int  # not counting the cell being measured
+    per_cell_s: float  # the mean wall time of the cells measured
+    measured: int  # how many cells that mean is of
+    current_left_s: float  # what the cell being measured should still take
+    layouts_left: int
+    per_layout_s: float | None  # the mean time a layout took to come up (None: none timed yet)
+
+    def how(self) -> str:
+        """The computation in words: ``3 cells × 41 s (mean of 2 measured) + 1 layout × 35 s to bring up``."""
+        parts = [f"{self.cells_left} cell(s) × {span(self.per_cell_s)} (mean of {self.measured} measured)"]
+        if self.current_left_s > 0:
+            parts.append(f"{span(self.current_left_s)} left of the current cell")
+        if self.layouts_left:
+            parts.append(f"{self.layouts_left} layout(s) × {span(self.per_layout_s)} to bring up"
+                         if self.per_layout_s is not None else f"{self.layouts_left} layout(s) to bring up (not "
+                                                                "timed yet)")
+        return " + ".join(parts)
+
+
+def span(seconds: float) -> str:
+    """A duration as the campaign screen says it: 45s, 3m 05s, 1h 02m."""
+    whole = max(round(seconds), 0)
+    h, rest = divmod(whole, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s" if m else f"{s}s"
+
+
+def eta(stored: StoredCampaign, now: float | None = None) -> Eta | None:
+    """When ``stored`` (running) should end, from the cells it measured (see the module); None when it is not
+    running or has measured no cell yet to go by."""
+    if not stored.running:
+        return None
+    now = time.time() if now is None else now
+    timed = [r for r in stored.runs if r.meta.status == "complete" and r.meta.ended and r.meta.ended >= r.meta.started]
+    if not timed:
+        return None
+    per_cell = sum((r.meta.ended or 0.0) - r.meta.started for r in timed) / len(timed)
+    current = [r for r in stored.runs if r.meta.status == "running"]
+    current_left = sum(max(per_cell - max(now - r.meta.started, 0.0), 0.0) for r in current)
+    cells_left = max(stored.total - stored.done - len(current), 0)
+    # each layout's time to come up: from the previous layout's last end (the campaign's start for the first) to
+    # its own first start
+    order: list[str] = []
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for r in sorted(stored.runs, key=lambda r: r.meta.started):
+        t = r.meta.topology
+        if t not in first:
+            order.append(t)
+            first[t] = r.meta.started
+        last[t] = max(last.get(t, 0.0), r.meta.ended or r.meta.started)
+    gaps = []
+    for i, t in enumerate(order):
+        before = last[order[i - 1]] if i else stored.created
+        if before and first[t] >= before:
+            gaps.append(first[t] - before)
+    layouts_left = len([t for t in stored.spec.topologies if t not in first])
+    per_layout = sum(gaps) / len(gaps) if gaps else None
+    seconds = cells_left * per_cell + current_left + layouts_left * (per_layout or 0.0)
+    return Eta(seconds=seconds, cells_left=cells_left, per_cell_s=per_cell, measured=len(timed),
+               current_left_s=current_left, layouts_left=layouts_left, per_layout_s=per_layout)
