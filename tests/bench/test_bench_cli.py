@@ -110,3 +110,14 @@ def test_live_window_and_events_round_trip() -> None:
     assert again == tick and isinstance(again, BenchTick)
     done = BenchDone(run_id="c/r", status="complete", summary={"output_throughput": 1.0}, flags=("x",))
     assert event_from_dict(json.loads(json.dumps(done.to_dict()))) == done
+
+
+def test_a_bench_that_completed_no_request_fails_and_is_in_no_figure(capsys: pytest.CaptureFixture[str],
+                                                                     stub_process) -> None:
+    """Issue 23: a run of 0/N done is stored and shown, but it measured nothing: the command fails and says so."""
+    url = stub_process("--fail-every", "1")
+    code, out, err = _run(capsys, "bench", "--endpoint", url, "--input-len", "16", "--output-len", "8",
+                          "--num-prompts", "4", "--warmup", "0")
+    assert code == 1, err
+    assert "Successful requests:                     0 " in out
+    assert "no request completed (0/4 done, 4 failed): in no figure" in err and "results:" in err

@@ -373,11 +373,13 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
 def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> int:
     predictions.attach_all(ctx, runs)
     summaries = [r.summary for r in runs if r.summary]
+    # the repeats' mean and interval are of the runs that measured something (a failed, stopped or empty one: none)
+    good = [r.summary for r in runs if r.summary and not r.unusable]
     if args.json:
         if len(runs) == 1:
             ctx.print_json(summaries[0] if summaries else {})
         else:
-            ctx.print_json(report.aggregate(summaries))
+            ctx.print_json(report.aggregate(good))
     else:
         note = table.simulated_note(runs)
         if note:
@@ -385,13 +387,19 @@ def report_runs(args: argparse.Namespace, ctx: CliContext, runs: list[Run]) -> i
         for r in runs:
             if r.summary:
                 ctx.print(report.format_result(r.summary))
-        if len(summaries) > 1:
-            ctx.print(report.format_aggregate(report.aggregate(summaries)))
+        if len(good) > 1:
+            ctx.print(report.format_aggregate(report.aggregate(good))
+                      + (f"\n  ({len(runs) - len(good)} run(s) left out: in no figure)" if len(good) < len(runs)
+                         else ""))
     code = EXIT_OK
     for r in runs:
         where = f"results: {r.path}"
         if r.meta.status != "complete":
             ctx.error(f"run {r.id} {r.meta.status}: {r.meta.message}")
+            code = EXIT_FAILED
+        elif r.unusable:  # it ended, but measured nothing: a failure, and in no figure
+            ctx.error(f"run {r.id}: {r.unusable}: in no figure")
+            print(where, file=ctx.err)
             code = EXIT_FAILED
         else:
             print(where, file=ctx.err)
