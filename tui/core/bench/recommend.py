@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tui.core.bench.metrics import attainment, percentile_key
+from tui.core.bench.missing import alternatives as alternatives
+from tui.core.bench.missing import compare_command as compare_command
+from tui.core.bench.missing import one_topology, unjudged
 from tui.core.bench.table import Cell
-from tui.core.errors import InputError
 from tui.core.models import Workload
-from tui.core.topology import parse_topology
 
 #: relative difference between two runs of the same real server (fixtures: 1.9 % output throughput)
 NOISE_FLOOR = 0.02
@@ -234,58 +234,13 @@ def _driver(objective: str, winner: str, ratio: float, *, tps_winner: str | None
 EXCLUDED_FLAGS = ("kv-slow-path",)
 
 
-def alternatives(topology: str) -> list[str]:
-    """The usual other layouts on as many GPUs as ``topology`` takes (on one GPU there are none: those of two)."""
-    try:
-        gpus = max(parse_topology(topology).gpus_needed, 2)
-    except InputError:
-        gpus = 2
-    return [f"dp{gpus}", f"tp{gpus}", "1p1d" if gpus == 2 else f"1p{gpus - 1}d"]
-
-
-def compare_command(cell: Cell, measured: Sequence[str]) -> str:
-    """The campaign that measures the other layouts of ``cell``'s workload as its runs were measured (the model of
-    their plan, the simulator when they were simulated, as many prompts)."""
-    run = cell.runs[0] if cell.runs else None
-    others = [t for t in alternatives(cell.topology) if t not in measured]
-    words = ["disagg-tui", "run"]
-    if run is not None and run.simulated:
-        words.append("--sim")
-    model = (run.served.profile or run.meta.model) if run is not None else ""
-    if model:
-        words += ["--model", shlex.quote(model)]
-    words += ["--topology", ",".join(others), "--workload", shlex.quote(cell.workload)]
-    prompts = run.summary.get("num_prompts") if run is not None else None
-    if isinstance(prompts, int) and not isinstance(prompts, bool) and prompts > 0:
-        words += ["--num-prompts", str(prompts)]
-    return " ".join(words)
-
-
-def _one_topology(sat: Sequence[Cell], every: Sequence[Cell], unit: str) -> tuple[str, str] | None:
-    """When ``unit``'s judged saturation rows are of one topology only: why no winner is named, and the command
-    that measures the others; None when two or more topologies were measured."""
-    topologies = sorted({c.topology for c in sat})
-    if len(topologies) != 1:
-        return None
-    topo = topologies[0]
-    variants = len({c.layout for c in sat})
-    apart = sorted({c.topology for c in every if c.unit == unit and c.topology != topo
-                    and (c.rate is None or math.isinf(c.rate))})
-    why = f"only {topo} measured on {unit}"
-    if apart:
-        why = f"only {topo} usable on {unit} ({', '.join(apart)} left out: see the evidence)"
-    if variants > 1:
-        why += f"; its {variants} serve configurations are compared in the table"
-    return why, compare_command(sat[0], [topo])
-
-
 def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus: int | None = None,
               slo: Mapping[str, float] | None = None, repeats: int = 1, failed: Sequence[str] = (),
               include_flagged: Sequence[str] = ()) -> Recommendation:
     """``include_flagged``: flags of ``EXCLUDED_FLAGS`` whose cells are judged anyway (``--include-kv-slow-path``).
     Only :attr:`Cell.ranked` rows are judged; the others are named in the evidence."""
     rec = Recommendation()
-    unjudged = [c for c in cells if not c.ranked and (c.left_out or c.outside)]
+    left_apart = [c for c in cells if not c.ranked and (c.left_out or c.outside)]
     cells = [c for c in cells if c.ranked or not (c.left_out or c.outside)]
     excluded = [c for c in cells if any(f in EXCLUDING_FLAGS for f in c.flags)]
     every = cells
@@ -305,7 +260,7 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
         tps = [(c.value("output_throughput") or 0.0, c) for c in sat if c.value("output_throughput") is not None]
         tpot = [(c.value("mean_tpot_ms") or 0.0, c) for c in sat if c.value("mean_tpot_ms")]
         good = goodput_scores(cells, w, rec.slo[w]) if rec.slo[w] else []
-        one = _one_topology([c for _, c in tps] or sat, every, w) if sat else None
+        one = one_topology([c for _, c in tps] or sat, every, w) if sat else None
         for objective, metric, scored, higher in (("max_throughput", "output_throughput", tps, True),
                                                   ("min_tpot", "mean_tpot_ms", tpot, False),
                                                   ("max_goodput", "request_goodput", good, True)):
@@ -387,26 +342,9 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
             rec.evidence.append(f"kept out of the recommendation ({flag}): {', '.join(out)}")
     rec.evidence += [f"left out: {x} (KV moved far below the GPU link; --include-kv-slow-path to judge it)"
                      for x in rec.excluded]
-    rec.evidence += _unjudged(unjudged)
+    rec.evidence += unjudged(left_apart)
     rec.thin = bool(rec.evidence)
     return rec
-
-
-def _unjudged(cells: Sequence[Cell]) -> list[str]:
-    """The runs no verdict judged: left out of every figure (failed, stopped, none completed), or measured on a
-    campaign's layout without being part of it."""
-    lines = []
-    gone = [c for c in cells if c.left_out]
-    if gone:
-        lines.append(f"{len(gone)} run(s) in no figure: " + "; ".join(
-            f"{r.id} ({c.left_out}{f'; not part of campaign {c.outside}' if c.outside else ''})"
-            for c in gone for r in c.runs[:1]))
-    apart = [c for c in cells if c.outside and not c.left_out]
-    if apart:
-        lines.append(f"{len(apart)} run(s) judged by nobody (measured on a campaign's layout, not part of it: it "
-                     "may have shared the layout with the campaign's load): "
-                     + "; ".join(f"{r.id} (campaign {c.outside})" for c in apart for r in c.runs[:1]))
-    return lines
 
 
 def _evidence(cells: Sequence[Cell], names: Sequence[str], repeats: int, failed: Sequence[str],
