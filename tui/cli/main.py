@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "profile": "tui.cli.cmd_profile",
     "console": "tui.cli.cmd_console",
     "replay": "tui.cli.cmd_replay",
+    "web": "tui.cli.cmd_web",
     "export": "tui.cli.cmd_bundle", "import": "tui.cli.cmd_bundle",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
