@@ -128,6 +128,14 @@ async def test_campaign_table_recommendation_and_resume(tmp_path: Path) -> None:
     lc2 = FakeLifecycle()
     again = await _runner(tmp_path, _spec(), lc2).run()
     assert lc2.up == [] and [o.status for o in again.outcomes] == ["skipped"] * 4
+    # a cell that completed no request measured nothing (issue 23): the same campaign again measures it again
+    from tui.core.bench.store import SUMMARY_FILE, write_json
+
+    zero = next(r for r in runs if (r.meta.topology, r.meta.workload) == ("dp2", "decode-heavy"))
+    write_json(zero.path / SUMMARY_FILE, {**zero.summary, "completed": 0, "failed": zero.summary["completed"]})
+    lc3 = FakeLifecycle()
+    redo = await _runner(tmp_path, _spec(), lc3).run()
+    assert lc3.up == ["dp2"] and sorted(o.status for o in redo.outcomes) == ["complete"] + ["skipped"] * 3
     # a different campaign under the same name is refused
     with pytest.raises(InputError, match="exists with other cells"):
         await _runner(tmp_path, _spec(topologies=["tp2"]), FakeLifecycle()).run()

@@ -6,7 +6,8 @@
   then fractions of the request throughput it reached, giving a latency–throughput curve per topology.
 - Between layouts the GPUs must be free again (memory released) before the next one starts.
 - Resume: the campaign's spec is stored in ``campaign.json``; a cell whose run directory is ``complete`` is not
-  run again, and a topology whose cells are all complete is not even brought up.
+  run again (unless it completed no request: it measured nothing), and a topology whose cells are all complete is
+  not even brought up.
 
 Layout bring-up and tear-down belong to the supervisor; this module takes them through ``Lifecycle``.
 """
@@ -261,7 +262,7 @@ class CampaignStore:
             run = load_run(d)
         except InputError:
             return None
-        return run if run.meta.status == "complete" else None
+        return run if run.meta.status == "complete" and not run.unusable else None  # none done: measured again
 
     def clear(self, cell: Cell, wl: Workload) -> None:
         """Remove an unfinished attempt before running the cell again."""
