@@ -38,14 +38,14 @@ COMMANDS: tuple[Command, ...] = (
     Command("Playbook", "app.mode('playbook')", "known failures, the diagnoses of this host's layouts", "p"),
     # the dashboard's
     Command("Stop the layout", "screen.stop", "stop every server of the layout that is up (down)", "s", "dashboard"),
-    Command("Restart the layout", "screen.restart", "launch the layout shown again, as it was launched", "R",
-            "dashboard"),
+    Command("Restart the layout", "screen.restart", "launch the layout shown again with the request it was started "
+            "with (asks first)", "R", "dashboard"),
     Command("Apply the fix and relaunch", "screen.apply_fix", "the diagnosis shown: up --apply-fix ENTRY", "a",
             "dashboard"),
     Command("Diagnosis details", "screen.details", "the diagnosis shown in full: the line, why, the fix", "d",
             "dashboard"),
-    Command("Dismiss the diagnosis", "screen.dismiss", "put the diagnosis shown (or the failed layout) away", "x",
-            "dashboard"),
+    Command("Dismiss the diagnosis", "screen.dismiss", "put the diagnosis shown away; a failed layout goes at once "
+            "(into the playbook screen's failures)", "x", "dashboard"),
     Command("Add a playbook entry from the log", "screen.add_entry", "learn a known failure from a log line", "A",
             "dashboard"),
     Command("Follow the log", "screen.follow", "the log pane goes back to following the newest line", "f",
