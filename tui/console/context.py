@@ -40,4 +40,4 @@ class ConsoleContext:
         """What a watch-only console says when it is asked to act (None: it acts)."""
         if self.watch_only is None:
             return None
-        return f"watch-only: {self.watch_only} (this console shows; it launches, stops, measures and edits nothing)"
+        return f"{self.watch_only}: this console shows; it launches, stops, measures and edits nothing"
