@@ -52,10 +52,10 @@ def render_band(model: ConsoleState, width: int, book: Playbook | None = None) -
         t.append(f"{s.done}/{s.total} cells  ")
         t.append(s.text)
         return t, "campaign"
-    return _idle(model), "idle"
+    return _idle(model, width), "idle"
 
 
-def _idle(model: ConsoleState) -> Text:
+def _idle(model: ConsoleState, width: int = 160) -> Text:
     lay = model.layout
     if lay is None and model.replay_label is not None:  # a replay launches nothing
         return Text.assemble(("No layout is up at this point of the recording. ", "bold"), "Press ", ("n", "bold"),
@@ -66,17 +66,19 @@ def _idle(model: ConsoleState) -> Text:
                              " for stored results.")
     if lay.status == "ready":
         if lay.held_by:  # a running campaign or a benchmark holds it: what it does is not this console's to undo
-            t = Text.assemble((f"{lay.topology} of {lay.profile_id} is ready", fmt.OK), f" at {lay.endpoint}. ",
-                              (f"In use by {lay.held_by}", fmt.WARN), ": ", ("b", "bold"), ", ", ("s", "bold"),
-                              " and ", ("R", "bold"), " ask first.")
+            t = Text.assemble((f"{lay.topology} of {lay.profile_id} is ready", fmt.OK), f" at {lay.endpoint}.")
+            held = f"In use by {lay.held_by}: b, s and R ask first."
+            for line in textwrap.wrap(held, max(width - 4, 20)):  # the band cuts a long line: its holder stays whole
+                t.append("\n" + line, style=fmt.WARN)
         else:
             t = Text.assemble((f"{lay.topology} of {lay.profile_id} is ready", fmt.OK), f" at {lay.endpoint}. ",
                               "Press ", ("b", "bold"), " to benchmark it, ", ("s", "bold"), " to stop it.")
         started = [f"{v.name} in {fmt.duration(v.ready_s)}" for v in model.servers.values()
                    if v.ready_s is not None and v.role != "proxy"]
         if started or lay.started_by:
-            t.append("\n" + "; ".join([*(["Started: " + ", ".join(started)] if started else []),
-                                        *([_cap(lay.started_by)] if lay.started_by else [])]), style=fmt.DIM)
+            parts = [*(["Started: " + ", ".join(started)] if started else []), *([lay.started_by] if lay.started_by
+                                                                                  else [])]
+            t.append("\n" + _cap(" · ".join(parts)), style=fmt.DIM)
         if lay.fixes:
             t.append("\n")
             t.append_text(fixes_text(lay.fixes))
