@@ -136,7 +136,7 @@ def resolve(run: Run, catalog: Catalog, gpu: GpuSpec | None = None) -> tuple[Any
         except InputError:
             continue
     if profile is None:
-        why = f"no model profile for {facts.profile_id or run.meta.model or '?'}"
+        why = f"no model profile for {safeio.shown(facts.profile_id or run.meta.model or '?', 80)}"
     spec = spec_for_name(facts.gpu) if facts.gpu else gpu
     if spec is None and not why:
         why = f"unknown GPU {facts.gpu!r} (known: {', '.join(PRESETS)})" if facts.gpu else "no GPU recorded"

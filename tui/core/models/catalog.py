@@ -51,6 +51,9 @@ class Catalog:
         ``disagg-tui profile list`` shows for a discovered model (see :mod:`tui.core.models.modelsrc`)."""
         if ref in self.models:
             return self.models[ref]
+        if len(ref) > 4096 or any(len(part) > 255 for part in ref.split(os.sep)):  # stat() would raise ENAMETOOLONG
+            raise InputError(f"not a profile id, a profile file or a model folder: a name of {len(ref):,} "
+                             "characters", field="--model")
         path = Path(ref).expanduser()
         if path.suffix in (".yaml", ".yml") or (path.is_file() and path.name != "config.json"):
             return parse_model_profile(load_file(path), path)
