@@ -85,7 +85,7 @@ def render(ctx: CliContext, runs: Sequence[Run], *, markdown: bool = False) -> s
             continue
         p = prediction_for(ctx, r)
         if "unavailable" in p:
-            notes.append(f"{r.id}: no prediction ({p['unavailable']})")
+            notes.append(f"{r.id}: no prediction ({safeio.shown(p['unavailable'], 200)})")  # a copied folder's text
             continue
         cells = [r.id, "yes" if r.simulated else "no"]
         for k in predictor.METRICS:
