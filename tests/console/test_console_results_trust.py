@@ -14,6 +14,7 @@ from tests.bench.trustruns import T0, campaign, issue_scenario, layout_plan, rec
 from tests.console import scripted
 from tests.console.conftest import wait_for
 from tui.console.app import ConsoleApp, make_console
+from tui.console.commands import available
 from tui.console.screens.campaign import CampaignScreen, verdict
 from tui.console.screens.results import ResultsScreen
 from tui.core import paths
@@ -48,6 +49,7 @@ async def test_the_results_keep_a_campaigns_cell_as_measured_and_scope_to_it() -
         rec = screen.data.recommendation
         assert rec is not None and rec.objectives["max_throughput"][0].winner == "dp2"
         assert "all runs (s: scope, 1 of 2)" in str(table.border_title)
+        assert "Scope of the results" in {c.title for c in available(app, screen)}  # the palette offers it too
         # s: the campaign's runs only; the stray run named as left out
         await pilot.press("s")
         await wait_for(pilot, lambda: screen.data.scoped.campaign == "bake", 30, "the campaign's scope")

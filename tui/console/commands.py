@@ -61,6 +61,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("Resume the campaign", "screen.resume", "the one selected: its complete cells are skipped", "ctrl+r",
             "campaign"),
     Command("Reload the results", "screen.reload", "read the stored runs again", "ctrl+r", "results"),
+    Command("Scope of the results", "screen.next_scope", "every run, then each campaign's: the table and its "
+            "exports", "s", "results"),
     Command("Export the results as CSV", "screen.export('csv')", "to the data directory's exports/", "ctrl+e",
             "results"),
     Command("Export the results as Markdown", "screen.export('md')", "with the recommendation", "ctrl+k",

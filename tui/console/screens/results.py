@@ -166,7 +166,7 @@ def request_distribution(run: Run) -> str:
 class ResultsScreen(ConsoleScreen):
     AUTO_FOCUS = "#results-table"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "next_scope", "scope"),
+        Binding("s", "next_scope", "scope", show=False),  # the table's title says it, beside the scope it shows
         Binding("ctrl+r", "reload", "reload"),
         Binding("ctrl+e", "export('csv')", "export CSV"),
         Binding("ctrl+k", "export('md')", "export Markdown"),
