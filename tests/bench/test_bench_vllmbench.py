@@ -53,7 +53,7 @@ def send(i):
                                  headers={"content-type": "application/json"})
     urllib.request.urlopen(req).read()
 print("Starting initial single prompt test run...", flush=True)
-time.sleep(0.4)
+time.sleep(0.4)  # the warm-up as our reader sees it: its lines read when the pipe delivers them (> 0.1 s asked)
 warm = int(opt.get("--num-warmups", 0))
 for i in range(warm):  # with its own progress bar, as vllm bench draws one for its warm-up
     send(i)
@@ -149,7 +149,7 @@ async def test_live_figures_come_from_the_servers_metrics(stub, tmp_path: Path) 
     assert all(t.total == 1 and t.done <= 1 for t in warm)  # the warm-up bar counts the warm-up
     assert "(server /metrics)" in main[-1].line()
     client = run.meta.client
-    assert client["tool"] == "vllm bench serve" and client["warmups"] == 1 and client["warmup_s"] >= 0.35
+    assert client["tool"] == "vllm bench serve" and client["warmups"] == 1 and client["warmup_s"] > 0.1
     assert client["initial_test"] == "started" and client["warmup_completed"] is False
     assert client["counters_include_warmup"] is False
     assert run.meta.fingerprint["client"] == "vllm bench serve"
@@ -176,7 +176,7 @@ async def test_a_1p1d_vllm_bench_run_gets_our_server_side_checks(stub, tmp_path:
     monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
     fake = TRAFFIC if flushes else TRAFFIC.replace(", flush=True", "")
     run = await run_vllm_bench(_fake(tmp_path, fake), opts, target, "/tok")
-    assert run.meta.client["warmup_s"] >= 0.35 and run.meta.client["counters_include_warmup"] is False
+    assert run.meta.client["warmup_s"] > 0.1 and run.meta.client["counters_include_warmup"] is False
     kv = run.meta.kv_transfer
     assert kv is not None and kv["local_compute"] == 3 * 8 and kv["external"] == 0
     assert "kv-recompute" in run.meta.flags and (run.path / "logs" / "decode.log").exists()
