@@ -54,6 +54,13 @@ def fixed_models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DISAGG_TUI_DUMMY_MODEL_DIR", "/nonexistent/dummy-model")
 
 
+@pytest.fixture(autouse=True)
+def _ports_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch screen's preflight binds the plan's real default ports: another test's server on one of them (two
+    workers) refused the launch these tests type ("FAIL ports"); a held port is tested in test_launch_screen."""
+    monkeypatch.setattr("tui.core.plan.preflight.port_free", lambda host, port: True)
+
+
 def _console(events: list[Event] | None = None, *, host: bool = False, **options: Any) -> ConsoleApp:
     opts = HostOptions(sim=True, **options)
     app = make_console(opts, live=False, clock=scripted.clock, events=events or [],
