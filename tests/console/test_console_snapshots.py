@@ -106,7 +106,9 @@ def test_bench_running(snap_compare, size) -> None:  # type: ignore[no-untyped-d
 
 
 def _results_loaded(app: ConsoleApp) -> bool:
-    return bool(getattr(app.screen, "data", None) and app.screen.data.cells)  # type: ignore[attr-defined]
+    """The runs drawn, judged with the GPU count the telemetry saw (a load before its first sample has none)."""
+    data = getattr(app.screen, "data", None)
+    return bool(data and data.cells and data.gpus == (len(app.state.gpus) or None))
 
 
 @pytest.mark.parametrize("size", SIZES)

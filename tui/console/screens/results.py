@@ -56,7 +56,9 @@ class ResultsData:
     recommendation: rec_mod.Recommendation | None = None
     note: str = ""
     errors: list[str] = field(default_factory=list)
-    stamp: tuple[str, int, float] = ("", 0, 0.0)
+    #: what was drawn: the scope, the runs (how many, the newest end) and the GPU count the recommendation used
+    stamp: tuple[str, int, float, int] = ("", 0, 0.0, 0)
+    gpus: int | None = None
     #: the scope shown (every run, or a campaign's) and the campaigns there are to choose from
     scoped: scope.Scoped = field(default_factory=lambda: scope.Scoped(scope.ALL_RUNS))
     campaigns: list[str] = field(default_factory=list)
@@ -231,11 +233,14 @@ class ResultsScreen(ConsoleScreen):
     @work(exclusive=True, group="results", thread=True, exit_on_error=False, description="reading results")
     def _load(self, gpus: int | None, recorded: list[BenchDone] | None, campaign: str) -> None:
         data = load_results(self.ctx.catalog, gpus, recorded=recorded, campaign=campaign)
+        data.gpus = gpus
         self.app.call_from_thread(self._show, data)
 
     def _show(self, data: ResultsData) -> None:
         stamp = (data.scoped.label, len(data.runs),
-                 max((r.meta.ended or r.meta.started for r in data.runs), default=0.0))
+                 max((r.meta.ended or r.meta.started for r in data.runs), default=0.0), data.gpus or 0)
+        # the GPU count is part of it: a first load before the telemetry's first sample judged without it, and the
+        # reload that knows it must not be skipped as the same runs (the recommendation's reasons name it)
         if stamp == self.data.stamp and self.data.frame is not None and data.campaigns == self.data.campaigns:
             return
         data.stamp = stamp
