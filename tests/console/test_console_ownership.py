@@ -34,7 +34,8 @@ MODEL = "qwen3.6-27b-nvfp4"
 
 
 def _band(app: ConsoleApp) -> str:
-    return app.screen.query_one(Band).text.plain
+    """The band's text, its lines joined (the band wraps a long line to its width)."""
+    return " ".join(app.screen.query_one(Band).text.plain.split())
 
 
 def _record() -> LayoutRecord | None:
@@ -214,7 +215,8 @@ async def test_a_reopened_console_restarts_a_cli_layout_with_the_clis_request() 
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_for(pilot, lambda: app.state.layout is not None and app.state.layout.status == "ready", 30,
                        "the CLI's layout")
-        await wait_for(pilot, lambda: "Started by `disagg-tui up` from the CLI" in _band(app), 10, "who started it")
+        await wait_for(pilot, lambda: "tarted by `disagg-tui up` from the CLI (pid " in _band(app), 10,
+                       "who started it")
         await pilot.press("R")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), 20, "the restart's question")
         body = str(app.screen.query_one("#confirm-body").render())
