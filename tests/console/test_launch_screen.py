@@ -178,7 +178,10 @@ async def test_at_80x24_the_env_field_and_the_launch_button_are_reachable(target
         screen = await _planned(pilot, app)
         widget = screen.query_one(target)
         assert isinstance(widget, Input | Button)
-        widget.focus()
-        await pilot.pause(0.3)
-        x, y = widget.region.center
-        assert 0 <= y < 24 and screen.get_widget_at(x, y)[0] is widget
+        widget.focus()  # the form scrolls to it (an animation: under load it takes longer than a fixed pause)
+
+        def shown() -> bool:
+            x, y = widget.region.center
+            return 0 <= y < 24 and screen.get_widget_at(x, y)[0] is widget
+
+        await wait_for(pilot, shown, 10, f"{target} scrolled into view")
