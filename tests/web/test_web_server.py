@@ -211,3 +211,27 @@ def test_a_port_in_use_is_one_line() -> None:
         s.listen()
         r = cli("web", "--sim", "--port", str(s.getsockname()[1]), timeout=60)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "cannot listen on 127.0.0.1:" in r.stderr, r.stderr
+
+
+async def test_a_console_that_dies_ends_its_tab() -> None:
+    """The tab's app exits without a word (it died): the WebSocket closes, the page says the session ended."""
+    import sys
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tui.console.web.server import WebConfig, WebServer
+    from tui.console.web.session import AppCommand
+
+    said: list[str] = []
+    web = WebServer(WebConfig(host="127.0.0.1", port=0, token="t" * 20,
+                              app=AppCommand(argv=(sys.executable, "-c", "import sys; sys.exit(3)"))), say=said.append)
+    async with TestClient(TestServer(web.make_app())) as client:
+        ws = await client.ws_connect("/ws?token=" + "t" * 20)
+        msg = await ws.receive(timeout=20)
+        assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        for _ in range(100):  # the server's side of the tab ends after the browser's
+            if web.sessions == {} and any("closed" in line for line in said):
+                break
+            await asyncio.sleep(0.05)
+    assert any("closed (its app exited 3)" in line for line in said), said
+    assert web.sessions == {}

@@ -74,6 +74,7 @@ class WebServer:
         self.refused = 0
         self.port = config.port
         self._sockets: set[web.WebSocketResponse] = set()
+        self._ending: set[asyncio.Future[None]] = set()
         self._downloads = DownloadManager()
 
     @property
@@ -157,12 +158,12 @@ class WebServer:
             self.say(f"refused a console for {request.remote}: {len(self.sessions)} open (HTTP 503)")
             return full
         ws = web.WebSocketResponse(heartbeat=HEARTBEAT_S, max_msg_size=MAX_MESSAGE)
-        await ws.prepare(request)
-        self._sockets.add(ws)
         session = ConsoleSession(self.config.app, write_bytes=ws.send_bytes, write_str=ws.send_str, close=ws.close,
                                  download_manager=self._downloads)
-        self.sessions[session.number] = session
+        self.sessions[session.number] = session  # the slot is taken before the first await: none given twice
         try:
+            await ws.prepare(request)
+            self._sockets.add(ws)
             width = _to_int(request.query.get("width"), 80, 20, 500)
             height = _to_int(request.query.get("height"), 24, 8, 300)
             await session.start(width, height)
@@ -174,12 +175,19 @@ class WebServer:
         finally:
             self.sessions.pop(session.number, None)  # its slot is free at once; its app stops below
             self._sockets.discard(ws)
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await ws.close()
-            code = await asyncio.shield(session.close_app())
-            if code is not None:
-                self.say(f"console {session.number} closed (its app exited {code}); what it started goes on")
+            # shielded: aiohttp cancels the handler of a connection that closed, and the app must stop all the same
+            ending = asyncio.ensure_future(self._end(ws, session))
+            self._ending.add(ending)  # held: a task nobody references may be collected before it ends
+            ending.add_done_callback(self._ending.discard)
+            await asyncio.shield(ending)
         return ws
+
+    async def _end(self, ws: web.WebSocketResponse, session: ConsoleSession) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await ws.close()
+        code = await session.close_app()
+        if code is not None:
+            self.say(f"console {session.number} closed (its app exited {code}); what it started goes on")
 
     @staticmethod
     async def _relay(ws: web.WebSocketResponse, session: ConsoleSession) -> None:
@@ -241,3 +249,5 @@ class WebServer:
             if self.sessions:
                 self.say(f"stopping: closing {len(self.sessions)} console(s); what they started goes on")
             await runner.cleanup()
+            if self._ending:  # tabs whose consoles are still stopping
+                await asyncio.gather(*self._ending, return_exceptions=True)

@@ -64,6 +64,16 @@ class ConsoleSession(AppService):
         self._stdin = process.stdin
         return process
 
+    async def run(self) -> None:
+        """textual-serve's relay of the app's output; once that ends (the app quit, or died before or after its
+        first screen) the tab's WebSocket is closed too, so the page says the session ended instead of going on
+        blank."""
+        try:
+            await super().run()
+        finally:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.remote_close()
+
     async def close_app(self, *, quit_s: float = QUIT_S, term_s: float = TERM_S) -> int | None:
         """Stop this tab's app (its PID alone) and reap it; its exit code (None: it never started)."""
         process = self._process
