@@ -191,7 +191,8 @@ def test_another_address_than_loopback_warns() -> None:
     (["--token-file", "TOOSHORT"], "16-256 URL-safe characters"),
     (["--replay", "/nonexistent/x.dtrec"], "no such recording"),
     (["--replay", str(SAMPLE), "--operator"], "a replay launches nothing"),
-    (["--layout-ports", "8000,8100"], "expected three ports"),
+    (["--layout-ports", "8000,8100", "--operator"], "expected three ports"),
+    (["--layout-ports", "8000,8100,5600"], "only with --operator"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], says: str, tmp_path: Path) -> None:
     if "TOOSHORT" in args:

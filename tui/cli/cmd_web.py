@@ -150,6 +150,8 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
 
         replay = resolve(args.replay).resolve()
         Recording.open(replay).close()  # a file that is no recording: one line now, not in every tab
+    if args.layout_ports is not None and not args.operator:
+        raise InputError("only with --operator: a watch-only console launches nothing", field="--layout-ports")
     token = read_token(args.token_file, ctx.warn) if args.token_file else secrets.token_urlsafe(32)
     env: dict[str, str] = {}
     if ctx.api_key:  # in the environment, never on a command line others can read (ps)
