@@ -92,7 +92,7 @@ async def test_a_second_consoles_benchmark_of_a_campaigns_layout_asks_first_and_
         lay = app2.state.layout
         assert lay is not None and lay.topology == "dp2"
         campaign = lay.started_by.split()[3]  # "started by campaign NAME (pid N) at HH:MM"
-        await wait_for(pilot, lambda: "In use by campaign" in _band(app2) and "b, s and R ask first" in _band(app2), 10,
+        await wait_for(pilot, lambda: "In use by campaign" in _band(app2) and "b, s and R ask first" in _band(app2), 30,
                        "the band naming the campaign")
         await pilot.press("b")
         bench = app2.screen
@@ -215,7 +215,7 @@ async def test_a_reopened_console_restarts_a_cli_layout_with_the_clis_request() 
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_for(pilot, lambda: app.state.layout is not None and app.state.layout.status == "ready", 30,
                        "the CLI's layout")
-        await wait_for(pilot, lambda: "tarted by `disagg-tui up` from the CLI (pid " in _band(app), 10,
+        await wait_for(pilot, lambda: "tarted by `disagg-tui up` from the CLI (pid " in _band(app), 30,
                        "who started it")
         await pilot.press("R")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), 20, "the restart's question")
@@ -252,10 +252,10 @@ async def test_one_x_dismisses_a_failed_layout_and_a_stop_never_brings_an_old_fa
                        and app.state.active_diagnosis() is not None, 30, "the failed layout and its banner")
         failed_id = app.state.layout.id  # type: ignore[union-attr]
         await pilot.press("x")
-        await wait_for(pilot, lambda: app.state.layout is None, 10, "the failure dismissed with one key")
+        await wait_for(pilot, lambda: app.state.layout is None, 30, "the failure dismissed with one key")
         assert app.state.active_diagnosis() is None
-        await wait_for(pilot, lambda: _band(app).startswith("No layout is up"), 10, "the band")
-        await wait_for_thread(lambda: StateStore().read() == {}, 10, "status to agree")
+        await wait_for(pilot, lambda: _band(app).startswith("No layout is up"), 30, "the band")
+        await wait_for_thread(lambda: StateStore().read() == {}, 30, "status to agree")
         st = await asyncio.to_thread(cli, "status", "--json")
         assert json.loads(st.stdout)["layouts"] == []
         past = await asyncio.to_thread(failures.past_failures)
@@ -266,7 +266,7 @@ async def test_one_x_dismisses_a_failed_layout_and_a_stop_never_brings_an_old_fa
                        and app.screen.query_one("#pb-failures", OptionList).get_option_at_index(0).id == "f0",
                        20, "the failure listed")
         await pilot.press("ctrl+f", "down", "enter")
-        await wait_for(pilot, lambda: app.screen.query("#text-body"), 10, "the failure opened")
+        await wait_for(pilot, lambda: app.screen.query("#text-body"), 30, "the failure opened")
         text = str(app.screen.query_one("#text-body").render())
         assert "flashinfer-no-nvcc" in text and "disagg-tui up --model dummy-qwen3-8b" in text
         await pilot.press("escape", "escape")
