@@ -27,7 +27,12 @@ from tui.console.screens.bench import BenchScreen
 from tui.console.screens.campaign import CampaignScreen
 from tui.console.screens.launch import LaunchScreen
 from tui.console.screens.results import ResultsScreen
+from tui.core import paths
+from tui.core.bench.events import BenchDone, BenchTick
+from tui.core.events import Event
 from tui.core.host.base import HostOptions
+from tui.core.launch.events import ServerPhase
+from tui.core.record import Recording
 
 pytestmark = pytest.mark.usefixtures("clean_layouts")
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -179,12 +184,15 @@ async def test_the_readme_walkthrough_as_written() -> None:
     assert [s.label() for s in steps] == [label for label, _ in WAITS]
     ports = console_ports()
     apps: dict[str, ConsoleApp] = {}
+    seen: list[Event] = []  # what the first console's bus carried
     i = 0
     while i < len(steps):
         step = steps[i]
         assert step.kind == "new"
         # startups compressed and tokens paced 4× faster than real time: only the waits shrink, the keys are the same
         app = apps[step.session] = make_console(HostOptions(sim=True, sim_startup_s=1.0, sim_clock=4.0), ports=ports)
+        if step.session == "demo":
+            app.ctx.bus.subscribe(seen.append)
         async with app.run_test(size=(160, 48)) as pilot:
             await wait_for(pilot, lambda app=app: len(app.state.gpus) == 2, 20, "two GPUs")  # type: ignore[misc]
             i += 1
@@ -218,3 +226,16 @@ async def test_the_readme_walkthrough_as_written() -> None:
                                "the first console to quit")
         if step.session == "demo":
             assert app.return_code == 0
+    # the 1P1D start was followed phase by phase, its roles shown, and both runs measured live
+    phases = [e.phase for e in seen if isinstance(e, ServerPhase) and e.server == "decode-0"]
+    assert phases[0] != "ready" and "ready" in phases and len(set(phases)) >= 4, phases
+    runs = [e for e in seen if isinstance(e, BenchDone)]
+    assert [e.status for e in runs] == ["complete", "complete"]
+    assert any(isinstance(e, BenchTick) and e.phase == "run" and e.output_tps for e in seen)
+    # the first console's session was recorded (by default): both layouts, both runs, the operator's actions
+    first = min(paths.recordings_dir().glob("*console*"))
+    with Recording.open(first) as recording:
+        kinds = {type(e).__name__ for e in recording.events()}
+        marks = {m.kind for m in recording.markers_of(None)}
+    assert {"GpuSampled", "ServerPhase", "BenchTick", "BenchDone", "OperatorAction"} <= kinds
+    assert {"phase", "run", "operator"} <= marks
