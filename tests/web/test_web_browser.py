@@ -84,7 +84,8 @@ def test_watch_only_shows_the_dashboard_and_refuses_a_launch(browser: Any, tmp_p
 
 
 def test_an_operator_launches_from_the_browser_and_the_terminal_sees_it(browser: Any, tmp_path: Path,
-                                                                         shipped_models: None) -> None:
+                                                                         shipped_models: None,
+                                                                         isolated_dirs: Path) -> None:
     ports = layout_port_args()
     layout_ports = f"{ports[1]},{ports[3]},{ports[5]}"
     with WebServerProcess("--sim", "--sim-startup", "1", "--operator", "--layout-ports", layout_ports) as server:
@@ -123,6 +124,25 @@ def test_an_operator_launches_from_the_browser_and_the_terminal_sees_it(browser:
                 second.close()
             cli("down", "--all", "--sim", timeout=120)
     assert _status()["layouts"] == []
+    _no_token_kept(server.token, isolated_dirs)
+
+
+def _no_token_kept(token: str, root: Path) -> None:
+    """The token is in no file the session left: the state file, the logs, the consoles' job logs, the recordings
+    (the operator's tabs record; their events read back)."""
+    from tui.core.record import Recording
+
+    recordings = 0
+    for path in root.rglob("*"):
+        if not path.is_file():
+            continue
+        if path.suffix == ".dtrec":
+            with Recording.open(path) as rec:
+                assert all(token not in json.dumps(ev.to_dict(), default=str) for ev in rec.events()), path
+            recordings += 1
+        else:
+            assert token.encode() not in path.read_bytes(), path
+    assert recordings >= 1  # the operator's tabs recorded their sessions
 
 
 def test_a_replay_in_the_browser(browser: Any, tmp_path: Path) -> None:

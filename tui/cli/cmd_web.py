@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import os
 import re
 import secrets
 import socket
@@ -129,6 +130,11 @@ def app_argv(args: argparse.Namespace, ctx: CliContext, replay: Path | None) -> 
     return argv
 
 
+def _added(env: dict[str, str]) -> dict[str, str]:
+    """What ``env`` adds to this process's environment (each tab's app starts from the server's own)."""
+    return {k: v for k, v in env.items() if os.environ.get(k) != v}
+
+
 def run(args: argparse.Namespace, ctx: CliContext) -> int:
     try:
         import textual_serve  # noqa: F401
@@ -165,7 +171,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
             else "watch-only (--operator lets the browsers act)")
     title = f"disagg-tui · {socket.gethostname()}" + (" · watch-only" if not args.operator else "")
     config = WebConfig(host=host, port=args.port, token=token, max_sessions=args.max_sessions, title=title,
-                       app=AppCommand(argv=tuple(argv), env=paths.child_env(env)))
+                       app=AppCommand(argv=tuple(argv), env=_added(paths.child_env(env))))
     server = WebServer(config, say=lambda line: ctx.print(f"web: {line}"))
 
     def ready(port: int) -> None:

@@ -25,12 +25,18 @@ from textual_serve.download_manager import DownloadManager
 QUIT_S = 5.0
 TERM_S = 3.0
 
+#: what textual-serve sets for the web driver (the tab's size among them): never taken from the server's environment
+#: (a COLUMNS=80 there drew every tab 80 columns wide in a wider browser)
+DRIVER_ENV = ("TEXTUAL_DRIVER", "TEXTUAL_FPS", "TEXTUAL_COLOR_SYSTEM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION",
+              "COLUMNS", "ROWS")
+
 _numbers = itertools.count(1)
 
 
 @dataclass(frozen=True)
 class AppCommand:
-    """How a tab's app process is started: its argv (no shell), and what its environment adds to the server's."""
+    """How a tab's app process is started: its argv (no shell), and what its environment adds to the server's (the
+    web driver's own variables, the tab's size among them, are always textual-serve's)."""
 
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
@@ -56,7 +62,8 @@ class ConsoleSession(AppService):
     async def _open_app_process(self, width: int = 80, height: int = 24) -> Process:
         """The app from its argv (textual-serve's own opens a shell command line), in a session of its own; its
         environment is textual-serve's (the server's, with the web driver selected) plus the command's."""
-        env = {**self._build_environment(width=width, height=height), **self.app_command.env}
+        base = self._build_environment(width=width, height=height)
+        env = {**base, **self.app_command.env, **{k: base[k] for k in DRIVER_ENV if k in base}}
         self._process = process = await asyncio.create_subprocess_exec(
             *self.app_command.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True)
