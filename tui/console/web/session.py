@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import time
 from asyncio.subprocess import Process
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,7 +52,6 @@ class ConsoleSession(AppService):
                          download_manager=download_manager)
         self.app_command = command
         self.number = next(_numbers)
-        self.started = time.monotonic()
 
     @property
     def pid(self) -> int | None:
