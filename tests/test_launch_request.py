@@ -158,7 +158,9 @@ def requests(draw: Any) -> LaunchRequest:
         "bundle": bundle,
         "allow_env": tuple(draw(st.lists(_TEXT, max_size=3))) if bundle is not None else (),
         "trust_remote_code": draw(st.booleans()) if bundle is not None else False,
-        "apply_fix": draw(st.none() | st.just("auto") | _TEXT),
+        # playbook entry ids, comma-separated (none empty, auto alone), or auto
+        "apply_fix": draw(st.none() | st.just("auto") | st.lists(_TEXT.filter(lambda t: "," not in t and t != "auto"),
+                                                                 min_size=1, max_size=3).map(",".join)),
         "replace": draw(st.booleans()), "stagger": draw(st.booleans()),
         "ready_timeout_s": draw(st.none() | st.floats(1e-3, 1e7)),
         "stall_timeout_s": draw(st.none() | st.floats(1e-3, 1e7)),
