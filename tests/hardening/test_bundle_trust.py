@@ -386,3 +386,18 @@ def test_export_redacts_secrets_of_any_name_and_credentials_in_urls(tmp_path: Pa
     assert main(["import", "--sim", str(b), "--yes"]) == 2
     out, err = capsys.readouterr()
     assert "HF_ENDPOINT is never taken from a bundle" in _one_error(err) and gh not in out + err
+
+
+@pytest.mark.parametrize("recommendation", ["\t" * 1000, ["dp2"], {"objectives": "x"},
+                                            {"objectives": {"max_throughput": "dp2"}}])
+def test_a_bundles_recommendation_of_the_wrong_shape_picks_the_first_layout(recommendation: object) -> None:
+    """The bundle's results are a teammate's file: a recommendation that is text, a list, or objectives of the
+    wrong shape (found by the field sweep of tests/hardening: a traceback, 'str' object has no attribute 'get')
+    leaves the first layout the one offered."""
+    from types import SimpleNamespace
+
+    from tui.core.record.bundle import Bundle
+
+    first, second = SimpleNamespace(topology="tp1"), SimpleNamespace(topology="dp2")
+    fake = SimpleNamespace(layouts=[first, second], results={"recommendation": recommendation})
+    assert Bundle.layout(fake) is first  # type: ignore[arg-type]

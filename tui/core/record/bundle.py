@@ -74,7 +74,10 @@ class Bundle:
                     return lay
             raise InputError(f"the bundle has no {topology} layout (it has: "
                              f"{', '.join(x.topology for x in self.layouts)})", field="--topology")
-        verdicts = ((self.results.get("recommendation") or {}).get("objectives") or {}).get("max_throughput")
+        # the bundle's results are a teammate's file: each level is taken only where it is the mapping it should be
+        rec = self.results.get("recommendation") if isinstance(self.results, dict) else None
+        objectives = rec.get("objectives") if isinstance(rec, dict) else None
+        verdicts = objectives.get("max_throughput") if isinstance(objectives, dict) else None
         wins: dict[str, int] = {}
         for v in verdicts if isinstance(verdicts, list) else []:
             if isinstance(v, dict) and v.get("winner"):
