@@ -23,6 +23,7 @@ from tui.cli.argtypes import bounded_int, positive_float
 from tui.cli.context import CliContext, add_global_options
 from tui.core import paths, safeio
 from tui.core.errors import EXIT_OK, AppError, InputError
+from tui.core.plan.ports import is_loopback
 
 DEFAULT_PORT = 8765
 DEFAULT_MAX_SESSIONS = 4
@@ -65,15 +66,6 @@ def register(sub: Any) -> None:
                         "first NIXL side channel; default the planner's)")
     add_global_options(p)
     p.set_defaults(handler=run)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _check_host(host: str) -> str:
@@ -163,7 +155,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     if ctx.api_key:  # in the environment, never on a command line others can read (ps)
         env["VLLM_API_KEY"] = ctx.api_key
     argv = app_argv(args, ctx, replay)
-    if not _is_loopback(host):
+    if not is_loopback(host):
         ctx.warn(f"--host {host}: the console is served to other machines over plain HTTP (the token travels "
                  "unencrypted); the default 127.0.0.1 and an SSH port-forward keep it on this host")
     mode = (f"replaying {replay.name}" if replay is not None else
@@ -177,7 +169,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     def ready(port: int) -> None:
         ctx.print(f"disagg-tui web: the console, {mode}; at most {args.max_sessions} browser(s) at once")
         ctx.print(f"open: http://{url_host(host)}:{port}/?token={token}")
-        if _is_loopback(host):
+        if is_loopback(host):
             ctx.print(f"from another machine: ssh -L {port}:127.0.0.1:{port} {socket.gethostname()}, then open "
                       "the URL above there")
         ctx.print("Ctrl-C stops the server and its browser consoles (never what they started)")

@@ -9,3 +9,16 @@ SERVER_BASE_PORT = 8100
 SERVER_PORT_STEP = 100
 #: the first NIXL side-channel port; one per engine
 SIDE_CHANNEL_BASE = 5600
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches (``localhost``, 127.0.0.0/8, ``::1``): what binds safely by
+    default; any other address is a warning (the servers, the proxy, ``disagg-tui web``)."""
+    if host == "localhost":
+        return True
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -30,7 +30,7 @@ from tui.core.plan.argtext import ENV_NAME, check_json_flags, parse_env, parse_g
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.launchargs import add_bundle_arguments, add_plan_arguments, add_up_arguments, add_vllm_argument
 from tui.core.plan.planner import PlanOptions, plan
-from tui.core.plan.ports import DEFAULT_HOST, DEFAULT_PORT, SERVER_BASE_PORT, SIDE_CHANNEL_BASE
+from tui.core.plan.ports import DEFAULT_HOST, DEFAULT_PORT, SERVER_BASE_PORT, SIDE_CHANNEL_BASE, is_loopback
 from tui.core.plan.spec import LaunchPlan
 from tui.core.topology import parse_topology
 
@@ -179,7 +179,7 @@ class LaunchRequest:
         """What the front end should say before launching (the request is valid as it is)."""
         out: list[str] = []
         host = self.host.strip()
-        if not _is_loopback(host):
+        if not is_loopback(host):
             out.append(f"--host {host}: the servers and the proxy will accept connections from other machines "
                        "(their API has no authentication unless --api-key); the default 127.0.0.1 keeps them local")
         return out
@@ -315,15 +315,6 @@ def plan_request(request: LaunchRequest, catalog: Catalog, facts: HostFacts, *,
     profile = catalog.model(request.model)
     topo = parse_topology(topology or request.topology or "")
     return profile, plan(profile, topo, facts, request.plan_options())
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _check_host(text: str) -> None:
