@@ -401,3 +401,12 @@ def test_a_bundles_recommendation_of_the_wrong_shape_picks_the_first_layout(reco
     first, second = SimpleNamespace(topology="tp1"), SimpleNamespace(topology="dp2")
     fake = SimpleNamespace(layouts=[first, second], results={"recommendation": recommendation})
     assert Bundle.layout(fake) is first  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flag", ["--layout", "--run", "--campaign"])
+def test_export_of_an_empty_name_is_one_line(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--layout ''`` was taken as absent and fell through to the campaign's path: a traceback (TypeError)."""
+    assert main(["export", "--sim", flag, "", "-o", str(tmp_path / "b.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"disagg-tui: error: field '{flag}': empty: give a layout id, a run or a campaign name"
+    assert not (tmp_path / "b.yaml").exists()

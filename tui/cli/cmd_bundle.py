@@ -129,7 +129,10 @@ def run_export(args: argparse.Namespace, ctx: CliContext) -> int:
     workloads: dict[str, Workload] = {}
     diagnoses: list[dict[str, Any]] = []
     simulated = False
-    if args.layout:
+    for flag, value in (("--layout", args.layout), ("--run", args.run), ("--campaign", args.campaign)):
+        if value is not None and not value.strip():  # '' is given, not absent: it names nothing
+            raise InputError("empty: give a layout id, a run or a campaign name", field=flag)
+    if args.layout is not None:
         rec = StateStore().read().get(args.layout)
         if rec is None:
             raise InputError(f"no layout {args.layout!r} on this host (see 'disagg-tui status')", field="--layout")
@@ -140,7 +143,7 @@ def run_export(args: argparse.Namespace, ctx: CliContext) -> int:
         runs = [r for r in (load_run(p) for p in find_runs()) if r.meta.layout_id == rec.id]
         source, source_id = "layout", rec.id
     else:
-        if args.run:
+        if args.run is not None:
             dirs = find_runs([args.run])
             if len(dirs) != 1:
                 raise InputError(f"{args.run!r} names {len(dirs)} runs: give one (CAMPAIGN/RUN), or --campaign",
