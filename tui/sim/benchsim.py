@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from tui.core.models import ModelProfile
 from tui.core.plan.gpuspecs import GpuSpec
 from tui.core.topology import Topology, parse_topology
+from tui.sim.knobs_model import ServeKnobs
 from tui.sim.perfmodel import BLOCK_SIZE, Correction, Hardware, ModelCost, Stack, batch_defaults, memory_plan
 from tui.sim.scheduler import EngineScheduler, SimRequest
 
@@ -123,7 +124,7 @@ class _Engine:
                 for req in [*self.sched.running, *finished]:
                     tok = seen[req.rid]
                     tok.last = ends[-1]
-                    tok.count += len(ends)
+                    tok.count += req.last_emit
                 self.clock = ends[-1]
                 on_finish.extend(finished)
                 continue
@@ -145,28 +146,36 @@ class _Engine:
                     gap = res.end - tok.last
                     itls[gap] = itls.get(gap, 0) + 1
                 tok.last = res.end
-                tok.count += 1
+                tok.count += req.last_emit or 1
             on_finish.extend(res.finished)
 
 
 def _scheduler(profile: ModelProfile, hw: Hardware, tp: int, gmu: float, jit_stall_s: float,
-               stack: Stack | None, correction: Correction | None = None) -> EngineScheduler:
+               stack: Stack | None, correction: Correction | None = None, knobs: ServeKnobs | None = None
+               ) -> EngineScheduler:
+    kn = knobs or ServeKnobs()
     mbt, mns = batch_defaults(hw.spec)
-    mem = memory_plan(profile, hw, tp=tp, gpu_memory_utilization=gmu, max_num_batched_tokens=mbt)
-    return EngineScheduler(ModelCost(profile, hw, tp, stack, correction), kv_tokens=mem.kv_tokens, max_num_seqs=mns,
-                           max_num_batched_tokens=mbt, state_tokens_per_seq=mem.state_tokens_per_seq,
-                           jit_stall_s=jit_stall_s)
+    mbt = kn.max_num_batched_tokens or mbt
+    mns = kn.max_num_seqs or mns
+    mem = memory_plan(profile, hw, tp=tp, gpu_memory_utilization=gmu, max_num_batched_tokens=mbt,
+                      enforce_eager=kn.enforce_eager, kv_cache_dtype=kn.kv_cache_dtype)
+    st = (stack or Stack.select(hw.spec)).with_knobs(kn)
+    return EngineScheduler(ModelCost(profile, hw, tp, st, correction, kn), kv_tokens=mem.kv_tokens,
+                           max_num_seqs=mns, max_num_batched_tokens=mbt,
+                           state_tokens_per_seq=mem.state_tokens_per_seq, jit_stall_s=jit_stall_s)
 
 
 def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology, *, input_len: int,
                    output_len: int, num_prompts: int = 128, gpu_memory_utilization: float | None = None,
                    jit_stall_s: float = 0.0, stack: Stack | None = None, request_rate: float | None = None,
-                   seed: int = 0, correction: Correction | None = None) -> BenchResult:
+                   seed: int = 0, correction: Correction | None = None, knobs: ServeKnobs | None = None,
+                   role_knobs: Mapping[str, ServeKnobs] | None = None) -> BenchResult:
     """All ``num_prompts`` requests sent at t=0 (``--request-rate inf``), ``--ignore-eos``. ``stack``: the kernels
     the engines run with (default: what vLLM picks on ``gpu`` with nvcc present); ``jit_stall_s``: each engine's
     first batch stalls that long (a fresh server's first run with the Triton sampler); ``request_rate``: Poisson
     arrivals at that many requests per second (``vllm bench serve --request-rate``, burstiness 1) instead of all at
-    once; ``correction``: a host's calibration factors."""
+    once; ``correction``: a host's calibration factors; ``knobs``: the serve flags every engine runs with, and
+    ``role_knobs`` those of a disaggregated layout's "prefill" and "decode" engines (a role missing: ``knobs``)."""
     topo = parse_topology(topology) if isinstance(topology, str) else topology
     hw = Hardware.for_gpu(gpu)
     gmu = gpu_memory_utilization or profile.gpu_memory_utilization
@@ -184,8 +193,11 @@ def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology
             t += rng.expovariate(request_rate)
     reqs = [SimRequest(rid=str(i), prompt_len=input_len, max_tokens=output_len, arrival=arrivals[i])
             for i in range(num_prompts)]
-    def engine() -> _Engine:
-        return _Engine(_scheduler(profile, hw, topo.tp, gmu, jit_stall_s, stack, correction))
+    roles = role_knobs or {}
+
+    def engine(role: str = "") -> _Engine:
+        kn = roles.get(role, knobs) if role else knobs
+        return _Engine(_scheduler(profile, hw, topo.tp, gmu, jit_stall_s, stack, correction, kn))
 
     if topo.kind in ("tp", "dp"):
         engines = [engine() for _ in range(topo.dp)]
@@ -194,8 +206,8 @@ def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology
         for e in engines:
             e.run(seen, itls, done)
     else:
-        pre = [engine() for _ in range(topo.prefill)]
-        dec = [engine() for _ in range(topo.decode)]
+        pre = [engine("prefill") for _ in range(topo.prefill)]
+        dec = [engine("decode") for _ in range(topo.decode)]
         p_reqs = [SimRequest(rid=r.rid, prompt_len=input_len, max_tokens=1, arrival=r.arrival) for r in reqs]
         for i, r in enumerate(p_reqs):
             heapq.heappush(pre[i % len(pre)].arrivals, (r.arrival, i, r))

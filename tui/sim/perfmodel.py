@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from tui.core.models import ModelProfile
 from tui.core.plan.gpuspecs import GpuSpec
+from tui.sim.knobs_model import ServeKnobs, SpecPlan, spec_plan
 
 GIB = float(2**30)
 BLOCK_SIZE = 16
@@ -104,7 +105,49 @@ TORCH_RESERVED_MIB = 616
 CUDA_CONTEXT_GIB = 2.3  # what nvidia-smi shows on top of the gpu_memory_utilization budget (real H200: +2.3 GiB)
 NON_TORCH_GIB = 0.135  # non-torch allocations counted inside the budget (NCCL, cuBLAS workspaces)
 
+# --- serve knobs (tui/sim/knobs_model.py reads them from the command line) -------------------------------------
+#: FP8 KV cache (``--kv-cache-dtype fp8``): one byte per element, so twice the tokens in the same memory and half the
+#: bytes a decode token reads; prefill attention quantises the new K/V as it writes them and dequantises in the
+#: kernel: this share of the bf16 rate [assumed; the H200 knob runs check it]
+FP8_KV_PREFILL_ATTN_EFF = 0.95
+#: FP8 KV is stored as float8_e4m3/e5m2: compute capability 8.9 or newer (Ada, Hopper, Blackwell)
+FP8_KV_MIN_CC = 8.9
+#: speculative decoding, per step while any sequence decodes speculatively: the rejection sampler, the drafts'
+#: bookkeeping and the non-uniform batch shapes that fall back from full CUDA graphs [H200 knob runs: ngram]
+SPEC_STEP_OVERHEAD_S = 0.5e-3
+#: the n-gram / suffix drafter runs on the CPU between steps (vLLM's numba KMP over each context): per sequence and
+#: per context token [H200 knob runs: ngram on the dummy model, whose drafts are never accepted]
+NGRAM_S_PER_SEQ = 4e-6
+NGRAM_S_PER_CTX_TOKEN = 0.5e-9
+#: the share of steps on which the n-gram drafter finds a match and proposes its k tokens, on random prompts
+#: (a 5-gram of random ids recurs almost never) [H200 knob runs: the spec_decode counters]
+NGRAM_DRAFT_SHARE = 0.0
+#: a separate draft model (``draft_model``, no size known to the model): this share of the target's weight bytes
+DRAFT_MODEL_SHARE = 0.10
+#: ``--no-async-scheduling``: the CPU's scheduling and output processing no longer overlap the GPU's step (vLLM
+#: 0.24's default is on: "Asynchronous scheduling is enabled." in every capture): a fixed part and one per sequence
+#: [assumed from vLLM's async-scheduling PR: 5-20 % on small-model decode]
+SYNC_STEP_S = 0.8e-3
+SYNC_SEQ_S = 5e-6
+#: ``--enforce-eager`` (or cudagraph mode NONE, -O0): no CUDA graphs and no torch.compile fusions. Each layer's
+#: dozen kernels are launched from Python (~4 µs each); the GPU waits when launching is slower than running
+#: [assumed: PyTorch eager dispatch; no capture ran eager]
+EAGER_LAUNCH_S_PER_LAYER = 55e-6
+#: and the unfused norms, rotary and activations cost this much more GPU time per layer per step
+EAGER_UNFUSED_S_PER_LAYER = 8e-6
+#: expert parallel: each GPU holds whole experts (E / ep of them) instead of a 1/tp slice of every expert; the
+#: grouped GEMMs of whole experts run this much faster than of slices [assumed], and the step waits for the most
+#: loaded GPU: tokens × top_k assignments spread over ep GPUs, imbalance ≈ 1 + 1/sqrt(assignments per GPU)
+EP_GEMM_GAIN = 1.25
+
 ATTENTION_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+
+
+def _model_backend(name: str) -> str:
+    """The backend whose costs the model has for a vLLM backend name (the DIFFKV variants run the same kernels;
+    any other one is costed as FlashAttention)."""
+    att = name.upper().removesuffix("_DIFFKV")
+    return att if att in ATTENTION_BACKENDS else "FLASH_ATTN"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +167,21 @@ class Stack:
         Hopper. Without nvcc FlashInfer's JIT kernels are out (the seed: Triton attention, no FlashInfer
         sampler)."""
         if attention_backend:
-            att = attention_backend.upper()
-            att = att if att in ATTENTION_BACKENDS else "FLASH_ATTN"
+            att = _model_backend(attention_backend)
         else:
             att = "FLASHINFER" if spec.compute_capability >= 10.0 else "FLASH_ATTN"
         return cls(attention=att, flashinfer_sampler=flashinfer_sampler, flashinfer_kernels=nvcc)
+
+    def with_knobs(self, knobs: ServeKnobs) -> Stack:
+        """This stack with a command line's explicit choices: ``--attention-backend`` and
+        ``VLLM_USE_FLASHINFER_SAMPLER`` win over the host's defaults."""
+        att = self.attention
+        if knobs.attention_backend:
+            att = _model_backend(knobs.attention_backend)
+        sampler = self.flashinfer_sampler if knobs.flashinfer_sampler is None else knobs.flashinfer_sampler
+        if att == self.attention and sampler == self.flashinfer_sampler:
+            return self
+        return Stack(attention=att, flashinfer_sampler=sampler, flashinfer_kernels=self.flashinfer_kernels)
 
     @property
     def sampler(self) -> str:
@@ -204,14 +257,18 @@ class Chunk:
 
 
 class ModelCost:
-    """Step times of one model on one GPU type with a given TP degree (every rank runs the same step)."""
+    """Step times of one model on one GPU type with a given TP degree (every rank runs the same step), with the
+    serve ``knobs`` the engine was started with (KV dtype, speculative decoding, expert parallel, async scheduling,
+    CUDA graphs; the attention backend and sampler are the ``stack``'s)."""
 
     def __init__(self, profile: ModelProfile, hw: Hardware, tp: int = 1, stack: Stack | None = None,
-                 correction: Correction | None = None) -> None:
+                 correction: Correction | None = None, knobs: ServeKnobs | None = None, ep: int | None = None) -> None:
         self.profile = profile
         self.correction = correction or Correction()
         self.hw = hw
         self.tp = max(1, tp)
+        self.knobs = knobs or ServeKnobs()
+        kn = self.knobs
         self.stack = stack if stack is not None else Stack.select(hw.spec)
         att = self.stack.attention
         s = profile.shape
@@ -237,22 +294,28 @@ class ModelCost:
         else:
             self.expert_active = 0.0
             expert_bytes = 0.0
+        # expert parallel over the server's GPUs (its TP group; a DP server's ranks with ``ep``)
+        self.ep = max(1, ep if ep is not None else self.tp) if kn.expert_parallel and self.expert_active > 0 else 1
         self.dense_read = (read - expert_bytes) / self.tp
-        self.expert_read = expert_bytes / self.tp
+        self.expert_read = expert_bytes / (self.ep if self.ep > 1 else self.tp)
         self.lm_head_flops = 2.0 * embed / self.tp
+        self.lm_head_bytes = embed * bpp / self.tp
         speedup = QUANT_GEMM_SPEEDUP.get(profile.quantization, 1.0)
         if not self.stack.flashinfer_kernels:
             speedup = QUANT_GEMM_SPEEDUP_NO_FLASHINFER.get(profile.quantization, speedup)
         self.gemm_flops = hw.bf16_flops * speedup
+        self.moe_gemm_flops = self.gemm_flops * MOE_GEMM_EFF * (EP_GEMM_GAIN if self.ep > 1 else 1.0)
         attn_eff = ATTN_EFF.get(s.head_dim, 1.0 if s.head_dim < 128 else 0.55)
-        self.attn_flops_rate = hw.bf16_flops * attn_eff * ATTN_PREFILL_EFF.get(att, 1.0)
+        kv_fp8 = profile.kv_cache_dtype == "fp8" or kn.kv_fp8
+        self.attn_flops_rate = (hw.bf16_flops * attn_eff * ATTN_PREFILL_EFF.get(att, 1.0)
+                                * (FP8_KV_PREFILL_ATTN_EFF if kn.kv_fp8 else 1.0))
         self.kv_bw = hw.hbm_bw * ATTN_DECODE_BW_EFF.get(att, 1.0)
         # the sampler runs over the whole vocabulary on every rank (logits are gathered), per sampled sequence
         self.sample_s = SAMPLER_S_PER_LOGIT[self.stack.sampler] * s.vocab_size
         # causal attention FLOPs per (query token × context token): QK^T and PV, 2 FLOPs per MAC
         self.attn_coeff = 4.0 * self.full_layers * s.num_attention_heads * s.head_dim / self.tp
         kv_heads_per_gpu = max(1.0, s.num_kv_heads / self.tp)
-        elem = 1.0 if profile.kv_cache_dtype == "fp8" else 2.0
+        elem = 1.0 if kv_fp8 else 2.0
         self.kv_bytes_per_token = 2.0 * self.full_layers * kv_heads_per_gpu * s.head_dim * elem
         self.state_bytes_per_seq = float(self.linear_layers * s.hidden_size * LINEAR_STATE_BYTES_PER_HIDDEN) / self.tp
         moe_layers = self.layers if self.expert_active > 0 else 0
@@ -260,6 +323,40 @@ class ModelCost:
                                + self.linear_layers * LINEAR_LAYER_OVERHEAD_S
                                + self.full_layers * ATTN_LAYER_OVERHEAD_S.get(att, 0.0)
                                + moe_layers * MOE_LAYER_OVERHEAD_S)
+        self.seq_overhead = SEQ_OVERHEAD_S
+        if not kn.async_on:
+            self.overhead_fixed += SYNC_STEP_S
+            self.seq_overhead += SYNC_SEQ_S
+        self.eager_launch_s = self.layers * EAGER_LAUNCH_S_PER_LAYER if kn.enforce_eager else 0.0
+        if kn.enforce_eager:
+            self.overhead_fixed += self.layers * EAGER_UNFUSED_S_PER_LAYER
+        # speculative decoding: every decoding sequence verifies its drafts in the step
+        self.spec: SpecPlan | None = spec_plan(kn, dummy_weights=(kn.load_format or profile.load_format) == "dummy")
+        self.draft_share = 0.0  # share of decode steps on which a sequence carries k drafts
+        self.mean_tokens = 1.0  # tokens a decoding sequence gets per step, on average
+        self.draft_step_s = 0.0  # the drafter's GPU time per step, fixed part (weights) and per sequence
+        self.draft_seq_s = 0.0
+        if self.spec is not None:
+            sp = self.spec
+            self.draft_share = NGRAM_DRAFT_SHARE if sp.cpu_drafter else 1.0
+            self.mean_tokens = 1.0 + self.draft_share * (sp.mean_length - 1.0)
+            self.overhead_fixed += SPEC_STEP_OVERHEAD_S
+            if sp.cpu_drafter:
+                self.draft_seq_s = NGRAM_S_PER_SEQ
+            else:
+                layer_bytes = self.dense_read / max(1, self.layers)
+                if sp.method == "mtp":
+                    drafter_layers = max(1, getattr(s, "mtp_layers", 0) or 1)
+                elif sp.method == "draft_model":
+                    drafter_layers = max(1, round(DRAFT_MODEL_SHARE * self.layers))
+                else:  # EAGLE-style: one decoder layer (EAGLE-3 adds a fusion of three hidden states)
+                    drafter_layers = 1
+                # per draft token: the drafter's layers and the LM head streamed once, launched as a graph
+                per_draft = (drafter_layers * (layer_bytes / hw.hbm_bw + LAYER_OVERHEAD_S)
+                             + self.lm_head_bytes / hw.hbm_bw)
+                self.draft_step_s = sp.k * per_draft
+                self.draft_seq_s = sp.k * (2.0 * self.body_active / max(1, self.layers) * drafter_layers
+                                           + self.lm_head_flops * self.tp) / self.tp / self.gemm_flops
 
     # --- pieces ---------------------------------------------------------------------------------------------
     def weight_bytes(self, tokens: int) -> float:
@@ -268,17 +365,21 @@ class ModelCost:
         touched = 1.0 - (1.0 - self.top_k / self.experts) ** tokens
         return self.dense_read + self.expert_read * touched
 
-    def gemm_time(self, tokens: int, sampled: int) -> float:
+    def gemm_time(self, tokens: float, sampled: float) -> float:
         dense = (self.body_active - self.expert_active) / self.tp * 2.0 * tokens
-        expert = self.expert_active / self.tp * 2.0 * tokens
-        t = dense / self.gemm_flops + expert / (self.gemm_flops * MOE_GEMM_EFF)
+        expert = self.expert_active * 2.0 * tokens / (self.ep if self.ep > 1 else self.tp)
+        if self.ep > 1:  # the most loaded GPU sets the pace: (tokens × top_k) / ep assignments on average
+            expert *= 1.0 + 1.0 / math.sqrt(max(1.0, tokens * self.top_k / self.ep))
+        t = dense / self.gemm_flops + expert / self.moe_gemm_flops
         return t + sampled * self.lm_head_flops / self.gemm_flops
 
-    def allreduce_time(self, tokens: int) -> float:
+    def allreduce_time(self, tokens: float) -> float:
         if self.tp <= 1 or tokens <= 0:
             return 0.0
         size = tokens * self.hidden * 2.0
         one = ALLREDUCE_LATENCY_S + 2.0 * (self.tp - 1) / self.tp * size / self.hw.nvlink_bw
+        if self.ep > 1:  # the MoE layer's all-reduce becomes a dispatch and a combine (all-gather, reduce-scatter)
+            return self.layers * (2.0 * one + ALLREDUCE_LATENCY_S)
         return 2.0 * self.layers * one
 
     # --- a whole step ---------------------------------------------------------------------------------------
@@ -290,23 +391,25 @@ class ModelCost:
     def step(self, decode_seqs: int, decode_ctx: int, chunks: list[Chunk] | tuple[Chunk, ...] = ()
              ) -> tuple[float, float]:
         """(step time, the part of it spent streaming memory): the second is what the simulated NVML reports as
-        memory utilisation."""
+        memory utilisation. With speculative decoding each decoding sequence runs 1 + k query tokens (its drafts)
+        through the target, and the drafter runs before the step."""
         prefill = 0
         attn = 0.0
         kv = float(decode_ctx) * self.kv_bytes_per_token
-        sampled = decode_seqs
+        q = 1.0 + (self.draft_share * self.spec.k if self.spec is not None and decode_seqs else 0.0)
+        sampled = decode_seqs * q
         for c in chunks:
             prefill += c.tokens
             attn += self.attn_coeff * c.tokens * (c.start + c.tokens / 2.0)
             kv += (c.start + c.tokens) * self.kv_bytes_per_token  # read the earlier context, write the new KV
             sampled += 1 if c.samples else 0
-        tokens = decode_seqs + prefill
+        tokens = decode_seqs * q + prefill
         if tokens == 0:
             return 0.0, 0.0
         seqs = decode_seqs + len(chunks)
-        attn += self.attn_coeff * decode_ctx
+        attn += self.attn_coeff * decode_ctx * q
         corr = self.correction
-        weights = self.weight_bytes(tokens) / self.hw.hbm_bw * corr.decode
+        weights = self.weight_bytes(math.ceil(tokens)) / self.hw.hbm_bw * corr.decode
         gemm = self.gemm_time(tokens, sampled) * corr.prefill
         # GEMMs stream their weights while computing: the shorter of the two hides behind the longer, in part
         linear = max(weights, gemm) + GEMM_OVERLAP_REST * min(weights, gemm)
@@ -315,8 +418,16 @@ class ModelCost:
         attn_time = attn / self.attn_flops_rate * corr.prefill
         state_time = seqs * 2.0 * self.state_bytes_per_seq / self.hw.hbm_bw * corr.decode
         other = max(kv_time, attn_time) + GEMM_OVERLAP_REST * min(kv_time, attn_time) + state_time
-        overhead = (self.overhead_fixed + seqs * SEQ_OVERHEAD_S + sampled * self.sample_s) * corr.decode
-        total = overhead + linear + other + self.allreduce_time(tokens) * corr.decode
+        overhead = (self.overhead_fixed + seqs * self.seq_overhead + sampled * self.sample_s) * corr.decode
+        gpu = linear + other + self.allreduce_time(tokens) * corr.decode
+        if self.eager_launch_s > gpu:  # no CUDA graphs: the GPU waits for Python to launch the layers' kernels
+            gpu = self.eager_launch_s
+        total = overhead + gpu
+        if self.spec is not None and decode_seqs:
+            if self.spec.cpu_drafter:
+                total += (decode_seqs * self.draft_seq_s + decode_ctx * NGRAM_S_PER_CTX_TOKEN) * corr.decode
+            else:
+                total += (self.draft_step_s + decode_seqs * self.draft_seq_s) * corr.decode
         return total, min(total, weights + kv_time + state_time)
 
     # --- KV transfer (P/D) ----------------------------------------------------------------------------------
@@ -350,8 +461,9 @@ class MemoryPlan:
 
 
 def memory_plan(profile: ModelProfile, hw: Hardware, *, tp: int, gpu_memory_utilization: float,
-                max_num_batched_tokens: int, enforce_eager: bool = False) -> MemoryPlan:
-    cost = ModelCost(profile, hw, tp)  # only its byte counts are used: the stack does not matter
+                max_num_batched_tokens: int, enforce_eager: bool = False, kv_cache_dtype: str = "auto") -> MemoryPlan:
+    """``kv_cache_dtype`` fp8 (``--kv-cache-dtype``): one byte per KV element, twice the tokens."""
+    cost = ModelCost(profile, hw, tp, knobs=ServeKnobs(kv_cache_dtype=kv_cache_dtype))  # only its byte counts
     total = hw.torch_total_gib
     budget = gpu_memory_utilization * total
     weights = profile.weights_gib / max(1, tp)

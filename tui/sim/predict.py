@@ -22,7 +22,8 @@ from tui.core.plan.gpuspecs import GpuSpec
 from tui.core.topology import parse_topology
 from tui.sim.benchsim import simulate_bench
 from tui.sim.faults import moe_dp_fails
-from tui.sim.perfmodel import CORRECTION_BOUNDS, Correction, Stack, first_batch_jit_s
+from tui.sim.knobs_model import ServeKnobs, knobs_from_flags, spec_plan
+from tui.sim.perfmodel import CORRECTION_BOUNDS, FP8_KV_MIN_CC, Correction, Stack, first_batch_jit_s
 
 METRICS = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms")
 METRIC_TITLES = {"output_throughput": "output tok/s", "mean_tpot_ms": "mean TPOT ms", "mean_ttft_ms": "mean TTFT ms"}
@@ -52,7 +53,9 @@ class Prediction:
     output_len: int
     num_prompts: int
     rate: float | None  # None: all at once
-    values: dict[str, float] = field(default_factory=dict)  # METRICS (+ request_goodput with an SLO)
+    #: METRICS (+ request_goodput with an SLO; with speculative decoding spec_acceptance_rate and
+    #: spec_mean_acceptance_length as vLLM defines them: accepted / drafted tokens, 1 + accepted / drafts)
+    values: dict[str, float] = field(default_factory=dict)
     refused: str = ""  # why the simulator would not start it (the seed's gemma DP=2)
     notes: list[str] = field(default_factory=list)
 
@@ -66,18 +69,27 @@ def predict(profile: ModelProfile, spec: GpuSpec, topology: str, *, input_len: i
             num_prompts: int = 128, rate: float | None = None, stack: Stack | None = None,
             correction: Correction | None = None, slo_ms: Mapping[str, float] | None = None,
             gpu_memory_utilization: float | None = None, first_run: bool = False, seed: int = 0,
-            moe_backend: str = "auto") -> Prediction:
+            moe_backend: str = "auto", knobs: ServeKnobs | None = None,
+            role_knobs: Mapping[str, ServeKnobs] | None = None) -> Prediction:
+    """One cell. ``knobs``: the serve flags every server runs with; ``role_knobs``: a disaggregated layout's
+    "prefill" and "decode" servers' (a role missing: ``knobs``). Their attention backend and sampler override
+    ``stack``'s."""
     topo = parse_topology(topology)
     out = Prediction(topo.name, input_len, output_len, num_prompts, rate)
     dp = topo.dp if topo.kind == "dp" else 1
     if moe_dp_fails(profile, dp, moe_backend):
         out.refused = "fails to start: MoE + data parallel in vLLM 0.24 (CUTLASS FP8 MoE warm-up)"
         return out
+    disagg = topo.kind not in ("tp", "dp")
+    roles = dict(role_knobs or {}) if disagg else {}
     st = stack or Stack.select(spec)
-    jit = first_batch_jit_s(spec, st) if first_run else 0.0
+    kn = knobs or ServeKnobs()
+    first = roles.get("prefill", kn) if disagg else kn
+    jit = first_batch_jit_s(spec, st.with_knobs(first)) if first_run else 0.0
     r = simulate_bench(profile, spec, topo, input_len=input_len, output_len=output_len, num_prompts=num_prompts,
                        gpu_memory_utilization=gpu_memory_utilization, jit_stall_s=jit, stack=st,
-                       request_rate=rate, seed=seed, correction=correction)
+                       request_rate=rate, seed=seed, correction=correction, knobs=knobs,
+                       role_knobs=roles or None)
     out.values = {"output_throughput": r.output_throughput, "mean_tpot_ms": r.mean_tpot_ms,
                   "mean_ttft_ms": r.mean_ttft_ms, "median_ttft_ms": r.median_ttft_ms,
                   "request_throughput": r.request_throughput}
@@ -85,7 +97,26 @@ def predict(profile: ModelProfile, spec: GpuSpec, topology: str, *, input_len: i
         out.values["request_goodput"] = r.goodput(slo_ms)
     if r.completed < num_prompts:
         out.notes.append(f"only {r.completed} of {num_prompts} requests fit")
+    out.notes += knob_notes(profile, spec, roles.get("decode", kn) if disagg else kn, out.values)
     return out
+
+
+def knob_notes(profile: ModelProfile, spec: GpuSpec, knobs: ServeKnobs, values: dict[str, float]) -> list[str]:
+    """What the model made of the (decode side's) knobs; speculative decoding's figures go into ``values``."""
+    notes: list[str] = []
+    sp = spec_plan(knobs, dummy_weights=(knobs.load_format or profile.load_format) == "dummy")
+    if sp is not None:
+        per_pos = sp.per_position()
+        values["spec_acceptance_rate"] = sum(per_pos) / sp.k
+        values["spec_mean_acceptance_length"] = sp.mean_length
+        notes.append(f"speculative decoding {sp.method}:{sp.k}: per-draft-token acceptance {sp.acceptance:.2f} "
+                     f"({sp.source}); mean acceptance length {sp.mean_length:.2f} tokens a step")
+    if knobs.kv_fp8 and spec.compute_capability < FP8_KV_MIN_CC:
+        notes.append(f"FP8 KV cache needs compute capability >= {FP8_KV_MIN_CC} ({spec.name} has "
+                     f"{spec.compute_capability:g})")
+    if knobs.expert_parallel and not profile.is_moe:
+        notes.append("expert parallel: no effect on a dense model")
+    return notes
 
 
 # --- a stored run -----------------------------------------------------------------------------------------------
@@ -111,6 +142,8 @@ class RunFacts:
     first_run_jit: bool  # the servers logged a Triton JIT compile during the run
     clock: float = 1.0  # a simulated run's --sim-clock: its figures are in wall time, virtual time / clock
     moe_backend: str = "auto"
+    knobs: ServeKnobs = field(default_factory=ServeKnobs)  # the first server's (every server's, but a P/D role's)
+    role_knobs: dict[str, ServeKnobs] = field(default_factory=dict)  # "prefill" / "decode" servers' own
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -124,9 +157,15 @@ def _flag_value(argv: Sequence[str], flag: str) -> str | None:
 
 def run_facts(meta: Mapping[str, Any], plan: Mapping[str, Any] | None, workload: Mapping[str, Any] | None,
               summary: Mapping[str, Any]) -> RunFacts:
-    servers = list((plan or {}).get("servers") or [])
+    servers = [s for s in list((plan or {}).get("servers") or []) if isinstance(s, Mapping)]
     argv = [str(a) for a in (servers[0].get("argv") or [])] if servers else []
-    env = dict(servers[0].get("env") or {}) if servers else {}
+    env = {str(k): str(v) for k, v in dict(servers[0].get("env") or {}).items()} if servers else {}
+    role_knobs: dict[str, ServeKnobs] = {}
+    for srv in servers:
+        role = str(srv.get("role") or "")
+        if role in ("prefill", "decode") and role not in role_knobs:
+            role_knobs[role] = knobs_from_flags([str(a) for a in (srv.get("argv") or [])],
+                                                {str(k): str(v) for k, v in dict(srv.get("env") or {}).items()})
     att = _flag_value(argv, "--attention-backend")
     sampler_env = env.get("VLLM_USE_FLASHINFER_SAMPLER")
     sampler = None if sampler_env is None else str(sampler_env).strip().lower() not in ("0", "false")
@@ -154,7 +193,8 @@ def run_facts(meta: Mapping[str, Any], plan: Mapping[str, Any] | None, workload:
         gpu_memory_utilization=float(gmu) if gmu else None, shared_gpus=len(set(gpus)) < len(gpus),
         first_run_jit="triton-jit" in (meta.get("flags") or []),
         clock=float((meta.get("sim_pacing") or {}).get("clock") or 1.0),
-        moe_backend=_flag_value(argv, "--moe-backend") or "auto")
+        moe_backend=_flag_value(argv, "--moe-backend") or "auto", knobs=knobs_from_flags(argv, env),
+        role_knobs=role_knobs)
 
 
 def predict_facts(facts: RunFacts, profile: ModelProfile, spec: GpuSpec,
@@ -167,8 +207,13 @@ def predict_facts(facts: RunFacts, profile: ModelProfile, spec: GpuSpec,
     p = predict(profile, spec, facts.topology, input_len=facts.input_len, output_len=facts.output_len,
                 num_prompts=facts.num_prompts or 128, rate=facts.rate, stack=stack, correction=correction,
                 gpu_memory_utilization=facts.gpu_memory_utilization, first_run=facts.first_run_jit, seed=facts.seed,
-                moe_backend=facts.moe_backend)
+                moe_backend=facts.moe_backend, knobs=facts.knobs, role_knobs=facts.role_knobs or None)
     p.notes.append(stack.describe())
+    for role, kn in sorted(facts.role_knobs.items()):
+        if kn.describe():
+            p.notes.append(f"{role}: {kn.describe()}")
+    if not facts.role_knobs and facts.knobs.describe():
+        p.notes.append(facts.knobs.describe())
     if facts.shared_gpus:
         p.notes.append("the servers shared GPUs: the model gives each its own")
     if facts.first_run_jit:
@@ -329,6 +374,9 @@ class DecisionMap:
     isls: list[int] = field(default_factory=list)  # the grid
     osls: list[int] = field(default_factory=list)
     skipped: list[tuple[int, int]] = field(default_factory=list)  # grid cells beyond max_model_len
+    #: label → role → (extra vllm argv words, extra env pairs); "" is the configuration without knobs
+    configurations: dict[str, dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]] = field(
+        default_factory=lambda: {"": {}})
 
     def cell(self, isl: int, osl: int, rate: float | None = None) -> MapCell | None:
         for c in self.cells:
@@ -369,12 +417,17 @@ class DecisionMap:
         for _, x in cands:
             topo = sorted({x["from"], x["to"]})
             for isl, osl in x["between"]:
-                key = (isl, osl, topo[0], topo[1])
+                key = (isl, osl, topo[0], topo[-1])
                 if key in seen:
                     continue
                 seen.add(key)
-                out.append({"objective": x["objective"], "input_len": isl, "output_len": osl, "rate": x["rate"],
-                            "topologies": topo, "workload": f"random-{isl}x{osl}"})
+                row = {"objective": x["objective"], "input_len": isl, "output_len": osl, "rate": x["rate"],
+                       "topologies": sorted({split_candidate(t)[0] for t in topo}),
+                       "workload": f"random-{isl}x{osl}"}
+                if len(self.configurations) > 1:
+                    row["candidates"] = topo
+                    row["configurations"] = sorted({split_candidate(t)[1] for t in topo})
+                out.append(row)
             if len(out) >= limit:
                 break
         return out[:limit]
@@ -392,7 +445,37 @@ class DecisionMap:
                        "predictions": {t: p.values for t, p in c.predictions.items() if not p.refused}}
                       for c in self.cells],
             "crossovers": self.crossovers(), "suggested_runs": self.suggestions(),
+            "configurations": {label: {role: {"args": list(args), "env": dict(env)} for role, (args, env)
+                                       in roles.items()} for label, roles in self.configurations.items()},
         }
+
+
+def candidate_name(topology: str, label: str) -> str:
+    """A map candidate's key: ``"<topology>"`` for the configuration without knobs, else ``"<topology> <label>"``."""
+    return f"{topology} {label}" if label else topology
+
+
+def split_candidate(name: str) -> tuple[str, str]:
+    """(topology, configuration label) of a candidate's key."""
+    topo, _, label = name.partition(" ")
+    return topo, label
+
+
+ConfigSpec = Mapping[str, Mapping[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]]
+
+
+def config_knobs(profile: ModelProfile, roles: Mapping[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]
+                 ) -> tuple[ServeKnobs, dict[str, ServeKnobs]]:
+    """A configuration's knobs: every server's ("*"), and each P/D role's ("*" plus the role's own words)."""
+    base = ["vllm", "serve", profile.model]
+    star_args, star_env = roles.get("*", ((), ()))
+    every = knobs_from_flags([*base, *star_args], dict(star_env))
+    by_role: dict[str, ServeKnobs] = {}
+    for role in ("prefill", "decode"):
+        if role in roles:
+            args, env = roles[role]
+            by_role[role] = knobs_from_flags([*base, *star_args, *args], {**dict(star_env), **dict(env)})
+    return every, by_role
 
 
 def default_slo(profile: ModelProfile, spec: GpuSpec, stack: Stack, correction: Correction | None,
@@ -412,21 +495,44 @@ def decision_map(profile: ModelProfile, spec: GpuSpec, gpus: int, *, isls: Seque
                  osls: Sequence[int] = DEFAULT_OSL, rates: Sequence[float | None] = (None,),
                  stack: Stack | None = None, correction: Correction | None = None, calibration_source: str = "none",
                  slo_ms: Mapping[str, float] | None = None, num_prompts: int = 128,
-                 topologies: Sequence[str] | None = None, points: Sequence[tuple[int, int]] = ()) -> DecisionMap:
+                 topologies: Sequence[str] | None = None, points: Sequence[tuple[int, int]] = (),
+                 configs: ConfigSpec | None = None) -> DecisionMap:
+    """The map over topologies × ``configs`` (label → role → (extra vllm argv words, extra env pairs); roles "*",
+    "prefill", "decode"; label "" is the configuration without knobs). Each candidate is keyed
+    :func:`candidate_name`; a configuration's role words apply to the layouts that have the role ("*" alone on TP
+    and DP). Identical (topology, knobs) candidates are predicted once."""
     st = stack or Stack.select(spec)
     topos = list(topologies or topologies_for(gpus))
+    confs: dict[str, dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]] = (
+        {label: {role: (tuple(a), tuple((str(k), str(v)) for k, v in e)) for role, (a, e) in roles.items()}
+         for label, roles in configs.items()} if configs else {"": {}})
+    resolved = {label: config_knobs(profile, roles) for label, roles in confs.items()}
     slo = dict(slo_ms) if slo_ms else default_slo(profile, spec, st, correction, topos, num_prompts)
     grid = {(i, o) for i in isls for o in osls}
     pairs = sorted(grid | set(points))
     cells: list[MapCell] = []
     refused: dict[str, str] = {}
     skipped = sorted(p for p in grid if p[0] + p[1] > profile.max_model_len)
+    # each candidate's (knobs, role knobs): what applies to its topology
+    cands: dict[str, tuple[str, ServeKnobs | None, dict[str, ServeKnobs] | None]] = {}
+    for label, (every, by_role) in resolved.items():
+        for t in topos:
+            disagg = parse_topology(t).kind not in ("tp", "dp")
+            cands[candidate_name(t, label)] = (t, every if every != ServeKnobs() else None,
+                                              by_role if disagg and by_role else None)
     for rate in rates:
         for isl, osl in pairs:
             if isl + osl > profile.max_model_len:
                 continue
-            preds = {t: predict(profile, spec, t, input_len=isl, output_len=osl, num_prompts=num_prompts, rate=rate,
-                                stack=st, correction=correction, slo_ms=slo) for t in topos}
+            memo: dict[tuple[str, Any, Any], Prediction] = {}
+            preds: dict[str, Prediction] = {}
+            for name, (t, kn, rk) in cands.items():
+                key = (t, kn, tuple(sorted(rk.items())) if rk else None)
+                if key not in memo:
+                    memo[key] = predict(profile, spec, t, input_len=isl, output_len=osl, num_prompts=num_prompts,
+                                        rate=rate, stack=st, correction=correction, slo_ms=slo, knobs=kn,
+                                        role_knobs=rk)
+                preds[name] = memo[key]
             for t, p in preds.items():
                 if p.refused:
                     refused[t] = p.refused
@@ -436,4 +542,4 @@ def decision_map(profile: ModelProfile, spec: GpuSpec, gpus: int, *, isls: Seque
     return DecisionMap(model=profile.id, gpu=spec.name, gpus=gpus, stack=st.describe(),
                        calibration=(correction or Correction()).to_dict(), calibration_source=calibration_source,
                        num_prompts=num_prompts, slo_ms=slo, topologies=topos, cells=cells, refused=refused,
-                       isls=sorted(set(isls)), osls=sorted(set(osls)), skipped=skipped)
+                       isls=sorted(set(isls)), osls=sorted(set(osls)), skipped=skipped, configurations=confs)

@@ -11,11 +11,18 @@ P/D: a request may arrive with ``external_tokens`` (its prompt KV pulled from a 
 with blocks for its whole prompt, waits ``transfer_time`` for the pull, then computes only the remaining tokens. A
 prefill-only request (``hold_after_finish``) keeps its blocks after its one token until the decode side reads them
 (:meth:`EngineScheduler.release_held`) or its lease runs out.
+
+Speculative decoding (the cost's :class:`~tui.sim.knobs_model.SpecPlan`): a decoding sequence takes 1 + k tokens of
+the budget and KV slots (its drafts), and gets 1 + (accepted drafts) tokens from the step. With ``spec_rng`` (the
+simulated server) each draft is accepted at random with the plan's acceptance, as vLLM's counters then show; without
+(the predictor, virtual time) each sequence gets the expected tokens per step, its fractions carried to the next
+step, so a prediction is smooth and exact on average.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -51,6 +58,8 @@ class SimRequest:
     preemptions: int = 0
     computed_prompt: int = 0  # prompt tokens this engine computed itself (not cached, not transferred)
     lease_until: float = 0.0
+    last_emit: int = 0  # tokens the last step (or run of steps) gave it
+    spec_credit: float = 0.0  # speculative decoding without randomness: the fraction of a token carried over
 
     @property
     def total_tokens(self) -> int:
@@ -80,8 +89,17 @@ class StepResult:
 
 class EngineScheduler:
     def __init__(self, cost: ModelCost, *, kv_tokens: int, max_num_seqs: int, max_num_batched_tokens: int,
-                 state_tokens_per_seq: int = 0, jit_stall_s: float = 0.0, lease_s: float = 30.0) -> None:
+                 state_tokens_per_seq: int = 0, jit_stall_s: float = 0.0, lease_s: float = 30.0,
+                 spec_rng: random.Random | None = None) -> None:
         self.cost = cost
+        self.spec = cost.spec
+        self.spec_rng = spec_rng
+        # KV slots and budget a decoding sequence takes for its drafts
+        self.lookahead = self.spec.k if self.spec is not None and cost.draft_share > 0 else 0
+        self.spec_drafts = 0.0
+        self.spec_draft_tokens = 0.0
+        self.spec_accepted = 0.0
+        self.spec_accepted_per_pos = [0.0] * (self.spec.k if self.spec is not None else 0)
         self.total_blocks = max(0, kv_tokens // BLOCK_SIZE)
         self.free_blocks = self.total_blocks
         self.state_blocks = math.ceil(state_tokens_per_seq / BLOCK_SIZE) if state_tokens_per_seq else 0
@@ -182,8 +200,10 @@ class EngineScheduler:
             n = req.prompt_len + req.generated - computed
             if n > budget:
                 n = budget
-            if computed + n > req.blocks * BLOCK_SIZE - cap_offset and not self._grow(req, computed + n):
-                while not self._grow(req, computed + n):
+            extra = self.lookahead if n == 1 and computed >= req.prompt_len else 0
+            need = computed + n + extra
+            if need > req.blocks * BLOCK_SIZE - cap_offset and not self._grow(req, need):
+                while not self._grow(req, need):
                     victim = running[-1]
                     self._preempt(victim)
                     preempted += 1
@@ -196,7 +216,7 @@ class EngineScheduler:
                 decode_ctx += computed
             else:
                 prefills.append((req, n))
-            budget -= n
+            budget -= n + extra
             i += 1
         if not preempted:
             self._admit(now, budget, prefills)
@@ -214,11 +234,15 @@ class EngineScheduler:
         result = StepResult(start=now, duration=duration, prefill_tokens=sum(n for _, n in prefills),
                             decode_tokens=len(decodes), preempted=preempted, stalled=stall, mem_time=mem_time)
         emitted = result.emitted
+        spec = self.spec is not None
         for req in decodes:
-            req.num_computed += 1
-            req.generated += 1
+            m = min(self._spec_tokens(req), req.max_tokens - req.generated) if spec else 1
+            req.num_computed += m
+            req.generated += m
+            req.last_emit = m
             req.last_token_at = end
             emitted.append(req)
+        result.decode_tokens = len(decodes) * (1 + self.lookahead)
         for req, n in prefills:
             if req.num_computed < req.prompt_len:
                 req.computed_prompt += min(n, req.prompt_len - req.num_computed)
@@ -226,6 +250,7 @@ class EngineScheduler:
             if req.num_computed < req.total_tokens:
                 continue
             req.generated += 1
+            req.last_emit = 1
             if req.first_token_at is None:
                 req.first_token_at = end
             req.last_token_at = end
@@ -240,23 +265,33 @@ class EngineScheduler:
         """Consecutive pure-decode steps at once, up to the next request finishing, while nothing else can happen
         (no request waiting, every running one decoding, blocks to spare) and steps start before ``until`` (the
         next arrival): the step ends and the requests that finished. Exactly what as many :meth:`step` calls would
-        do; a fast path for virtual-time runs (the real-time server steps one by one, since it streams each)."""
+        do; a fast path for virtual-time runs (the real-time server steps one by one, since it streams each).
+        Each request's ``last_emit`` is the tokens it got over the run."""
         running = self.running
         if not running or self.waiting or self.transferring or self.held or self.jit_stall_s > 0 or now >= until:
             return None
+        if self.spec is not None and self.spec_rng is not None:
+            return None
+        per = self.cost.mean_tokens if self.spec is not None else 1.0
         k = 1 << 30
         for req in running:
             if req.num_computed != req.prompt_len + req.generated - 1 or req.num_computed < req.prompt_len:
                 return None
             left = req.max_tokens - req.generated
-            if left < k:
-                k = left
+            steps = left if per == 1.0 else max(1, math.ceil((left - req.spec_credit) / per - 1e-9))
+            if steps < k:
+                k = steps
         if k < 2:
             return None
 
+        def gained(req: SimRequest, steps: int) -> int:
+            if per == 1.0:
+                return steps
+            return min(int(req.spec_credit + steps * per), req.max_tokens - req.generated)
+
         def blocks_needed(steps: int) -> int:
-            return sum(max(0, self._blocks_for(r.num_computed + steps) + self.state_blocks - r.blocks)
-                       for r in running)
+            return sum(max(0, self._blocks_for(r.num_computed + gained(r, steps) + self.lookahead) + self.state_blocks
+                           - r.blocks) for r in running)
 
         need = blocks_needed(k)
         if need > self.free_blocks:  # as many steps as the free blocks allow: none of them preempts
@@ -275,26 +310,68 @@ class EngineScheduler:
         ctx = sum(r.num_computed for r in running)
         ends: list[float] = []
         t = now
+        step = self.cost.step
         for i in range(k):
             if t >= until:
                 break
-            t += self.cost.step(b, ctx + i * b)[0]
+            t += step(b, ctx + int(i * b * per))[0]
             ends.append(t)
         if len(ends) < k:  # stopped at an arrival: fewer steps, so fewer blocks
             k = len(ends)
-            need = sum(max(0, self._blocks_for(r.num_computed + k) + self.state_blocks - r.blocks) for r in running)
+            need = blocks_needed(k)
         self.free_blocks -= need
         finished: list[SimRequest] = []
         for req in running:
-            req.num_computed += k
-            req.generated += k
-            req.blocks = max(req.blocks, self._blocks_for(req.num_computed) + self.state_blocks)
+            g = gained(req, k)
+            if per != 1.0:
+                req.spec_credit = req.spec_credit + k * per - int(req.spec_credit + k * per)
+            req.num_computed += g
+            req.generated += g
+            req.last_emit = g
+            req.blocks = max(req.blocks, self._blocks_for(req.num_computed + self.lookahead) + self.state_blocks)
             req.last_token_at = t
+        if self.spec is not None:
+            self._count_expected(b * k)
         for req in list(running):
             if req.generated >= req.max_tokens:
                 self._finish(req, t, "length")
                 finished.append(req)
         return ends, finished
+
+    # --- speculative decoding -------------------------------------------------------------------------------
+    def _spec_tokens(self, req: SimRequest) -> int:
+        """Tokens a speculatively decoding sequence gets from one step (1 + its accepted drafts)."""
+        sp = self.spec
+        assert sp is not None
+        rng = self.spec_rng
+        if rng is None:
+            req.spec_credit += self.cost.mean_tokens
+            m = int(req.spec_credit)
+            req.spec_credit -= m
+            self._count_expected(1)
+            return max(1, m)
+        if self.cost.draft_share < 1.0 and rng.random() >= self.cost.draft_share:
+            return 1  # the drafter found nothing to propose: a plain decode
+        accepted = 0
+        while accepted < sp.k and rng.random() < sp.acceptance:
+            accepted += 1
+        self.spec_drafts += 1
+        self.spec_draft_tokens += sp.k
+        self.spec_accepted += accepted
+        for i in range(accepted):
+            self.spec_accepted_per_pos[i] += 1
+        return 1 + accepted
+
+    def _count_expected(self, seq_steps: int) -> None:
+        """The spec-decode counters in expectation, for ``seq_steps`` sequence-steps without randomness."""
+        sp = self.spec
+        assert sp is not None
+        drafts = seq_steps * self.cost.draft_share
+        self.spec_drafts += drafts
+        self.spec_draft_tokens += drafts * sp.k
+        self.spec_accepted += drafts * (sp.mean_length - 1.0)
+        for i, p in enumerate(sp.per_position()):
+            self.spec_accepted_per_pos[i] += drafts * p
 
     # --- internals ------------------------------------------------------------------------------------------
     def _take(self, req: SimRequest, need: int) -> bool:
