@@ -17,6 +17,7 @@ from tui.core.models import ModelProfile, parse_model_profile
 from tui.core.plan.argtext import JSON_FLAGS
 from tui.core.plan.gpuspecs import PRESETS, GpuSpec
 from tui.sim.gpustate import simgpu_dir
+from tui.sim.knobs_model import ATTENTION_BACKEND_NAMES, ServeKnobs, knobs_from_flags
 from tui.sim.perfmodel import Hardware, MemoryPlan, Stack, batch_defaults, memory_plan
 
 VLLM_VERSION = "0.24.0"
@@ -141,6 +142,7 @@ class ServeConfig:
     state_dir: Path | None
     server_name: str
     vllm_env: dict[str, str]
+    knobs: ServeKnobs = field(default_factory=ServeKnobs)  # what the performance model runs with
 
     @property
     def hardware(self) -> Hardware:
@@ -149,14 +151,15 @@ class ServeConfig:
     def memory(self, gpu_memory_utilization: float | None = None) -> MemoryPlan:
         return memory_plan(self.profile, self.hardware, tp=self.tp,
                            gpu_memory_utilization=gpu_memory_utilization or self.gpu_memory_utilization,
-                           max_num_batched_tokens=self.max_num_batched_tokens, enforce_eager=self.enforce_eager)
+                           max_num_batched_tokens=self.max_num_batched_tokens, enforce_eager=self.enforce_eager,
+                           kv_cache_dtype=self.knobs.kv_cache_dtype)
 
     @property
     def stack(self) -> Stack:
         """The kernels this engine runs with: the attention backend and sampler from the flags and env, FlashInfer's
         kernels out when the simulated host has no nvcc (the flashinfer faults)."""
         nvcc = not ({"flashinfer-no-nvcc", "flashinfer-jit-stall"} & self.faults)
-        return Stack.select(self.gpu, attention_backend=self.attention_backend,
+        return Stack.select(self.gpu, attention_backend=self.knobs.attention_backend,
                             flashinfer_sampler=self.env.flashinfer_sampler, nvcc=nvcc)
 
     @property
@@ -285,6 +288,40 @@ def _visible(env: dict[str, str], count: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def knob_argv(ns: Any, model: str) -> list[str]:
+    """The parsed command line's knob flags as an argv :func:`knobs_from_flags` reads (a ``--config`` file's and
+    the dotted ``-sc.method`` forms already merged into the namespace), so that the simulated server and a
+    prediction of its run read the knobs the same way."""
+    out = ["vllm", "serve", model]
+    for dest, flag in (("attention_backend", "--attention-backend"), ("attention_config", "--attention-config"),
+                       ("max_num_batched_tokens", "--max-num-batched-tokens"), ("max_num_seqs", "--max-num-seqs"),
+                       ("kv_cache_dtype", "--kv-cache-dtype"), ("speculative_config", "--speculative-config"),
+                       ("spec_method", "--spec-method"), ("spec_tokens", "--spec-tokens"),
+                       ("spec_model", "--spec-model"), ("compilation_config", "--compilation-config"),
+                       ("optimization_level", "--optimization-level"), ("load_format", "--load-format")):
+        v = getattr(ns, dest, None)
+        if v is not None and v != "":
+            out += [flag, str(v)]
+    for dest, flag in (("enable_expert_parallel", "--enable-expert-parallel"),
+                       ("async_scheduling", "--async-scheduling"), ("enable_prefix_caching", "--enable-prefix-caching"),
+                       ("enforce_eager", "--enforce-eager")):
+        v = getattr(ns, dest, None)
+        if v is True:
+            out.append(flag)
+        elif v is False:
+            out.append("--no-" + flag[2:])
+    return out
+
+
+def _check_attention_backend(knobs: ServeKnobs) -> None:
+    """vLLM resolves ``--attention-backend`` (or ``attention_config.backend``) through ``AttentionBackendEnum`` at
+    config time: an unknown name is a ValueError before anything starts."""
+    name = knobs.attention_backend
+    if name and name not in ATTENTION_BACKEND_NAMES:
+        raise ValueError(f"Unknown attention backend: '{name}'. Valid options are: "
+                         f"{', '.join(ATTENTION_BACKEND_NAMES)}")
+
+
 def build(ns: Any, order: list[str], env: dict[str, str]) -> ServeConfig:
     profile = load_profile(env)
     state = env.get("DISAGG_SIM_STATE_DIR")
@@ -326,6 +363,8 @@ def build(ns: Any, order: list[str], env: dict[str, str]) -> ServeConfig:
         disable_logo=env.get("VLLM_DISABLE_LOG_LOGO", "0") not in ("0", ""),
     )
     faults = frozenset(f.strip() for f in env.get("DISAGG_SIM_FAULTS", "").split(",") if f.strip())
+    knobs = knobs_from_flags(knob_argv(ns, model), env)
+    _check_attention_backend(knobs)
     return ServeConfig(
         model=model, served_name=served, served_names=tuple(ns.served_model_name or (model,)),
         api_keys=tuple(ns.api_key or ([env["VLLM_API_KEY"]] if env.get("VLLM_API_KEY") else [])), host=ns.host,
@@ -342,5 +381,5 @@ def build(ns: Any, order: list[str], env: dict[str, str]) -> ServeConfig:
         env=sim_env, profile=profile, gpu=spec, gpu_ids=_visible(env, count), gpu_count=count, faults=faults,
         startup_s=float(env.get("DISAGG_SIM_STARTUP_S", "4") or 0), clock=float(env.get("DISAGG_SIM_CLOCK", "1") or 1),
         state_dir=state_dir, server_name=env.get("DISAGG_SIM_SERVER_NAME", "server"),
-        vllm_env={k: v for k, v in env.items() if k.startswith("VLLM_")},
+        vllm_env={k: v for k, v in env.items() if k.startswith("VLLM_")}, knobs=knobs,
     )

@@ -45,6 +45,9 @@ SPEC_ACCEPTANCE_SOURCE = {
 }
 #: methods whose drafter runs on the CPU (no GPU forward), and those that draft with extra layers on the GPU
 CPU_DRAFTERS = ("ngram", "suffix")
+#: the share of steps on which the n-gram / suffix drafter finds a match (and proposes its k tokens) when no
+#: measured acceptance is given, i.e. on ``vllm bench``'s random prompts [H200 knob runs: the spec_decode counters]
+CPU_DRAFT_SHARE_RANDOM = 0.0
 #: the simulator's override of the acceptance (a simulated server's env; a stored simulated run's plan carries it)
 ACCEPTANCE_ENV = "DISAGG_SIM_SPEC_ACCEPTANCE"
 #: vLLM 0.24's attention backends by their ``AttentionBackendEnum`` names (the ones ``--attention-backend`` takes;
@@ -294,6 +297,7 @@ class SpecPlan:
     k: int  # draft tokens per step
     acceptance: float  # per draft token
     source: str  # where the acceptance figure came from
+    draft_share: float = 1.0  # share of a sequence's steps that carry k drafts (a CPU drafter may find none)
 
     @property
     def mean_length(self) -> float:
@@ -314,11 +318,15 @@ def spec_plan(knobs: ServeKnobs, *, dummy_weights: bool = False) -> SpecPlan | N
     if not knobs.speculative or knobs.spec_method is None:
         return None
     method = knobs.spec_method
+    share = 1.0
     if knobs.spec_acceptance is not None:
         acc, src = knobs.spec_acceptance, "given"
-    elif dummy_weights:
-        acc, src = 0.0, "random weights (--load-format dummy): no draft matches the target"
     else:
-        acc = SPEC_DEFAULT_ACCEPTANCE.get(method, 0.6)
-        src = "default: " + SPEC_ACCEPTANCE_SOURCE.get(method, "assumed")
-    return SpecPlan(method=method, k=knobs.spec_tokens, acceptance=acc, source=src)
+        if dummy_weights:
+            acc, src = 0.0, "random weights (--load-format dummy): no draft matches the target"
+        else:
+            acc = SPEC_DEFAULT_ACCEPTANCE.get(method, 0.6)
+            src = "default: " + SPEC_ACCEPTANCE_SOURCE.get(method, "assumed")
+        if method in CPU_DRAFTERS:  # the lookup finds a match on so many steps of random prompts
+            share = CPU_DRAFT_SHARE_RANDOM
+    return SpecPlan(method=method, k=knobs.spec_tokens, acceptance=acc, source=src, draft_share=share)

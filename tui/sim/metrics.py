@@ -137,8 +137,11 @@ _NIXL_COUNTERS = (
 class EngineMetrics:
     """The counters and histograms of one engine (one DP rank)."""
 
-    def __init__(self, max_model_len: int, *, nixl: bool = False) -> None:
+    def __init__(self, max_model_len: int, *, nixl: bool = False, spec_tokens: int = 0) -> None:
         now = time.time()
+        #: speculative decoding (``spec_tokens`` > 0): drafts, draft tokens, accepted tokens, accepted per position
+        self.spec_tokens = spec_tokens
+        self.spec = [0.0] * (3 + spec_tokens)
         kinds = {"len": buckets_1_2_5(max_model_len), "iter": ITERATION_BUCKETS, "n": PARAMS_N_BUCKETS,
                  "ttft": TTFT_BUCKETS, "itl": ITL_BUCKETS, "lat": LATENCY_BUCKETS}
         self.counters = {name: 0.0 for name, _ in (*_COUNTERS, *_COUNTERS_2)}
@@ -274,6 +277,8 @@ def render(engines: list[tuple[str, EngineMetrics, EngineGauges]], model_name: s
                [(lab, m.cached, m.created) for lab, m, _ in base])
     ex.counter("vllm:generation_tokens", "Number of generation tokens processed.",
                [(lab, m.counters["generation_tokens"], m.created) for lab, m, _ in base])
+    if base and base[0][1].spec_tokens:
+        _spec_families(ex, base)
     ex.counter("vllm:request_success", "Count of successfully processed requests.",
                [({**lab, "finished_reason": r}, m.success[r], m.created) for r in FINISH_REASONS for lab, m, _ in base])
     for name, help_text, _ in _HISTOGRAMS:
@@ -282,6 +287,22 @@ def render(engines: list[tuple[str, EngineMetrics, EngineGauges]], model_name: s
     for lab, _, _ in base:
         ex.sample("vllm:cache_config_info", {**cache_info, "engine": lab["engine"]}, 1.0)
     return ex.text()
+
+
+_SPEC_COUNTERS = (("spec_decode_num_drafts", "Number of spec decoding drafts."),
+                  ("spec_decode_num_draft_tokens", "Number of draft tokens."),
+                  ("spec_decode_num_accepted_tokens", "Number of accepted tokens."))
+
+
+def _spec_families(ex: Exposition, base: list[tuple[dict[str, str], EngineMetrics, EngineGauges]]) -> None:
+    """vLLM's spec-decode counters (``v1/spec_decode/metrics.py``: SpecDecodingProm), only with speculative
+    decoding; whole tokens, as vLLM counts them."""
+    for i, (name, help_text) in enumerate(_SPEC_COUNTERS):
+        ex.counter(f"vllm:{name}", help_text, [(lab, float(int(m.spec[i])), m.created) for lab, m, _ in base])
+    k = base[0][1].spec_tokens
+    ex.counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+               [({**lab, "position": str(p)}, float(int(m.spec[3 + p])), m.created) for lab, m, _ in base
+                for p in range(k)])
 
 
 #: the simulator's own series (not vLLM's): how well each simulated engine kept the pace ``DISAGG_SIM_CLOCK`` asks

@@ -119,9 +119,6 @@ SPEC_STEP_OVERHEAD_S = 0.5e-3
 #: per context token [H200 knob runs: ngram on the dummy model, whose drafts are never accepted]
 NGRAM_S_PER_SEQ = 4e-6
 NGRAM_S_PER_CTX_TOKEN = 0.5e-9
-#: the share of steps on which the n-gram drafter finds a match and proposes its k tokens, on random prompts
-#: (a 5-gram of random ids recurs almost never) [H200 knob runs: the spec_decode counters]
-NGRAM_DRAFT_SHARE = 0.0
 #: a separate draft model (``draft_model``, no size known to the model): this share of the target's weight bytes
 DRAFT_MODEL_SHARE = 0.10
 #: ``--no-async-scheduling``: the CPU's scheduling and output processing no longer overlap the GPU's step (vLLM
@@ -338,7 +335,7 @@ class ModelCost:
         self.draft_seq_s = 0.0
         if self.spec is not None:
             sp = self.spec
-            self.draft_share = NGRAM_DRAFT_SHARE if sp.cpu_drafter else 1.0
+            self.draft_share = sp.draft_share
             self.mean_tokens = 1.0 + self.draft_share * (sp.mean_length - 1.0)
             self.overhead_fixed += SPEC_STEP_OVERHEAD_S
             if sp.cpu_drafter:

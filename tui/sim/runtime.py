@@ -84,6 +84,7 @@ class EngineRuntime:
         # interval counters for the stats line
         self.iv_prompt = 0
         self.iv_gen = 0
+        self.spec_mark: list[float] | None = None  # spec counters at the last line
 
     # --- clocks ---------------------------------------------------------------------------------------------
     def v_of_wall(self, wall: float) -> float:
@@ -210,10 +211,14 @@ class EngineRuntime:
         self.busy_v += res.duration
         self.mem_v += res.mem_time
         m.hist["iteration_tokens_total"].observe(res.tokens)
+        gen = sum(r.last_emit or 1 for r in res.emitted)
         m.counters["prompt_tokens"] += res.prefill_tokens
-        m.counters["generation_tokens"] += len(res.emitted)
+        m.counters["generation_tokens"] += gen
         self.iv_prompt += res.prefill_tokens
-        self.iv_gen += len(res.emitted)
+        self.iv_gen += gen
+        sc = self.sched
+        if m.spec_tokens:
+            m.spec = [sc.spec_drafts, sc.spec_draft_tokens, sc.spec_accepted, *sc.spec_accepted_per_pos]
         if res.preempted:
             m.counters["num_preemptions"] += res.preempted
         decode_itl = 0

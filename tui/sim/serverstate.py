@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import random
 import secrets
 import signal
 import statistics
@@ -58,7 +59,7 @@ class ServerState:
         self.held: dict[str, Held] = {}
         self.block_cursor = 0
         self.xfer_log: list[tuple[float, float, int, int]] = []  # (xfer s, post s, bytes, descriptors)
-        cost = ModelCost(cfg.profile, cfg.hardware, cfg.tp, cfg.stack)
+        cost = ModelCost(cfg.profile, cfg.hardware, cfg.tp, cfg.stack, knobs=cfg.knobs)
         self.cost = cost
         nixl = cfg.kv_transfer is not None and cfg.kv_transfer.is_nixl
         lease = cfg.kv_transfer.lease_s if cfg.kv_transfer else 30.0
@@ -68,8 +69,11 @@ class ServerState:
                                     max_num_batched_tokens=cfg.max_num_batched_tokens,
                                     state_tokens_per_seq=started.memory.state_tokens_per_seq,
                                     jit_stall_s=FIRST_BATCH_JIT_S.get(cfg.gpu.arch, faults.JIT_STALL_S)
-                                    if fp.triton_jit else 0.0, lease_s=lease)
-            rt = EngineRuntime(rank, sched, EngineMetrics(cfg.max_model_len, nixl=nixl), clock=cfg.clock,
+                                    if fp.triton_jit else 0.0, lease_s=lease,
+                                    spec_rng=random.Random(rank) if cost.spec is not None else None)
+            metrics = EngineMetrics(cfg.max_model_len, nixl=nixl,
+                                    spec_tokens=cost.spec.k if cost.spec is not None else 0)
+            rt = EngineRuntime(rank, sched, metrics, clock=cfg.clock,
                                jit_warning=self._jit_warning(rank), on_expired=self._on_expired,
                                prefix_caching=cfg.enable_prefix_caching)
             self.engines.append(rt)
@@ -177,6 +181,25 @@ class ServerState:
                               f"GPU KV cache usage: {100 * e.sched.kv_usage:.1f}%, Prefix cache hit rate: {hit:.1f}%")
                 if self.xfer_log:
                     self._log_transfers()
+                if e.sched.spec is not None:
+                    self._log_spec(e, interval)
+
+    def _log_spec(self, e: EngineRuntime, interval: float) -> None:
+        """vLLM's periodic spec-decode line (``v1/spec_decode/metrics.py``), over the last interval."""
+        sc = e.sched
+        now = [sc.spec_drafts, sc.spec_draft_tokens, sc.spec_accepted, *sc.spec_accepted_per_pos]
+        last = e.spec_mark or [0.0] * len(now)
+        e.spec_mark = now
+        drafts, drafted, accepted = (now[i] - last[i] for i in range(3))
+        if drafts <= 0:
+            return
+        per_pos = ", ".join(f"{(a - b) / drafts:.3f}" for a, b in zip(now[3:], last[3:], strict=True))
+        rate = 100.0 * accepted / drafted if drafted > 0 else float("nan")
+        self.log.info(self.api, "metrics.py:98", f"SpecDecoding metrics: Mean acceptance length: "
+                      f"{1 + accepted / drafts:.2f}, Accepted throughput: {accepted / interval:.2f} tokens/s, "
+                      f"Drafted throughput: {drafted / interval:.2f} tokens/s, Accepted: {int(accepted)} tokens, "
+                      f"Drafted: {int(drafted)} tokens, Per-position acceptance rate: {per_pos}, "
+                      f"Avg Draft acceptance rate: {rate:.1f}%")
 
     def _log_transfers(self) -> None:
         xs = self.xfer_log

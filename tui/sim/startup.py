@@ -80,7 +80,8 @@ class Startup(StartContext):
         if cfg.enforce_eager:
             self.log.warning(api, "vllm.py:1135", "Enforce eager set, disabling torch.compile and CUDAGraphs. This "
                              "is equivalent to setting -cc.mode=none -cc.cudagraph_mode=none")
-        self.info(api, "vllm.py:1006", "Asynchronous scheduling is enabled.")
+        if cfg.knobs.async_on:
+            self.info(api, "vllm.py:1006", "Asynchronous scheduling is enabled.")
         self._spawn_engines()
         if self.dp_mode:
             for i in range(cfg.api_server_count):

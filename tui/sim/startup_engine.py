@@ -124,7 +124,11 @@ class EnginePhases:
         dtype = "torch.bfloat16"
         quant = {"fp8": "fp8", "nvfp4": "modelopt_fp4"}.get(cfg.profile.quantization)
         kv = cfg.profile.kv_cache_dtype if cfg.profile.kv_cache_dtype != "bf16" else "auto"
-        return (f"model={cfg.model!r}, speculative_config=None, tokenizer={cfg.model!r}, skip_tokenizer_init=False, "
+        kv = cfg.knobs.kv_cache_dtype if cfg.knobs.kv_cache_dtype != "auto" else kv
+        kn = cfg.knobs
+        spec = (f"SpeculativeConfig(method={kn.spec_method!r}, model=None, num_spec_tokens={kn.spec_tokens})"
+                if kn.speculative else "None")
+        return (f"model={cfg.model!r}, speculative_config={spec}, tokenizer={cfg.model!r}, skip_tokenizer_init=False, "
                 f"tokenizer_mode=auto, revision=None, tokenizer_revision=None, trust_remote_code="
                 f"{cfg.trust_remote_code}, dtype={dtype}, max_seq_len={cfg.max_model_len}, download_dir=None, "
                 f"load_format={cfg.load_format}, tensor_parallel_size={cfg.tp}, pipeline_parallel_size=1, "
