@@ -341,8 +341,16 @@ def _score(objective: str, p: Prediction) -> float | None:
 def winners(preds: Mapping[str, Prediction]) -> dict[str, tuple[str, float | None]]:
     """Per objective the best topology and its margin over the runner-up (relative: 0.12 = 12 % better)."""
     out: dict[str, tuple[str, float | None]] = {}
+    # one name per distinct prediction: a configuration that predicts what another does is not its rival (a
+    # decode-only knob on a TP layout, the backend the GPU picks anyway); the first listed keeps the name
+    first: dict[tuple[Any, ...], str] = {}
+    for t, p in preds.items():
+        first.setdefault((p.refused, *sorted(p.values.items())), t)
+    names = set(first.values())
     for obj in OBJECTIVES:
-        scored = sorted(((s, t) for t, p in preds.items() if (s := _score(obj, p)) is not None), reverse=True)
+        # best first; among equals the first listed (the layout without knobs before its configurations)
+        scored = sorted(((s, t) for t, p in preds.items() if t in names and (s := _score(obj, p)) is not None),
+                        key=lambda st: -st[0])
         if not scored:
             continue
         best, top = scored[0]
