@@ -32,11 +32,13 @@ from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
 from tui.core.bench.campaign import BenchFn, CampaignResult, CampaignRunner, CampaignSpec, Lifecycle
 from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
-from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError
+from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError, InputError
 from tui.core.events import EventBus
 from tui.core.launch import lifecycle as core_lifecycle
 from tui.core.launch import ownership
 from tui.core.models import Workload, parse_rate
+from tui.core.plan import knobs as knobs_mod
+from tui.core.plan.knobs import KnobCatalog
 from tui.core.plan.request import LaunchRequest, add_plan_arguments
 from tui.core.topology import parse_topologies
 
@@ -48,7 +50,10 @@ def register(sub: Any) -> None:
                                    "recommendation per objective. The same command resumes an interrupted "
                                    "campaign. Exit 1 when some cells failed (the rest of the table is printed).")
     add_plan_arguments(p, topology_metavar="T1,T2", topology_help="the topologies to compare, comma-separated "
-                       "(tp<N>, dp<N>, <X>p<Y>d, <X>p<Y>d-tp<K>)")
+                       "(tp<N>, dp<N>, <X>p<Y>d, <X>p<Y>d-tp<K>)", knob_metavar="[ROLE.]NAME=V1,V2",
+                       knob_help="a serve knob axis crossed with the topologies (profiles/knobs.yaml; "
+                                 "'disagg-tui knobs' lists them), e.g. spec=off,ngram:4 attn=auto,triton "
+                                 "decode.mnbt=2048,8192; repeatable (each a layout per value)")
     p.add_argument("--workload", "-w", required=True, metavar="W1,W2", help="workload names or files, comma-separated")
     p.add_argument("--rates", metavar="R1,R2|auto",
                    help="request rates to sweep (req/s or inf), or auto: saturation, then fractions of it")
@@ -76,7 +81,8 @@ def default_name(spec: CampaignSpec) -> str:
 
 def run(args: argparse.Namespace, ctx: CliContext) -> int:
     topologies = [t.name for t in parse_topologies(args.topology)]
-    request = launch_request(args, ctx, topology=topologies[0])
+    axes = KnobCatalog.load().axes(list(args.knob or []))
+    request = launch_request(argparse.Namespace(**{**vars(args), "knob": []}), ctx, topology=topologies[0])
     wl_refs = split_list(args.workload, "--workload")
     workloads: dict[str, Workload] = {}
     for ref in wl_refs:
@@ -88,7 +94,8 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     spec = CampaignSpec(name="", model=profile.id, topologies=topologies, workloads=list(workloads),
                         rates=parse_rates(args.rates), repeat=args.repeat, seed=args.seed or 0,
                         num_prompts=args.num_prompts, goodput={}, warmup=-1 if args.warmup is None else args.warmup,
-                        simulated=bool(getattr(args, "sim", False)), client=args.runner)
+                        simulated=bool(getattr(args, "sim", False)), client=args.runner,
+                        knobs=[a.text for a in axes])
     host = ctx.host
     if host.simulated:
         o = ctx.host_options()
@@ -114,6 +121,22 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     spec.goodput = options(next(iter(workloads.values()))).goodput
     gpus = _gpu_count(request, ctx, topologies)
 
+    def configs(topo: str) -> list[knobs_mod.Configuration]:
+        return knobs_mod.configurations(axes, topo)
+
+    def knob_planner(topo: str, config: knobs_mod.Configuration) -> Any:
+        knobbed = dataclasses.replace(request, knobs=tuple((s.key, s.choice.value) for s in config.settings))
+        return make_plan(knobbed, ctx, topo)
+
+    if axes:
+        refused = _refused_layouts(topologies, configs, knob_planner)
+        for line in refused:
+            ctx.error(f"refused: {line}")
+        total = sum(len(configs(t)) for t in topologies)
+        if len(refused) == total:
+            raise InputError(f"every combination of {', '.join(topologies)} × "
+                             f"{' × '.join(a.text for a in axes)} is refused here (above)", field="--knob")
+
     def energy_for(gpu_ids: Sequence[int]) -> EnergyReader | None:
         try:
             return nvml_energy_reader(host.nvml(), list(gpu_ids))
@@ -128,7 +151,8 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         runner = CampaignRunner(spec=spec, lifecycle=lifecycle, host=host,
                                 planner=lambda topo: make_plan(request, ctx, topo), workloads=workloads,
                                 options=options, bus=bus, notify=lambda s: progress.text(s), on_tick=progress.tick,
-                                energy_for=energy_for, bench=bench)
+                                energy_for=energy_for, bench=bench, configs=configs if axes else None,
+                                knob_planner=knob_planner if axes else None)
         try:
             result: CampaignResult = run_async(session.around(runner.run()))
         except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (run_async cancels the campaign)
@@ -137,6 +161,18 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
             return 130
         progress.end()
         return report(args, ctx, result, workloads, gpus, session)
+
+
+def _refused_layouts(topologies: Sequence[str], configs: Any, planner: Any) -> list[str]:
+    """Every (topology, knob configuration) the planner refuses, one line each, before anything starts."""
+    out = []
+    for topo in topologies:
+        for config in configs(topo):
+            try:
+                planner(topo, config)
+            except AppError as exc:
+                out.append(f"{topo} [{config.label}]: {exc.title}")
+    return out
 
 
 def _gpu_count(request: LaunchRequest, ctx: CliContext, topologies: list[str]) -> int | None:

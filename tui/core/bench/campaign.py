@@ -47,6 +47,7 @@ from tui.core.events import EventBus
 from tui.core.host.base import Host
 from tui.core.launch.state import LayoutRecord, StateStore
 from tui.core.models import ModelProfile, Workload
+from tui.core.plan.knobs import MAX_AXES, Configuration, slug_of
 from tui.core.plan.planner import LaunchPlan
 from tui.core.procs import pid_alive
 
@@ -101,6 +102,8 @@ class CampaignSpec:
     simulated: bool = False
     host: str = ""  # what was measured on: "sim:b200x2 clock 1" or the real host's name (part of the cells)
     client: str = "ours"  # whose load generator: ours | vllm (the real vllm bench serve)
+    #: the knob axes crossed with the topologies (``[ROLE.]NAME=V1,V2``, ``run --knob``); [] for none
+    knobs: list[str] = field(default_factory=list)
 
     def cells_key(self) -> dict[str, Any]:
         """What defines the cells (a resume must match it)."""
@@ -108,7 +111,8 @@ class CampaignSpec:
                 "rates": [rate_label(r) for r in self.rates] if isinstance(self.rates, list) else self.rates,
                 "repeat": self.repeat, "seed": self.seed, "num_prompts": self.num_prompts, "host": self.host,
                 # a campaign of vllm bench's client is another campaign (ours keeps the key it always had)
-                **({"client": self.client} if self.client != "ours" else {})}
+                **({"client": self.client} if self.client != "ours" else {}),
+                **({"knobs": self.knobs} if self.knobs else {})}
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -134,6 +138,9 @@ class CampaignSpec:
         else:
             raise typedread.FieldError(f"expected a list of rates or 'auto', got {typedread.described(raw)}",
                                        ("rates",))
+        knobs = data.get("knobs")
+        if isinstance(knobs, list) and len(knobs) > MAX_AXES:
+            raise typedread.FieldError(f"{len(knobs)} knob axes (at most {MAX_AXES})", ("knobs",))
         spec = typedread.read(cls, data, ranges={"repeat": (1, 1_000_000), "warmup": (-1, 1_000_000),
                                                  "num_prompts": (1, 1_000_000)})
         spec.rates = rates
@@ -173,11 +180,18 @@ class Cell:
     rate: float | None  # None: the workload's own rate; inf: saturation
     repeat: int = 1
     derived: bool = False  # an auto-sweep rate (known only after the saturation run)
+    config: str = ""  # the knob configuration's label (``attn=triton spec=ngram:4``); "" without knobs
 
     def name(self, wl: Workload) -> str:
         rate = wl.request_rate if self.rate is None else self.rate
-        return run_name(self.topology, self.workload, rate, self.repeat, with_rate=self.derived or (
+        name = run_name(self.topology, self.workload, rate, self.repeat, with_rate=self.derived or (
             self.rate is not None and not math.isinf(self.rate)))
+        return f"{name}_{slug_of(self.config)}" if self.config else name
+
+    @property
+    def layout(self) -> str:
+        """The layout it runs on: its topology, and its knobs where it has some (``tp2 [attn=triton]``)."""
+        return f"{self.topology} [{self.config}]" if self.config else self.topology
 
 
 @dataclass
@@ -215,10 +229,13 @@ def auto_rates(saturation_throughput: float) -> list[float]:
     return sorted(set(out))
 
 
-def plan_cells(spec: CampaignSpec, workloads: Mapping[str, Workload]) -> list[Cell]:
-    """The cells known before anything runs (auto-sweep rates are added after each saturation run)."""
+def plan_cells(spec: CampaignSpec, workloads: Mapping[str, Workload],
+               configs: Callable[[str], Sequence[Configuration]] | None = None) -> list[Cell]:
+    """The cells known before anything runs (auto-sweep rates are added after each saturation run); ``configs``:
+    the knob configurations of each topology."""
     cells = []
-    for topo in spec.topologies:
+    layouts = [(topo, c.label) for topo in spec.topologies for c in (configs(topo) if configs else [Configuration()])]
+    for topo, label in layouts:
         for wname in spec.workloads:
             if spec.rates == "auto":
                 rates: list[float | None] = [math.inf]
@@ -228,7 +245,7 @@ def plan_cells(spec: CampaignSpec, workloads: Mapping[str, Workload]) -> list[Ce
                 rates = [None]
             for rate in rates:
                 for rep in range(1, spec.repeat + 1):
-                    cells.append(Cell(topo, wname, rate, rep))
+                    cells.append(Cell(topo, wname, rate, rep, config=label))
     return cells
 
 
@@ -281,7 +298,7 @@ class CampaignStore:
         rate = wl.request_rate if cell.rate is None else cell.rate
         meta = RunMeta(campaign=safe_name(self.spec.name), name=d.name, topology=cell.topology,
                        workload=cell.workload, request_rate=None if math.isinf(rate) else rate, repeat=cell.repeat,
-                       status="failed", message=message, ended=time.time())
+                       status="failed", message=message, ended=time.time(), knobs=config_values(cell.config))
         write_json(d / RUN_FILE, meta.to_dict())
         return load_run(d)
 
@@ -317,6 +334,13 @@ async def wait_gpus_free(host: Host, gpus: Sequence[int], timeout_s: float = GPU
 
 
 Planner = Callable[[str], tuple[ModelProfile, LaunchPlan]]
+#: a layout with knobs: (topology, configuration) → its plan (PlanRefused naming the knob where one cannot work)
+KnobPlanner = Callable[[str, Configuration], tuple[ModelProfile, LaunchPlan]]
+
+
+def config_values(label: str) -> dict[str, str]:
+    """A configuration's label back as axis key → value (what a run stores)."""
+    return dict(part.split("=", 1) for part in label.split() if "=" in part)
 Notify = Callable[[str], None]
 
 
@@ -338,6 +362,9 @@ class CampaignRunner:
     #: runs one cell: our load generator by default (``run_bench``); the CLI passes vllm bench's runner for
     #: ``--runner vllm``
     bench: BenchFn | None = None
+    #: the knob configurations of each topology (``run --knob``) and the planner of one; None: no knobs
+    configs: Callable[[str], Sequence[Configuration]] | None = None
+    knob_planner: KnobPlanner | None = None
 
     _outcomes: dict[Cell, CellOutcome] = field(default_factory=dict, init=False, repr=False)
     _total: int = field(default=0, init=False, repr=False)
@@ -367,7 +394,7 @@ class CampaignRunner:
         resumed = await asyncio.to_thread(store.open)
         result = CampaignResult(self.spec, store.dir)
         outcomes: dict[Cell, CellOutcome] = {}
-        cells = plan_cells(self.spec, self.workloads)
+        cells = plan_cells(self.spec, self.workloads, self.configs)
         self._outcomes, self._total = outcomes, len(cells)
         if resumed:
             self._step("resume", f"resuming campaign {self.spec.name} in {store.dir}")
@@ -388,15 +415,17 @@ class CampaignRunner:
                     outcomes[c] = CellOutcome(c, "skipped", done)
             return pending
 
-        for topo in self.spec.topologies:
-            base_todo = todo_of([c for c in cells if c.topology == topo])
-            derived_todo = todo_of(self._derived(store, topo)) if auto and not base_todo else []
+        layouts = list(dict.fromkeys((c.topology, c.config) for c in cells))
+        for topo, label in layouts:
+            name = f"{topo} [{label}]" if label else topo
+            base_todo = todo_of([c for c in cells if c.topology == topo and c.config == label])
+            derived_todo = todo_of(self._derived(store, topo, label)) if auto and not base_todo else []
             if not base_todo and not derived_todo:
-                self._step("skip_layout", f"{topo}: every cell already done", topology=topo)
+                self._step("skip_layout", f"{name}: every cell already done", topology=topo)
                 continue
             everything = base_todo + derived_todo
             try:
-                profile, plan = self.planner(topo)
+                profile, plan = self._plan(topo, label)
             except AppError as exc:
                 await self._fail_all(store, outcomes, everything, f"plan refused: {exc.one_line()}")
                 continue
@@ -407,7 +436,7 @@ class CampaignRunner:
             except AppError as exc:
                 await self._fail_all(store, outcomes, everything, exc.one_line())
                 continue
-            self._step("bring_up", f"{topo}: bringing the layout up", topology=topo)
+            self._step("bring_up", f"{name}: bringing the layout up", topology=topo)
             try:
                 record = await self.lifecycle.bring_up(profile, plan, self.host, self.bus)
             except AppError as exc:
@@ -417,22 +446,30 @@ class CampaignRunner:
                 rng.shuffle(base_todo)
                 await self._run_cells(store, outcomes, record, plan, base_todo)
                 if auto:
-                    pending = todo_of(self._derived(store, topo))
+                    pending = todo_of(self._derived(store, topo, label))
                     rng.shuffle(pending)
                     await self._run_cells(store, outcomes, record, plan, pending)
             finally:
-                self._step("tear_down", f"{topo}: tearing the layout down", topology=topo)
+                self._step("tear_down", f"{name}: tearing the layout down", topology=topo)
                 await self.lifecycle.tear_down(record, self.bus)
         result.outcomes = list(outcomes.values())
         return result
 
-    def _derived(self, store: CampaignStore, topo: str) -> list[Cell]:
-        """The auto-sweep cells of a topology, from its saturation runs (mean over repeats)."""
+    def _plan(self, topo: str, label: str) -> tuple[ModelProfile, LaunchPlan]:
+        if not label or self.configs is None or self.knob_planner is None:
+            return self.planner(topo)
+        config = next((c for c in self.configs(topo) if c.label == label), None)
+        if config is None:
+            raise AppError(f"no knob configuration {label!r} for {topo}")
+        return self.knob_planner(topo, config)
+
+    def _derived(self, store: CampaignStore, topo: str, label: str = "") -> list[Cell]:
+        """The auto-sweep cells of a layout, from its saturation runs (mean over repeats)."""
         out: list[Cell] = []
         for wname in self.spec.workloads:
             sats = []
             for rep in range(1, self.spec.repeat + 1):
-                c = Cell(topo, wname, math.inf, rep)
+                c = Cell(topo, wname, math.inf, rep, config=label)
                 run = store.finished(c, self._wl(c))
                 if run is not None and run.summary.get("request_throughput"):
                     sats.append(float(run.summary["request_throughput"]))
@@ -440,7 +477,7 @@ class CampaignRunner:
                 continue
             for rate in auto_rates(sum(sats) / len(sats)):
                 for rep in range(1, self.spec.repeat + 1):
-                    out.append(Cell(topo, wname, rate, rep, derived=True))
+                    out.append(Cell(topo, wname, rate, rep, derived=True, config=label))
         return out
 
     async def _stop_orphan(self, plan: LaunchPlan, campaign_dir: Path) -> None:
@@ -468,10 +505,11 @@ class CampaignRunner:
             await asyncio.to_thread(store.clear, cell, wl)
             target = BenchTarget(endpoint=record.endpoint, topology=cell.topology, layout=record,
                                  plan=plan.to_dict(), campaign=self.spec.name, name=cell.name(wl),
-                                 repeat=cell.repeat, energy=energy, runs_root=store.root)
+                                 repeat=cell.repeat, energy=energy, runs_root=store.root,
+                                 knobs=config_values(cell.config) if cell.config else None)
             where: dict[str, Any] = {"topology": cell.topology, "workload": cell.workload,
                                      "request_rate": rate_label(wl.request_rate), "repeat": cell.repeat}
-            self._step("cell", f"{cell.topology} × {cell.workload} @ {rate_label(wl.request_rate)} req/s"
+            self._step("cell", f"{cell.layout} × {cell.workload} @ {rate_label(wl.request_rate)} req/s"
                        + (f" (repeat {cell.repeat})" if self.spec.repeat > 1 else ""), **where)
             try:
                 bench = self.bench or _ours

@@ -48,6 +48,8 @@ def one_topology(sat: Sequence[Cell], every: Sequence[Cell], unit: str) -> tuple
         return None
     topo = topologies[0]
     variants = len({c.layout for c in sat})
+    if variants > 1 and any(c.knobs for c in sat):  # a knob sweep on one topology: its configurations compete
+        return None
     apart = sorted({c.topology for c in every if c.unit == unit and c.topology != topo
                     and (c.rate is None or math.isinf(c.rate))})
     why = f"only {topo} measured on {unit}"

@@ -66,6 +66,8 @@ class Verdict:
     why: str = ""
     #: why no winner is named although the workload was measured (one topology only): "" otherwise
     missing: str = ""
+    #: for a winner with knobs: what each of its knobs moved the figure by, against the same layout without it
+    knob_effects: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -120,6 +122,38 @@ def _verdict(objective: str, workload: str, metric: str, scored: list[tuple[floa
             v.margin = abs(v.value - v.runner_up_value) / abs(base)
         v.within_noise = (v.margin is not None and v.margin < NOISE_FLOOR) or _overlap(best, second, metric)
     return v
+
+
+#: the value a knob's effect is measured against, where the runs have it (vLLM's own choice)
+BASELINE_VALUES = ("auto", "off", "—")
+METRIC_NAMES = {"output_throughput": "output tok/s", "mean_tpot_ms": "mean TPOT", "request_goodput": "goodput"}
+
+
+def knob_effects(v: Verdict, scored: Sequence[tuple[float, Cell]], higher: bool) -> list[str]:
+    """Per knob of the winner: its figure against the same topology with that knob alone changed (to vLLM's default
+    where measured, else the best other value), as ``attn=flashinfer: +12% output tok/s vs attn=auto``."""
+    win = next((c for s, c in scored if c.layout == v.winner), None)
+    if win is None or not win.knobs or v.value is None:
+        return []
+    out = []
+    for key, value in win.knobs.items():
+        others = [(s, c) for s, c in scored if c.topology == win.topology and c.knobs.get(key) != value
+                  and all(c.knobs.get(k) == x for k, x in win.knobs.items() if k != key)]
+        if not others:
+            continue
+        base = next(((s, c) for s, c in others if c.knobs.get(key) in BASELINE_VALUES), None)
+        if base is None:
+            base = sorted(others, key=lambda t: t[0], reverse=higher)[0]
+        score, cell = base
+        if not score:
+            continue
+        change = (v.value - score) / abs(score)
+        name = METRIC_NAMES.get(v.metric, v.metric)
+        what = f"{change:+.1%} {name}" if higher else f"{name} {change:+.1%}"
+        out.append(f"{key}={value}: {what} vs {key}={cell.knobs.get(key)} (same {win.topology}"
+                   + (f", {' '.join(f'{k}={x}' for k, x in win.knobs.items() if k != key)}" if len(win.knobs) > 1
+                      else "") + ")")
+    return out
 
 
 def derive_slo(cells: Sequence[Cell], workload: str) -> dict[str, float]:
@@ -268,6 +302,7 @@ def recommend(cells: Sequence[Cell], workloads: Mapping[str, Workload], *, gpus:
                 v = Verdict(objective, w, metric, missing=one[0], why="one topology measured")
             else:
                 v = _verdict(objective, w, metric, scored, higher)
+                v.knob_effects = knob_effects(v, scored, higher)
             rec.objectives.setdefault(objective, []).append(v)
         if one is not None:
             rec.to_compare[w] = one[1]
@@ -385,6 +420,8 @@ def render(rec: Recommendation) -> str:
         for v in rec.objectives.get(objective, []):
             if v.winner and v.driver:
                 lines.append(f"      {v.workload}: driven by {v.driver} — {v.why}")
+            if v.winner and v.knob_effects:
+                lines.append(f"      {v.workload}: knobs of the winner: " + "; ".join(v.knob_effects))
     for w, command in rec.to_compare.items():
         lines.append(f"  to compare on {w}, measure the other layouts: {command}")
     for w, factors in rec.factors.items():

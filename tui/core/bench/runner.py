@@ -29,6 +29,7 @@ from tui.core.events import EventBus
 from tui.core.launch.state import LayoutRecord
 from tui.core.launch.supervisor import process_alive
 from tui.core.models import Workload
+from tui.core.plan.knobs import request_knobs
 
 _LINE_LIMIT = 1 << 27
 _STOP_GRACE_S = 15.0
@@ -73,6 +74,18 @@ class BenchTarget:
     #: the GPU-to-GPU bandwidth between the prefill and decode GPUs (host facts): a transfer far below it is
     #: flagged kv-slow-path; None: not judged
     link: kvxfer.LinkBandwidth | None = None
+    #: the serve knobs of the layout (a campaign's configuration); None: those its launch request carried
+    knobs: dict[str, str] | None = None
+
+    def knob_values(self) -> dict[str, str]:
+        """The knobs the run stores: the campaign's configuration, else the layout's launch request's."""
+        if self.knobs is not None:
+            return dict(self.knobs)
+        plan = self.plan if self.plan is not None else (self.layout.plan if self.layout is not None else None)
+        knobs = (plan or {}).get("knobs")
+        if isinstance(knobs, dict):
+            return {str(k)[:40]: str(v)[:40] for k, v in list(knobs.items())[:64]}
+        return request_knobs(self.layout.request) if self.layout is not None and self.layout.request else {}
 
     def server_urls(self) -> list[str]:
         """The vLLM servers (not the proxy); the endpoint itself when no layout is known."""
@@ -327,7 +340,8 @@ async def run_bench(opts: BenchOptions, target: BenchTarget, *, bus: EventBus | 
     model, info, rate, name, directory = setup.model, setup.info, setup.rate, setup.name, setup.directory
     meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
                    request_rate=rate, repeat=target.repeat, endpoint=target.endpoint, model=model,
-                   goodput_slo=dict(opts.goodput), layout_id=target.layout.id if target.layout else "")
+                   goodput_slo=dict(opts.goodput), layout_id=target.layout.id if target.layout else "",
+                   knobs=target.knob_values())
     meta.fingerprint = run_fingerprint(target, info)
     writer = RunWriter(directory, meta, workload={**asdict(w), "request_rate": rate_label(w.request_rate),
                                                   "prompts_file": opts.prompts_file},

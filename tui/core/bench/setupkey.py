@@ -21,7 +21,8 @@ with them, but does not add a column of its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,15 +80,23 @@ def _workload_sigs(runs: Sequence[Run]) -> dict[str, set[str]]:
 @dataclass(frozen=True, slots=True)
 class RunLabel:
     """A run's setup as the table shows it: ``group`` (what it was measured with, where runs differ: rows of
-    different groups are never compared), ``serve`` (how its flags differ from the others'), ``outside`` (the
+    different groups are never compared), ``knobs`` (its serve knobs that differ from the others', as
+    ``attn=triton mnbt=2048``), ``serve`` (how its other flags differ from the others'), ``outside`` (the
     campaign whose layout it measured without being part of it)."""
 
     group: str = ""
     serve: str = ""
     outside: str = ""
+    knobs: str = ""
 
     @property
     def full(self) -> str:
+        """Everything that sets it apart (what decides which runs are repeats)."""
+        return " · ".join(p for p in (self.knobs, self.shown) if p)
+
+    @property
+    def shown(self) -> str:
+        """The setup column: what sets it apart beyond its knobs (which have columns of their own)."""
         out = f"not part of campaign {self.outside}" if self.outside else ""
         return " · ".join(p for p in (self.group, self.serve, out) if p)
 
@@ -140,6 +149,18 @@ def varying_settings(judged: Sequence[Run]) -> dict[str, set[str] | None]:
     return out
 
 
+def varying_knobs(judged: Sequence[Run]) -> list[str]:
+    """The knob keys whose values differ among ``judged`` (a run without a key counts as its own value), in the
+    order the runs first name them."""
+    keys = list(dict.fromkeys(k for r in judged for k in r.meta.knobs))
+    return [k for k in keys if len({r.meta.knobs.get(k, "") for r in judged}) > 1]
+
+
+def knob_label(run: Run, keys: Sequence[str]) -> str:
+    """``attn=triton mnbt=2048``: the run's values of ``keys`` (``—`` where it has none)."""
+    return " ".join(f"{k}={run.meta.knobs.get(k, '—')}" for k in keys)
+
+
 def _serve_labels(runs: Sequence[Run], judged: Sequence[Run]) -> list[str]:
     varying = varying_settings(judged)
     mixed = any(r.served.known for r in judged) and not all(r.served.known for r in judged)
@@ -148,7 +169,9 @@ def _serve_labels(runs: Sequence[Run], judged: Sequence[Run]) -> list[str]:
         if not r.served.known:
             out.append(UNKNOWN_FLAGS if mixed else "")
             continue
-        mine = [name for name, where in varying.items() if where is None or r.meta.topology in where]
+        covered = knob_flags(r.meta.knobs)  # what its knobs set: their columns say it
+        mine = [name for name, where in varying.items() if (where is None or r.meta.topology in where)
+                and name not in covered]
         parts = [served.shown(name, r.served.get(name)) for name in mine if r.served.get(name) is not None]
         if mine and not parts:  # sets none of the flags that set the others apart
             parts = ["no " + "/".join(mine)]
@@ -161,7 +184,50 @@ def run_labels(runs: Sequence[Run]) -> list[RunLabel]:
     judged = [r for r in runs if not r.unusable]
     layouts = campaign_layouts(runs)
     groups, serves = _group_labels(runs, judged), _serve_labels(runs, judged)
-    return [RunLabel(g, s, outside_campaign(r, layouts)) for r, g, s in zip(runs, groups, serves, strict=True)]
+    keys = varying_knobs(judged)
+    return [RunLabel(g, s, outside_campaign(r, layouts), knob_label(r, keys) if keys else "")
+            for r, g, s in zip(runs, groups, serves, strict=True)]
+
+
+def knob_flags(knobs: Mapping[str, str]) -> frozenset[str]:
+    """The served names (flags as :mod:`served` normalises them, variables) the knobs of ``knobs`` set, from the
+    catalogue (every value of each knob: a default value sets none, yet the knob's flag is the knob's)."""
+    if not knobs:
+        return frozenset()
+    return _knob_flag_names().get_many(k.rpartition(".")[2] for k in knobs)
+
+
+class _KnobFlags:
+    def __init__(self, by_knob: dict[str, frozenset[str]]) -> None:
+        self.by_knob = by_knob
+
+    def get_many(self, names: Iterable[str]) -> frozenset[str]:
+        out: set[str] = set()
+        for n in names:
+            out |= self.by_knob.get(n, frozenset())
+        return frozenset(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _knob_flag_names() -> _KnobFlags:
+    from tui.core.errors import InputError
+    from tui.core.plan.knobs import KnobCatalog
+
+    try:
+        catalog = KnobCatalog.load()
+    except InputError:  # a damaged catalogue of the operator's: the flags stay in the setup column
+        return _KnobFlags({})
+    out: dict[str, frozenset[str]] = {}
+    for k in catalog.knobs.values():
+        names: set[str] = set()
+        for words in [k.args, *(v.args for v in k.values)]:
+            for w in words:
+                if w.startswith("-"):
+                    name = "--" + w.split("=", 1)[0].lstrip("-").replace("_", "-")
+                    names.add("--" + name[5:] if name.startswith("--no-") else name)
+        names |= {e for v in k.values for e, _ in v.env}
+        out[k.name] = frozenset(names)
+    return _KnobFlags(out)
 
 
 def setup_labels(runs: Sequence[Run]) -> list[str]:
@@ -183,7 +249,10 @@ def like_for_like_note(runs: Sequence[Run]) -> str:
     for name, sigs in sorted(_workload_sigs(judged).items()):
         if len(sigs) > 1:
             diffs.append(f"workload {name} ({' vs '.join(sorted(sigs))})")
+    swept = knob_flags({k: "" for r in judged for k in r.meta.knobs})  # a knob sweep differs on purpose
     for name, where in varying_settings(judged).items():
+        if name in swept:
+            continue
         runs_of = [r for r in judged if r.served.known and (where is None or r.meta.topology in where)]
         values = sorted({served.shown(name, r.served.get(name)) for r in runs_of})
         diffs.append(f"serve flag {name} ({' vs '.join(values)}"

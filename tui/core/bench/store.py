@@ -114,6 +114,8 @@ class RunMeta:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     goodput_slo: dict[str, float] = field(default_factory=dict)
     layout_id: str = ""
+    #: the serve knobs its layout was started with (``[ROLE.]NAME`` → value, ``profiles/knobs.yaml``); {} for none
+    knobs: dict[str, str] = field(default_factory=dict)
 
     @property
     def id(self) -> str:

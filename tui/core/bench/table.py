@@ -23,7 +23,7 @@ from tui.core.bench import report, stats
 from tui.core.bench.metrics import goodput_of, percentile_key, summarize
 from tui.core.bench.setupkey import SETUP_PARTS as SETUP_PARTS
 from tui.core.bench.setupkey import like_for_like_note as like_for_like_note
-from tui.core.bench.setupkey import run_labels
+from tui.core.bench.setupkey import run_labels, varying_knobs
 from tui.core.bench.setupkey import run_setup as run_setup
 from tui.core.bench.setupkey import setup_labels as setup_labels
 from tui.core.bench.setupkey import unknown_flags_note as unknown_flags_note
@@ -68,6 +68,8 @@ class Cell:
     serve: str = ""  # how its serve flags differ from the others' ("" when they do not)
     outside: str = ""  # the campaign whose layout it measured without being part of it
     left_out: str = ""  # why its run enters no figure (failed, stopped, no request completed); "" for a measured row
+    knobs: dict[str, str] = field(default_factory=dict)  # the knobs that differ among the rows shown: key → value
+    shown_setup: str = ""  # the setup column: ``setup`` less the knobs (their columns say them)
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -83,9 +85,15 @@ class Cell:
         return not self.left_out and not self.outside and bool(self.values)
 
     @property
+    def knob_label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.knobs.items())
+
+    @property
     def layout(self) -> str:
-        """The topology and, where runs were served differently, how this row was: what a verdict names."""
-        return f"{self.topology} [{self.serve}]" if self.serve else self.topology
+        """The topology and, where runs were served differently (knobs, other flags), how this row was: what a
+        verdict names (``tp1 [attn=triton]``)."""
+        how = " · ".join(p for p in (self.knob_label, self.serve) if p)
+        return f"{self.topology} [{how}]" if how else self.topology
 
     @property
     def unit(self) -> str:
@@ -140,10 +148,12 @@ def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None, 
     their setup, each run left out (failed, stopped, none completed) in a row of its own."""
     cells: dict[tuple[str, str, str, str], Cell] = {}
     apart: list[Cell] = []
+    knob_keys = varying_knobs(runs)  # a failed run's knobs too (a refused ep=on shows as such)
     for run, label in zip(runs, run_labels(runs), strict=True):
         m = run.meta
         cell = Cell(m.topology or "unknown", m.workload or "unknown", m.request_rate, label.full,
-                    group_setup=label.group, serve=label.serve, outside=label.outside, left_out=run.unusable)
+                    group_setup=label.group, serve=label.serve, outside=label.outside, left_out=run.unusable,
+                    knobs={k: m.knobs.get(k, "—") for k in knob_keys}, shown_setup=label.shown)
         if cell.left_out:
             cell.runs.append(run)
             cell.flags = list(m.flags)
@@ -194,7 +204,9 @@ def comparison_frame(cells: Sequence[Cell]) -> Any:
     import polars as pl
 
     marks = best_marks(cells)
-    data: dict[str, list[Any]] = {"topology": [], "setup": [], "workload": [], "rate": [], "runs": []}
+    knob_keys = list(dict.fromkeys(k for c in cells for k in c.knobs))
+    data: dict[str, list[Any]] = {"topology": [], **{knob_column(k): [] for k in knob_keys}, "setup": [],
+                                  "workload": [], "rate": [], "runs": []}
     for col in COLUMNS:
         data[col.key] = []
         data[f"{col.key}_ci95"] = []
@@ -203,7 +215,9 @@ def comparison_frame(cells: Sequence[Cell]) -> Any:
     data["status"] = []
     for c in cells:
         data["topology"].append(c.topology)
-        data["setup"].append(c.setup)
+        for k in knob_keys:
+            data[knob_column(k)].append(c.knobs.get(k, "—"))
+        data["setup"].append(c.shown_setup)
         data["workload"].append(c.workload)
         data["rate"].append(rate_label(c.rate))
         data["runs"].append(len(c.runs))
@@ -217,7 +231,8 @@ def comparison_frame(cells: Sequence[Cell]) -> Any:
     if not any(data["setup"]):
         del data["setup"]  # every run measured alike: no column for it
     schema: dict[str, Any] = {"topology": pl.Utf8, "setup": pl.Utf8, "workload": pl.Utf8, "rate": pl.Utf8,
-                              "runs": pl.Int64, "flags": pl.Utf8, "status": pl.Utf8}
+                              "runs": pl.Int64, "flags": pl.Utf8, "status": pl.Utf8,
+                              **{knob_column(k): pl.Utf8 for k in knob_keys}}
     for col in COLUMNS:
         schema[col.key] = pl.Float64
         schema[f"{col.key}_ci95"] = pl.Float64
@@ -238,9 +253,26 @@ def cell_text(df_row: dict[str, Any], col: Column, *, markdown: bool) -> str:
     return text
 
 
+KNOB_PREFIX = "knob:"
+
+
+def knob_column(key: str) -> str:
+    """The frame's column of a knob (``knob:attn``; rendered as ``attn``)."""
+    return KNOB_PREFIX + key
+
+
+def knob_columns(df: Any) -> list[str]:
+    return [c for c in df.columns if c.startswith(KNOB_PREFIX)]
+
+
 def _lead(df: Any) -> list[str]:
-    """The label columns of a rendered table (``setup`` only where runs were measured differently)."""
-    return ["topology", *(["setup"] if "setup" in df.columns else []), "workload", "rate"]
+    """The label columns of a rendered table (a column per knob that varies; ``setup`` only where runs were
+    measured differently)."""
+    return ["topology", *knob_columns(df), *(["setup"] if "setup" in df.columns else []), "workload", "rate"]
+
+
+def _header(name: str) -> str:
+    return name[len(KNOB_PREFIX):] if name.startswith(KNOB_PREFIX) else name
 
 
 def _lead_cells(r: dict[str, Any], lead: list[str]) -> list[str]:
@@ -256,7 +288,7 @@ def _tail(df: Any) -> list[str]:
 
 def render_text(df: Any) -> str:
     lead, tail = _lead(df), _tail(df)
-    headers = [*lead, *[c.title for c in COLUMNS], *tail]
+    headers = [*map(_header, lead), *[c.title for c in COLUMNS], *tail]
     rows = []
     for r in df.iter_rows(named=True):
         rows.append([*_lead_cells(r, lead), *[cell_text(r, c, markdown=False) for c in COLUMNS],
@@ -277,7 +309,7 @@ def render_text(df: Any) -> str:
 
 def render_markdown(df: Any) -> str:
     lead, tail = _lead(df), _tail(df)
-    headers = [*lead, *[c.title for c in COLUMNS], *tail]
+    headers = [*map(_header, lead), *[c.title for c in COLUMNS], *tail]
     lines = ["| " + " | ".join(headers) + " |",
              "|" + "---|" * len(lead) + "---:|" * len(COLUMNS) + "---|" * len(tail)]
     for r in df.iter_rows(named=True):
@@ -310,8 +342,10 @@ def cell_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
     out = []
     for c in cells:
         row: dict[str, Any] = {"topology": c.topology, "workload": c.workload}
-        if c.setup:
-            row["setup"] = c.setup
+        if c.knobs:
+            row["knobs"] = dict(c.knobs)
+        if c.shown_setup:
+            row["setup"] = c.shown_setup
         if c.rate is not None:
             row["rate"] = c.rate
         if c.left_out:  # its counts only: no figure of it may pass for a measurement

@@ -189,7 +189,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         meta = RunMeta(campaign=safe_name(target.campaign), name=name, topology=target.topology, workload=w.name,
                        request_rate=rate, repeat=target.repeat, status=status, runner="vllm-bench",
                        endpoint=target.endpoint, model=model, layout_id=target.layout.id if target.layout else "",
-                       client=progress.client(max(opts.warmup, 0)), ended=time.time(),
+                       knobs=target.knob_values(), client=progress.client(max(opts.warmup, 0)), ended=time.time(),
                        flags=[*probe.flags, *(["incomplete"] if status == "incomplete" else [])],
                        triton_jit=probe.triton_jit, message=message)
         await asyncio.to_thread(write_json, directory / RUN_FILE, meta.to_dict())
@@ -304,6 +304,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
         root=root, name=name, runner="vllm-bench",
         meta_extra={"endpoint": target.endpoint, "request_rate": rate, "repeat": target.repeat,
                     "goodput_slo": dict(opts.goodput), "layout_id": target.layout.id if target.layout else "",
+                    "knobs": target.knob_values(),
                     "message": "vllm bench serve: " + rate_label(w.request_rate) + " req/s",
                     "flags": probe.flags, "triton_jit": probe.triton_jit, "prefix_cache": probe.prefix_cache,
                     "kv_transfer": probe.kv_transfer, "kv_xfer": probe.kv_xfer,

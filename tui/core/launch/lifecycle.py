@@ -563,8 +563,11 @@ class OwnedLifecycle:
     store: StateStore | None = None
 
     async def bring_up(self, profile: ModelProfile, plan: LaunchPlan, host: Host, bus: EventBus) -> LayoutRecord:
+        request = self.requests(plan.topology)
+        if request is not None and plan.knobs:  # a campaign's configuration: a restart replays its knobs too
+            request = replace(request, knobs=plan.knobs)
         return await bring_up(profile, plan, host, bus, store=self.store,
-                              options=UpOptions(started_by=self.owner, request=self.requests(plan.topology)))
+                              options=UpOptions(started_by=self.owner, request=request))
 
     async def tear_down(self, record: LayoutRecord, bus: EventBus) -> None:
         await tear_down(record, bus, store=self.store)

@@ -207,6 +207,11 @@ def derive(folder: Path, *, repo_id: str | None = None, revision: str = "", prof
     if experts:
         architecture["num_experts"] = experts
         architecture["experts_per_token"] = top_k
+    mtp, mtp_key = int_field(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers",
+                             "mtp_num_layers")
+    if mtp and mtp > 0:
+        architecture["mtp_layers"] = mtp
+        r.comments["architecture.mtp_layers"] = f"config.json {mtp_key}: an MTP head (speculative decoding)"
     data: dict[str, Any] = {
         "id": pid,
         "title": f"{shown(repo_id or folder.name, 120)} ({family}"

@@ -18,7 +18,7 @@ _ORDER = ("id", "title", "model", "architecture", "quantization", "kv_cache_dtyp
           "min_compute_capability", "checked_with_vllm", "vllm", "notes")
 _ARCH_ORDER = ("family", "attention", "params_b", "active_params_b", "layers", "full_attention_layers",
                "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size",
-               "num_experts", "experts_per_token")
+               "num_experts", "experts_per_token", "mtp_layers")
 _VLLM_ORDER = ("gpu_memory_utilization", "max_model_len", "trust_remote_code", "load_format", "served_model_name",
                "args", "env")
 _FIXED_COMMENTS = {

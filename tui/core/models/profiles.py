@@ -49,6 +49,9 @@ class ModelShape:
     full_attention_layers: int  # layers with a growing KV cache (all of them for full attention)
     num_experts: int = 0
     experts_per_token: int = 0
+    #: multi-token-prediction layers the checkpoint ships (config.json ``num_nextn_predict_layers`` or
+    #: ``mtp_num_hidden_layers``): what MTP speculative decoding drafts with; 0 = no MTP head
+    mtp_layers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,10 @@ class ModelProfile:
     @property
     def is_moe(self) -> bool:
         return self.family == "moe"
+
+    @property
+    def has_mtp_head(self) -> bool:
+        return self.shape.mtp_layers > 0
 
     @property
     def is_hybrid(self) -> bool:
@@ -254,6 +261,7 @@ def parse_model_profile(data: Any, source: str | Path, *, expand_env: bool = Tru
         full_attention_layers=arch.integer("full_attention_layers", layers, lo=1, hi=layers),
         num_experts=_ranged(arch, "num_experts", int, 0),
         experts_per_token=_ranged(arch, "experts_per_token", int, 0),
+        mtp_layers=_ranged(arch, "mtp_layers", int, 0),
     )
     arch.done()
     if family == "moe" and (shape.num_experts < 2 or shape.experts_per_token < 1):

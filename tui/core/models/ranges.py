@@ -52,6 +52,7 @@ MODEL: dict[str, Range] = {
     "vocab_size": Range(1, 33_554_432, "the largest vocabularies hold a few million tokens"),
     "num_experts": Range(0, 8192, "the largest MoE models have ~1,024"),
     "experts_per_token": Range(0, 1024, "MoE models route a token to at most a few dozen"),
+    "mtp_layers": Range(0, 64, "MTP heads have one to a few layers"),
     "max_model_len": Range(16, 134_217_728, "the longest contexts are ~10M tokens"),
     "params_b": Range(0.01, 16_000, "the largest models have ~2,000 billion"),
     "active_params_b": Range(0.01, 16_000, "the largest models have ~2,000 billion"),

@@ -16,7 +16,11 @@ from tui.core.plan.ports import DEFAULT_HOST, DEFAULT_PORT, SERVER_BASE_PORT, SI
 def add_plan_arguments(p: argparse.ArgumentParser | Any, *, required: bool = True, topology_metavar: str = "T",
                        topology_help: str = "tp<N>, dp<N>, <X>p<Y>d or <X>p<Y>d-tp<K>",
                        model_help: str = "profile id, profile file, model folder or ORG/NAME in the Hugging Face "
-                                         "cache") -> None:
+                                         "cache",
+                       knob_metavar: str = "[ROLE.]NAME=VALUE",
+                       knob_help: str = "a serve knob from the catalogue (profiles/knobs.yaml; 'disagg-tui knobs' "
+                                        "lists them), e.g. attn=triton, decode.mnbt=2048, spec=ngram:4; "
+                                        "repeatable") -> None:
     """The model, the topology and every plan option (``plan``, ``up``, ``run``, ``doctor``)."""
     p.add_argument("--model", "-m", required=required, metavar="M", help=model_help)
     p.add_argument("--topology", "-t", required=required, metavar=topology_metavar, help=topology_help)
@@ -38,6 +42,8 @@ def add_plan_arguments(p: argparse.ArgumentParser | Any, *, required: bool = Tru
     p.add_argument("--max-model-len", metavar="N", help="the longest request, prompt and output, in tokens")
     p.add_argument("--allow-shared-gpus", action="store_true",
                    help="let servers of a disaggregated layout share a GPU (--gpus 0,0): a functional check only")
+    p.add_argument("--knob", action="append", default=[], metavar=knob_metavar,
+                   help=knob_help)
 
 
 def add_bundle_arguments(p: argparse.ArgumentParser | Any) -> None:

@@ -42,10 +42,12 @@ FLAGS: dict[str, str] = {
     "max_model_len": "--max-model-len", "allow_shared_gpus": "--allow-shared-gpus", "vllm": "--vllm",
     "bundle": "--bundle", "allow_env": "--allow-env", "trust_remote_code": "--trust-remote-code",
     "apply_fix": "--apply-fix", "replace": "--replace", "stagger": "--no-stagger",
-    "ready_timeout_s": "--ready-timeout", "stall_timeout_s": "--stall-timeout",
+    "ready_timeout_s": "--ready-timeout", "stall_timeout_s": "--stall-timeout", "knobs": "--knob",
 }
 __all__ = ["FLAGS", "LaunchRequest", "RequestInvalid", "add_bundle_arguments", "add_plan_arguments",
            "add_up_arguments", "add_vllm_argument", "plan_request"]
+_KNOB_KEY = re.compile(r"(?:(?:prefill|decode)\.)?[a-z][a-z0-9_-]{0,31}\Z")
+_KNOB_VALUE = re.compile(r"[A-Za-z0-9_.-]{1,32}(?::\d{1,9})?\Z")
 _HOST_NAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                         r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z")
 
@@ -88,6 +90,8 @@ class LaunchRequest:
     max_model_len: int | None = None
     allow_shared_gpus: bool = False
     vllm: str | None = None  # the vllm executable (None: found on PATH)
+    #: serve knobs from the catalogue (``profiles/knobs.yaml``), one value each: (``[ROLE.]NAME``, value)
+    knobs: tuple[tuple[str, str], ...] = ()
     # what ``up`` adds
     bundle: str | None = None
     allow_env: tuple[str, ...] = ()
@@ -157,6 +161,12 @@ class LaunchRequest:
             if any("\0" in w for w in words):
                 bad(name, "a NUL character cannot be passed on a command line")
         guard(check_json_flags, self.extra_args)
+        for key, value in self.knobs:
+            if not _KNOB_KEY.match(key) or not _KNOB_VALUE.match(value):
+                bad("knobs", f"expected [ROLE.]NAME=VALUE with one value (as in attn=triton), got "
+                             f"{(key + '=' + value)[:60]!r}")
+        if len({k for k, _ in self.knobs}) != len(self.knobs):
+            bad("knobs", "a knob given twice")
         for k, v in self.extra_env:
             if not ENV_NAME.match(k):
                 bad("extra_env", f"{k!r} is not an environment variable name (letters, digits and _)")
@@ -215,6 +225,8 @@ class LaunchRequest:
                 out.append(f"--arg={quote_words(value)}")
             elif name == "extra_env":
                 out.extend(f"--env={k}={v}" for k, v in value)
+            elif name == "knobs":
+                out.extend(f"--knob={k}={v}" for k, v in value)
             elif name == "allow_env":
                 out.extend(f"--allow-env={v}" for v in value)
             elif isinstance(value, bool):
@@ -286,6 +298,12 @@ class LaunchRequest:
                 kw[name] = tuple(got)
             except InputError as err:
                 problems.append(err)
+        knob_items = values.get("knob")
+        if knob_items:
+            try:
+                kw["knobs"] = _knob_pairs([knob_items] if isinstance(knob_items, str) else knob_items)
+            except InputError as err:
+                problems.append(err)
         if values.get("allow_env"):
             kw["allow_env"] = tuple(values["allow_env"])
         for dest in ("allow_shared_gpus", "trust_remote_code", "replace"):
@@ -314,7 +332,27 @@ def plan_request(request: LaunchRequest, catalog: Catalog, facts: HostFacts, *,
         raise AppError("a bundle's layout is planned from the bundle (disagg-tui up --bundle FILE)")
     profile = catalog.model(request.model)
     topo = parse_topology(topology or request.topology or "")
-    return profile, plan(profile, topo, facts, request.plan_options())
+    result = plan(profile, topo, facts, request.plan_options())
+    if request.knobs:
+        from tui.core.plan.knobs import KnobCatalog, check_request_knobs
+
+        result = check_request_knobs(KnobCatalog.load(), request.knobs, profile, result, facts)
+    return profile, result
+
+
+def _knob_pairs(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``--knob NAME=VALUE`` items (a form's text may hold several, split by spaces) as pairs."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        for word in str(item).split():
+            key, eq, value = word.partition("=")
+            if not eq or not key or not value:
+                raise InputError(f"expected [ROLE.]NAME=VALUE (as in attn=triton), got {word[:60]!r}", field="--knob")
+            if "," in value:
+                raise InputError(f"{key}: one value here ({value[:40]!r} lists several: only 'run' sweeps them)",
+                                 field="--knob")
+            out.append((key, value))
+    return tuple(out)
 
 
 def _check_host(text: str) -> None:
@@ -353,4 +391,4 @@ class _RaisingParser(argparse.ArgumentParser):
 _DESTS = frozenset({"model", "topology", "gpus", "host", "port", "server_port", "side_channel_port", "model_path",
                     "arg", "env", "gpu_memory_utilization", "max_model_len", "allow_shared_gpus", "vllm", "bundle",
                     "allow_env", "trust_remote_code", "apply_fix", "replace", "no_stagger", "ready_timeout",
-                    "stall_timeout"})
+                    "stall_timeout", "knob"})

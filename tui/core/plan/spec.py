@@ -131,6 +131,8 @@ class LaunchPlan:
     fixes_applied: tuple[str, ...] = ()
     host_label: str = ""
     shared_gpus: bool = False
+    #: the serve knobs it was planned with (``[ROLE.]NAME``, value), in order; () for none
+    knobs: tuple[tuple[str, str], ...] = ()
 
     @property
     def endpoint(self) -> str:
@@ -182,6 +184,7 @@ class LaunchPlan:
             "warnings": list(self.warnings),
             "fixes_applied": list(self.fixes_applied),
             "shared_gpus": self.shared_gpus,
+            **({"knobs": dict(self.knobs)} if self.knobs else {}),
         }
 
     def redacted_dict(self) -> dict[str, Any]:
@@ -212,4 +215,5 @@ class LaunchPlan:
                               for w in d.get("workarounds", [])),
             warnings=tuple(d.get("warnings", [])), fixes_applied=tuple(d.get("fixes_applied", [])),
             shared_gpus=bool(d.get("shared_gpus", False)),
+            knobs=tuple((str(k), str(v)) for k, v in (d.get("knobs") or {}).items()),
         )

@@ -1,0 +1,89 @@
+"""``disagg-tui run --knob`` on the simulated host: two knob axes crossed with a topology, killed half-way and
+resumed; the table gets the knob columns, the recommendation the winner's knob effects; a refused combination is one
+line naming the knob."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import layout_port_args
+from tui.cli.main import main
+from tui.core import paths
+from tui.core.bench.store import RUN_FILE, find_runs, load_run
+
+
+def _argv(tmp_path: Path, ports: list[str]) -> list[str]:
+    (tmp_path / "wl.yaml").write_text("name: small\ninput_len: 64\noutput_len: 96\nnum_prompts: 8\n")
+    return ["run", "--sim", "--sim-gpus", "1", "--sim-startup", "0.2", "--sim-clock", "5", "--model",
+            "dummy-qwen3-8b", "--topology", "tp1", "--workload", str(tmp_path / "wl.yaml"), "--knob",
+            "attn=auto,triton", "--knob", "mnbt=auto,2048", "--knob", "ep=off,on", *ports, "--campaign", "knobs",
+            "--quiet"]
+
+
+def _complete(root: Path) -> list[Path]:
+    out = []
+    for f in root.glob(f"knobs/*/{RUN_FILE}"):
+        try:
+            if json.loads(f.read_text()).get("status") == "complete":
+                out.append(f.parent)
+        except ValueError:
+            continue
+    return out
+
+
+def test_two_knob_axes_finish_resume_after_a_kill_and_show_their_columns(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = _argv(tmp_path, layout_port_args(1))
+    env = paths.child_env({})
+    proc = subprocess.Popen([*paths.python_module_argv("tui"), *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not _complete(paths.runs_dir()) and proc.poll() is None:
+            time.sleep(0.1)
+        assert _complete(paths.runs_dir()), proc.stderr.read() if proc.poll() is not None else "no run finished"
+        os.killpg(proc.pid, signal.SIGKILL)  # the campaign dies mid-way: its layout stays up, orphaned
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done_before = {p.name for p in _complete(paths.runs_dir())}
+    _, err_first = proc.communicate(timeout=5)
+    assert "refused: tp1 [attn=auto mnbt=auto ep=on]: ep=on: expert parallel needs a mixture-of-experts model; " \
+           "dummy-qwen3-8b is dense" in err_first
+
+    code = main([*argv, "--json"])  # the same command resumes
+    out, err = capsys.readouterr()
+    assert code == 1, err  # the refused EP layouts are failed cells; the rest measured
+    data = json.loads(out)
+    rows = [r for r in data["rows"] if r.get("status") == "complete"]
+    assert sorted((r["knobs"]["attn"], r["knobs"]["mnbt"]) for r in rows) == [
+        ("auto", "2048"), ("auto", "auto"), ("triton", "2048"), ("triton", "auto")]
+    assert all(r["completed"] == 8 for r in rows)
+    refused = [r for r in data["rows"] if r.get("status") == "failed"]
+    assert len(refused) == 4 and all("ep=on: expert parallel needs a mixture-of-experts" in r["error"]
+                                     for r in refused)
+    runs = [load_run(p) for p in find_runs(["knobs"])]
+    kept = {r.path.name: r.meta.started for r in runs if r.path.name in done_before}
+    assert kept and all(r.meta.knobs["ep"] in ("off", "on") for r in runs)
+    ran = [r for r in runs if r.meta.status == "complete"]
+    # the runs finished before the kill were kept, not measured again
+    assert all(r.meta.started == kept[r.path.name] for r in ran if r.path.name in kept)
+    plans = [json.loads((r.path / "plan.json").read_text()) for r in ran]
+    assert all(p["knobs"]["attn"] in ("auto", "triton") for p in plans)
+    wins = data["recommendation"]["objectives"]["max_throughput"][0]
+    assert wins["winner"].startswith("tp1 [attn=") and wins["knob_effects"]
+
+    assert main(["results", "knobs"]) == 0
+    table = capsys.readouterr().out
+    head = table.splitlines()[0].split()
+    assert head[:5] == ["topology", "attn", "mnbt", "ep", "workload"]
+    lines = [line.split() for line in table.splitlines()[2:]]
+    assert sum(1 for w in lines if w[:1] == ["tp1"] and w[3] == "on" and w[-1] == "failed") == 4

@@ -1,0 +1,211 @@
+"""The knob catalogue (profiles/knobs.yaml): every flag as vLLM 0.24 takes it; axes and settings as one-line errors;
+the planner's refusals; the settings on the servers they are for; a hostile operator catalogue refused in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+from tui.core import paths
+from tui.core.errors import InputError, PlanRefused
+from tui.core.models import Catalog
+from tui.core.plan.hostfacts import sim_facts
+from tui.core.plan.knobs import KnobCatalog, apply_settings, configurations, refusals, request_knobs
+from tui.core.plan.request import LaunchRequest, plan_request
+from tui.core.yamlio import load_file
+
+HELP = (FIXTURES / "vllm-0.24.0-cpu" / "vllm-serve-help-all.txt").read_text()
+REQUIRED = ("spec", "ep", "attn", "mnbt", "seqs", "kv", "async", "prefix", "sampler", "graphs")
+#: vLLM 0.24's AttentionBackendEnum names (../shared/VLLM-0.24.md, --attention-backend)
+BACKENDS = {"FLASH_ATTN", "FLASH_ATTN_DIFFKV", "TRITON_ATTN", "TRITON_ATTN_DIFFKV", "FLASHINFER", "FLASHINFER_MLA",
+            "TORCH_SDPA", "FLEX_ATTENTION", "TRITON_MLA", "CUTLASS_MLA", "FLASHMLA"}
+CUDAGRAPH_MODES = {"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"}
+
+
+def _options() -> dict[str, set[str] | None]:
+    """Every option string of `vllm serve --help=all` (0.24.0) → its choices ({a,b} in the help), or None."""
+    out: dict[str, set[str] | None] = {}
+    for line in HELP.splitlines():
+        if not line.startswith("  -"):
+            continue
+        for part in line.strip().split(", "):
+            m = re.match(r"(-{1,2}[A-Za-z0-9][\w.-]*)(?: \{([^}]*)\})?", part)
+            if m:
+                out[m.group(1)] = set(m.group(2).split(",")) if m.group(2) else None
+    return out
+
+
+def _spec_methods() -> set[str]:
+    allow = load_file(paths.shipped_profiles_dir() / "bundle-allowlist.yaml")
+    return set(allow["flags"]["--spec-method"]["choice"])
+
+
+def test_the_catalogue_has_the_knobs_the_issue_names() -> None:
+    cat = KnobCatalog.load()
+    assert set(REQUIRED) <= set(cat.knobs)
+    assert cat.knobs["spec"].roles == ("single", "decode")  # speculative decoding belongs to decode
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_every_flag_is_what_vllm_0_24_accepts(name: str) -> None:
+    knob = KnobCatalog.load().knobs[name]
+    options = _options()
+    words_sets = [knob.args, *(v.args for v in knob.values)]
+    assert any(words_sets) or any(v.env for v in knob.values), name
+    for v in knob.values:
+        for var in dict(v.env):
+            assert var == "VLLM_USE_FLASHINFER_SAMPLER"  # the one variable knobs set, read by vLLM 0.24
+    for words in words_sets:
+        words = [w.replace("{n}", "4") for w in words]
+        for i, w in enumerate(words):
+            if not w.startswith("-"):
+                continue
+            assert w in options, f"{name}: {w} is not a vllm serve 0.24.0 option"
+            value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("-") else None
+            choices = options[w]
+            if choices is not None:
+                assert value in choices, f"{name}: {w} {value} not among {sorted(choices)}"
+            if w == "--attention-backend":
+                assert value in BACKENDS
+            if w == "--speculative-config":
+                cfg = json.loads(value or "")
+                assert cfg["method"] in _spec_methods() and cfg["num_speculative_tokens"] == 4
+            if w == "--compilation-config":
+                assert json.loads(value or "")["cudagraph_mode"] in CUDAGRAPH_MODES
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("prefill.spec=ngram", "speculative decoding belongs to decode"),
+    ("nope=1", "unknown knob 'nope'"),
+    ("attn=fast", "attn: unknown value 'fast'"),
+    ("mnbt=8", "mnbt=8: must be 16..1048576"),
+    ("spec=ngram:99", "the number must be 1..16"),
+    ("spec=off,off", "off given twice"),
+    ("attn", "expected [ROLE.]NAME=V1,V2"),
+    ("single.attn=triton", "a knob's role is prefill or decode"),
+])
+def test_a_bad_axis_is_one_line_naming_the_knob(text: str, says: str) -> None:
+    with pytest.raises(InputError) as exc:
+        KnobCatalog.load().axis(text)
+    line = exc.value.one_line()
+    assert says in line and "--knob" in line and "\n" not in line
+
+
+def test_axes_cross_per_topology_and_role_axes_drop_out_where_no_server_takes_them() -> None:
+    axes = KnobCatalog.load().axes(["spec=off,ngram:4", "attn=auto,triton", "decode.mnbt=2048,8192"])
+    assert len(configurations(axes, "tp2")) == 4  # decode.mnbt: tp2 has no decode server
+    pd = configurations(axes, "1p1d")
+    assert len(pd) == 8 and pd[-1].label == "spec=ngram:4 attn=triton decode.mnbt=8192"
+    assert pd[-1].slug == "spec-ngram4_attn-triton_decode-mnbt-8192"
+    with pytest.raises(InputError, match="given as two axes"):
+        KnobCatalog.load().axes(["attn=auto", "attn=triton"])
+
+
+def _plan(model: str, topology: str, *, gpu: str = "b200", gpus: int = 2, nvcc: bool = True,
+          vllm: str = "0.24.0", knobs: tuple[tuple[str, str], ...] = ()) -> tuple[object, object, object]:
+    facts = sim_facts("h200" if gpu == "a100" else gpu, gpus, nvcc=nvcc, vllm_version=vllm)
+    if gpu == "a100":  # compute capability 8.0: what an Ampere GPU reports
+        facts = dataclasses.replace(facts, gpus=tuple(dataclasses.replace(g, compute_capability=8.0)
+                                                      for g in facts.gpus))
+    req = LaunchRequest(model=model, topology=topology, knobs=knobs)
+    profile, plan = plan_request(req, Catalog.load(), facts)
+    return profile, plan, facts
+
+
+@pytest.mark.parametrize(("model", "topology", "knob", "gpu", "nvcc", "vllm", "says"), [
+    ("dummy-qwen3-8b", "tp2", ("ep", "on"), "h200", True, "0.24.0", "needs a mixture-of-experts model"),
+    ("gemma-4-26b-a4b-fp8", "tp1", ("ep", "on"), "b200", True, "0.24.0", "needs ≥ 2 per server"),
+    ("dummy-qwen3-8b", "tp1", ("spec", "mtp:2"), "h200", True, "0.24.0", "has none (config.json"),
+    ("dummy-qwen3-8b", "tp1", ("attn", "flashinfer"), "h200", False, "0.24.0", "needs a usable nvcc"),
+    ("dummy-qwen3-8b", "tp1", ("kv", "fp8"), "a100", True, "0.24.0", "needs compute capability 8.9"),
+    ("dummy-qwen3-8b", "tp1", ("async", "on"), "h200", True, "0.9.2", "needs vLLM ≥ 0.10.2"),
+])
+def test_the_planner_refuses_what_cannot_work_naming_the_knob(model: str, topology: str, knob: tuple[str, str],
+                                                               gpu: str, nvcc: bool, vllm: str, says: str) -> None:
+    with pytest.raises(PlanRefused) as exc:
+        _plan(model, topology, gpu=gpu, nvcc=nvcc, vllm=vllm, knobs=(knob,))
+    line = exc.value.one_line()
+    assert line.startswith(f"{knob[0]}=") and says in line and "\n" not in line
+
+
+def test_what_fits_is_planned_on_the_servers_it_is_for() -> None:
+    _, plan, _ = _plan("qwen3.6-27b-nvfp4", "1p1d", knobs=(("spec", "mtp:2"), ("decode.mnbt", "2048"),
+                                                             ("prefill.mnbt", "16384"), ("sampler", "triton")))
+    pre, dec = plan.servers  # type: ignore[attr-defined]
+    assert "--speculative-config" not in pre.argv and dec.argv[dec.argv.index("--speculative-config") + 1] == \
+        '{"method":"mtp","num_speculative_tokens":2}'
+    assert pre.argv[pre.argv.index("--max-num-batched-tokens") + 1] == "16384"
+    assert dec.argv[dec.argv.index("--max-num-batched-tokens") + 1] == "2048"
+    assert dict(pre.env)["VLLM_USE_FLASHINFER_SAMPLER"] == "0" == dict(dec.env)["VLLM_USE_FLASHINFER_SAMPLER"]
+    assert plan.knobs == (("spec", "mtp:2"), ("decode.mnbt", "2048"), ("prefill.mnbt", "16384"),  # type: ignore
+                          ("sampler", "triton"))
+    assert any(w.source == "knob" and "decode.mnbt=2048" in w.reason for w in plan.workarounds)  # type: ignore
+
+
+def test_a_knob_replaces_the_host_workaround_it_overrides() -> None:
+    """No nvcc on Blackwell: the planner pins Triton attention; attn=flash_attn replaces the flag and its reason."""
+    _, plan, _ = _plan("dummy-qwen3-8b", "tp1", nvcc=False, knobs=(("attn", "flash_attn"),))
+    argv = plan.servers[0].argv  # type: ignore[attr-defined]
+    assert argv.count("--attention-backend") == 1 and argv[argv.index("--attention-backend") + 1] == "FLASH_ATTN"
+    changes = [w.change for w in plan.workarounds]  # type: ignore[attr-defined]
+    assert "--attention-backend TRITON_ATTN" not in changes and "--attention-backend FLASH_ATTN" in changes
+
+
+def test_a_switch_knob_removes_its_twin() -> None:
+    facts = sim_facts("h200", 1)
+    profile, plan = plan_request(LaunchRequest(model="dummy-qwen3-8b", topology="tp1",
+                                               extra_args=("--async-scheduling",)), Catalog.load(), facts)
+    settings = KnobCatalog.load().settings([("async", "off")])
+    assert not refusals(settings, profile, plan, facts)
+    argv = apply_settings(plan, settings).servers[0].argv
+    assert "--no-async-scheduling" in argv and "--async-scheduling" not in argv
+
+
+def test_the_request_carries_its_knobs_through_its_argv() -> None:
+    req = LaunchRequest(model="dummy-qwen3-8b", topology="1p1d", knobs=(("decode.mnbt", "2048"), ("spec", "ngram:3")))
+    argv = req.to_argv()
+    assert "--knob=decode.mnbt=2048" in argv and LaunchRequest.from_argv(argv) == req
+    assert request_knobs(argv) == {"decode.mnbt": "2048", "spec": "ngram:3"}
+    with pytest.raises(InputError, match="only 'run' sweeps them"):
+        LaunchRequest.from_text({"model": "m", "topology": "tp1", "knob": "attn=auto,triton"})
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
+     "      b: {args: ['--host', '0.0.0.0']}\n", "--host is the planner's"),
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
+     "      b: {env: {PYTHONPATH: /tmp/evil}}\n", "vLLM's own variables only"),
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
+     "      b: {args: ['--hf-token', 'hf_x']}\n", "would put a secret"),
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
+     "      b: {args: ['--speculative-config', '{method: ngram}']}\n", "knobs.x.values.b.args"),
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: 'soon'}\n    values:\n      a: {default: true}\n",
+     "expected a version"),
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    run: rm -rf /\n    values:\n"
+     "      a: {default: true}\n", "unknown field"),
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {args: ['--enforce-eager']}\n",
+     "exactly one value is the default"),
+])
+def test_a_hostile_operator_catalogue_is_one_line_naming_file_and_field(tmp_path: Path, body: str,
+                                                                        says: str) -> None:
+    f = tmp_path / "knobs.yaml"
+    f.write_text(body)
+    with pytest.raises(InputError) as exc:
+        KnobCatalog().load_file(f)
+    line = exc.value.one_line()
+    assert says in line and "knobs.yaml" in line and "\n" not in line
+
+
+def test_an_operator_knob_joins_and_wins(tmp_path: Path) -> None:
+    (paths.user_profiles_dir()).mkdir(parents=True, exist_ok=True)
+    (paths.user_profiles_dir() / "knobs.yaml").write_text(
+        "knobs:\n  attn:\n    title: attention, ours\n    vllm: {since: '0.24.0'}\n    values:\n"
+        "      auto: {default: true}\n      sdpa: {args: ['--attention-backend', 'TORCH_SDPA']}\n")
+    cat = KnobCatalog.load()
+    assert cat.knobs["attn"].title == "attention, ours" and "spec" in cat.knobs
+    assert cat.axis("attn=auto,sdpa").choices[1].words() == ("--attention-backend", "TORCH_SDPA")
