@@ -209,3 +209,32 @@ def test_an_operator_knob_joins_and_wins(tmp_path: Path) -> None:
     cat = KnobCatalog.load()
     assert cat.knobs["attn"].title == "attention, ours" and "spec" in cat.knobs
     assert cat.axis("attn=auto,sdpa").choices[1].words() == ("--attention-backend", "TORCH_SDPA")
+
+
+def test_knobs_lists_the_catalogue_and_says_what_does_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    from tui.cli.main import main
+
+    assert main(["knobs", "--sim", "--model", "dummy-qwen3-8b", "--topology", "tp1", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["knobs"]}
+    ep = {v["value"]: v for v in rows["ep"]["values"]}
+    assert "dummy-qwen3-8b is dense" in ep["on"]["refused"] and not ep["off"]["refused"]
+    assert main(["knobs", "--topology", "tp1"]) == 2
+    assert "give --model too" in capsys.readouterr().err
+
+
+def test_predict_names_the_winning_topology_and_knobs_and_leaves_refused_ones_out(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tui.cli.main import main
+
+    argv = ["predict", "--sim", "--model", "gemma-4-26b-a4b-fp8", "--gpus", "2", "--no-nvcc", "--isl", "512,8192",
+            "--osl", "256", "--knob", "ep=off,on", "--knob", "attn=auto,flashinfer"]
+    assert main([*argv, "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert set(m["configurations"]) == {"", "ep=on", "attn=flashinfer", "ep=on attn=flashinfer"}
+    assert "needs ≥ 2 per server" in m["refused"]["1p1d ep=on"]
+    assert "needs a usable nvcc" in m["refused"]["tp2 attn=flashinfer"]
+    winners = {w["topology"] for c in m["cells"] for w in c["winners"].values()}
+    assert winners and not winners & set(m["refused"])
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "knob configurations (4)" in text and "--knob ep=off,on --knob attn=auto,flashinfer" in text

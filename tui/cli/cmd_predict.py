@@ -8,6 +8,7 @@ evaluated in virtual time: a map of dozens of cells takes seconds, not the hours
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 from typing import Any
 
@@ -15,8 +16,13 @@ from tui.cli.argtypes import positive_int
 from tui.cli.context import CliContext, add_global_options
 from tui.core.bench.metrics import parse_goodput
 from tui.core.bench.store import find_runs, load_runs
-from tui.core.errors import EXIT_OK, InputError
+from tui.core.errors import EXIT_OK, AppError, InputError
+from tui.core.plan import knobs as knobs_mod
 from tui.core.plan.gpuspecs import PRESETS, GpuSpec, spec_for_name
+from tui.core.plan.hostfacts import sim_facts
+from tui.core.plan.knobs import KnobCatalog
+from tui.core.plan.request import LaunchRequest, plan_request
+from tui.core.topology import parse_topologies, parse_topology
 from tui.hosts import predictor, runpredict
 
 ABBREV = {"max_throughput": "throughput", "min_tpot": "TPOT", "max_goodput": "goodput"}
@@ -41,6 +47,11 @@ def register(sub: Any) -> None:
     p.add_argument("--rate", default="inf", metavar="R1,R2",
                    help="request rates (req/s; inf = all at once, the default)")
     p.add_argument("--num-prompts", type=positive_int, default=128, metavar="N", help="requests per cell (128)")
+    p.add_argument("--knob", action="append", default=[], metavar="[ROLE.]NAME=V1,V2",
+                   help="a serve knob axis crossed with the topologies, as run --knob takes it (profiles/knobs.yaml): "
+                        "the map names the winning topology and knobs per cell; repeatable")
+    p.add_argument("--topology", "-t", metavar="T1,T2", help="the topologies to compare (default: those that use "
+                   "every GPU: dp<N>, tp<N>, <N/2>p<N/2>d)")
     p.add_argument("--goodput", action="append", metavar="KEY:MS",
                    help="SLO for goodput (ttft:MS, tpot:MS, e2el:MS; default TPOT ≤ 1.5× the best decode TPOT)")
     p.add_argument("--nvcc", dest="nvcc", action="store_true", default=None,
@@ -121,14 +132,67 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     stack = predictor.stack_for(spec, nvcc=nvcc)
     slo = parse_goodput(args.goodput or [])
     seed_points = [(i, o) for i, o, _ in predictor.SEED_POINTS]
+    topologies = [t.name for t in parse_topologies(args.topology)] if args.topology else \
+        predictor.topologies_for(gpus)
+    configs, refused = knob_configs(args.knob, profile, topologies, ctx, gpus, spec.name, nvcc)
     m = predictor.decision_map(profile, spec, gpus, isls=_lengths(args.isl, "--isl"), osls=_lengths(args.osl, "--osl"),
                                rates=_rates(args.rate), stack=stack, correction=corr, calibration_source=source,
-                               slo_ms=slo or None, num_prompts=args.num_prompts, points=seed_points)
+                               slo_ms=slo or None, num_prompts=args.num_prompts, points=seed_points,
+                               topologies=topologies, configs=configs or None)
+    if refused:
+        drop_refused(m, refused)
     if args.json:
         ctx.print_json(m.to_dict())
         return EXIT_OK
-    ctx.print(render_map(m, profile.max_model_len))
+    ctx.print(render_map(m, profile.max_model_len, knobs=[a for a in args.knob]))
     return EXIT_OK
+
+
+def knob_configs(texts: list[str], profile: Any, topologies: list[str], ctx: CliContext, gpus: int, gpu: str,
+                 nvcc: bool) -> tuple[dict[str, dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]],
+                                      dict[str, str]]:
+    """The map's configurations from ``--knob`` axes (label → role → (vllm words, variables); the label names the
+    values other than vLLM's default), and each (topology, configuration) the planner refuses here, with why."""
+    if not texts:
+        return {}, {}
+    axes = KnobCatalog.load().axes(texts)
+    facts = ctx.host.facts
+    if not facts.gpus or len(facts.gpus) < gpus or facts.gpus[0].name != gpu or facts.toolchain.nvcc_usable != nvcc:
+        preset = next((k for k, v in PRESETS.items() if v.name == gpu), "b200")
+        facts = sim_facts(preset, gpus, nvcc=nvcc, vllm_version=(facts.vllm.version if facts.vllm else None)
+                          or "0.24.0")
+    configs: dict[str, dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]] = {}
+    refused: dict[str, str] = {}
+    for combo in itertools.product(*(a.settings() for a in axes)):
+        label = " ".join(s.text for s in combo if not s.choice.is_default)
+        roles: dict[str, tuple[list[str], list[tuple[str, str]]]] = {}
+        for s in combo:
+            keys = [s.role] if s.role else (["*"] if len(s.choice.knob.roles) == 3 else list(s.choice.knob.roles))
+            for k in keys:
+                words, env = roles.setdefault(k, ([], []))
+                words.extend(s.choice.words())
+                env.extend(s.choice.env())
+        configs[label] = {k: (tuple(w), tuple(e)) for k, (w, e) in roles.items()}
+        for topo in topologies:
+            applies = [s for s in combo if s.applies(parse_topology(topo))]
+            try:
+                _, base = plan_request(LaunchRequest(model=profile.id if profile.id in ctx.catalog.models else
+                                                     profile.source or profile.id, topology=topo), ctx.catalog, facts)
+            except AppError as exc:
+                refused[predictor.candidate_name(topo, label)] = exc.one_line()
+                continue
+            why = knobs_mod.refusals(applies, profile, base, facts)
+            if why:
+                refused[predictor.candidate_name(topo, label)] = why[0]
+    return configs, refused
+
+
+def drop_refused(m: Any, refused: dict[str, str]) -> None:
+    """Leave the candidates the planner refuses out of every cell's winners (they are listed with why)."""
+    for c in m.cells:
+        c.predictions = {k: p for k, p in c.predictions.items() if k not in refused}
+        c.winners = predictor.winners(c.predictions)
+    m.refused.update(refused)
 
 
 def _margin(m: float | None) -> str:
@@ -137,13 +201,16 @@ def _margin(m: float | None) -> str:
     return f"+{m:.0%}" if m < 1 else f"{1 + m:.1f}×"
 
 
-def render_map(m: Any, max_model_len: int) -> str:
+def render_map(m: Any, max_model_len: int, knobs: list[str] | None = None) -> str:
     calib = m.calibration_source if m.calibration_source.startswith("none") else (
         ", ".join(f"{k} {v:.2f}" for k, v in m.calibration.items()) + f" ({m.calibration_source})")
     slo = ", ".join(f"{k} ≤ {v:g} ms" for k, v in m.slo_ms.items()) or "none"
     lines = [f"PREDICTED (simulator, not measured) — {m.model} on {m.gpus}× {m.gpu}; {m.stack}; "
              f"{m.num_prompts} prompts per cell; calibration: {calib}; goodput SLO: {slo}",
              f"topologies: {', '.join(m.topologies)}"]
+    labels = [k for k in getattr(m, "configurations", {}) if k]
+    if labels:
+        lines.append(f"knob configurations ({len(labels) + 1}): (none: vLLM's defaults), " + ", ".join(labels))
     for t, why in sorted(m.refused.items()):
         lines.append(f"  {t}: {why}")
     isls, osls = m.isls, m.osls
@@ -153,7 +220,7 @@ def render_map(m: Any, max_model_len: int) -> str:
             head = predictor.OBJECTIVE_TITLES[obj] + (f" at {rate:g} req/s" if rate is not None else
                                                       " (all requests at once)")
             lines += ["", f"{head}: winner and margin over the runner-up, input (rows) × output tokens (columns)"]
-            width = 14
+            width = max(14, 2 + max((len(w[0]) + 5 for c in m.cells for w in c.winners.values()), default=0))
             lines.append("  in\\out".ljust(9) + "".join(str(o).rjust(width) for o in osls))
             for i in isls:
                 row = f"  {i}".ljust(9)
@@ -186,7 +253,8 @@ def render_map(m: Any, max_model_len: int) -> str:
         topo = sorted({t for s in sugg for t in s["topologies"]})
         wls = ",".join(dict.fromkeys(s["workload"] for s in sugg))
         lines += ["", "to confirm the nearest crossover by measurement:",
-                  f"  disagg-tui run --model {m.model} --topology {','.join(topo)} --workload {wls}"]
+                  f"  disagg-tui run --model {m.model} --topology {','.join(topo)} --workload {wls}"
+                  + "".join(f" --knob {k}" for k in (knobs or []))]
     return "\n".join(lines)
 
 

@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "run": "tui.cli.cmd_run",
     "results": "tui.cli.cmd_results",
     "predict": "tui.cli.cmd_predict",
+    "knobs": "tui.cli.cmd_knobs",
     "diagnose": "tui.cli.cmd_playbook", "playbook": "tui.cli.cmd_playbook", "doctor": "tui.cli.cmd_playbook",
     "profile": "tui.cli.cmd_profile",
     "console": "tui.cli.cmd_console",

@@ -474,14 +474,16 @@ ConfigSpec = Mapping[str, Mapping[str, tuple[tuple[str, ...], tuple[tuple[str, s
 
 def config_knobs(profile: ModelProfile, roles: Mapping[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]
                  ) -> tuple[ServeKnobs, dict[str, ServeKnobs]]:
-    """A configuration's knobs: every server's ("*"), and each P/D role's ("*" plus the role's own words)."""
+    """A configuration's knobs: every server's ("*"; with "single": the words of TP and DP servers only, as a knob
+    that belongs to decode has them), and each P/D role's ("*" plus the role's own words)."""
     base = ["vllm", "serve", profile.model]
     star_args, star_env = roles.get("*", ((), ()))
-    every = knobs_from_flags([*base, *star_args], dict(star_env))
+    single_args, single_env = roles.get("single", ((), ()))
+    every = knobs_from_flags([*base, *star_args, *single_args], {**dict(star_env), **dict(single_env)})
     by_role: dict[str, ServeKnobs] = {}
     for role in ("prefill", "decode"):
-        if role in roles:
-            args, env = roles[role]
+        if role in roles or "single" in roles:
+            args, env = roles.get(role, ((), ()))
             by_role[role] = knobs_from_flags([*base, *star_args, *args], {**dict(star_env), **dict(env)})
     return every, by_role
 

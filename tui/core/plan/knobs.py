@@ -611,14 +611,19 @@ def knob_lines(catalog: KnobCatalog, profile: ModelProfile | None = None, facts:
                               facts)
             vals.append({"value": v.name + (f":N ({v.param.lo}..{v.param.hi}, default {v.param.default})"
                                             if v.param else ""),
-                         "adds": shlex.join(v.args) or " ".join(f"{a}={b}" for a, b in v.env) or "nothing",
+                         "adds": _shown(v.args) or " ".join(f"{a}={b}" for a, b in v.env) or "nothing",
                          "default": v.default, "note": v.note, "refused": why or ""})
         if k.kind == "int":
-            vals.append({"value": f"N ({k.lo}..{k.hi})", "adds": shlex.join(k.args), "default": False, "note": "",
+            vals.append({"value": f"N ({k.lo}..{k.hi})", "adds": _shown(k.args), "default": False, "note": "",
                          "refused": ""})
         rows.append({"name": k.name, "title": k.title, "description": k.description, "roles": list(k.roles),
                      "vllm": {"since": k.since, "until": k.until}, "values": vals})
     return rows
+
+
+def _shown(words: Sequence[str]) -> str:
+    """A value's words as shell, its number written N."""
+    return " ".join(shlex.quote(w).replace("{n}", "N") for w in words)
 
 
 def request_knobs(argv: Sequence[str]) -> dict[str, str]:
