@@ -238,3 +238,24 @@ def test_predict_names_the_winning_topology_and_knobs_and_leaves_refused_ones_ou
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "knob configurations (4)" in text and "--knob ep=off,on --knob attn=auto,flashinfer" in text
+
+
+def test_spec_decode_figures_over_a_run_from_vllms_counters() -> None:
+    from tui.core.bench.serverside import spec_decode_check, spec_decode_counts
+
+    def scrape(drafts: int, tokens: int, accepted: int, pos: tuple[int, ...]) -> str:
+        lab = 'engine="0",model_name="m"'
+        lines = [f"vllm:spec_decode_num_drafts_total{{{lab}}} {drafts}",
+                 f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {tokens}",
+                 f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {accepted}"]
+        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {v}'
+                  for i, v in enumerate(pos)]
+        return "\n".join(lines) + "\n"
+
+    before = {"u": spec_decode_counts(scrape(10, 40, 12, (8, 3, 1, 0)))}
+    after = {"u": spec_decode_counts(scrape(110, 440, 212, (88, 63, 41, 20)))}
+    got = spec_decode_check(before, after)
+    assert got is not None and got["drafts"] == 100 and got["draft_tokens"] == 400 and got["accepted_tokens"] == 200
+    assert got["acceptance_rate"] == 0.5 and got["mean_acceptance_length"] == 3.0  # the bonus token counted
+    assert got["per_position_acceptance"] == [0.8, 0.6, 0.4, 0.2]
+    assert spec_decode_counts("vllm:num_requests_running 0\n") is None  # no speculative decoding: no figures

@@ -86,6 +86,9 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
             if note and args.format != "csv":  # a CSV stays one table; its rows' runs say it (--format json)
                 text += "\n" + (f"_{note}_" if args.format == "md" else note)
         if args.format != "csv":
+            spec = table.spec_decode_lines(cells)
+            if spec:
+                text += "\n" + "\n".join(spec)
             side = predictions.render(ctx, runs, markdown=args.format == "md")
             if side:
                 text += "\n\n" + side

@@ -190,7 +190,7 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
     runs = result.runs()
     predictions.attach_all(ctx, runs)
     cells = table.build_cells(runs, result.spec.goodput or None)
-    failed = [f"{o.cell.topology}/{o.cell.workload}@{o.cell.rate if o.cell.rate is not None else 'default'}"
+    failed = [f"{o.cell.layout}/{o.cell.workload}@{o.cell.rate if o.cell.rate is not None else 'default'}"
               f": {o.message}" for o in result.failed]
     rec = rec_mod.recommend(cells, workloads, gpus=gpus, slo=result.spec.goodput or None,
                             repeats=result.spec.repeat, failed=failed,
@@ -236,6 +236,8 @@ def _print_report(args: argparse.Namespace, ctx: CliContext, result: CampaignRes
             unlike = table.like_for_like_note(result.runs())
             if unlike:
                 ctx.print(unlike)
+            for line in table.spec_decode_lines(cells):
+                ctx.print(line)
             if rec.slo_derived:
                 ctx.print("goodput under the derived SLO: " + "; ".join(
                     f"{w}: " + ", ".join(f"{k} ≤ {v:g} ms" for k, v in slo.items()) for w, slo in rec.slo.items()))

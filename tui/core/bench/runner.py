@@ -254,6 +254,7 @@ class ServerBracket:
         self.kv_run: kvxfer.KvTransferRun | None = None
         self._proxy_after: dict[str, kvxfer.HistTotal] = {}
         self._opened = 0.0  # monotonic time of the starting point (the run's wall time when none is given)
+        self._spec: dict[str, dict[str, Any] | None] = {}
 
     async def open(self, meta: RunMeta, *, wait_idle: bool) -> None:
         """Read the starting point. The log positions and the energy first (quick, local): when the run is already
@@ -270,6 +271,7 @@ class ServerBracket:
         self._nixl = _nixl_of(texts, self.decode_urls)
         self._proxy = kvxfer.proxy_histograms(texts.get(proxy) or "") if proxy else {}
         self._pacing = serverside.pacing_of(texts)
+        self._spec = serverside.spec_decode_of({u: t for u, t in texts.items() if u != proxy})
 
     async def close(self, meta: RunMeta, output_tokens: int, shared_prefix: float, directory: Path, *,
                     duration_s: float | None = None) -> None:
@@ -291,6 +293,7 @@ class ServerBracket:
             meta.prefix_cache = prefix.to_dict()
             if prefix.unexpected:
                 flags.append("prefix-cache-hits")
+        meta.spec_decode = serverside.spec_decode_check(self._spec, serverside.spec_decode_of(texts))
         pacing = serverside.pacing_check(self._pacing, serverside.pacing_of(texts))
         if pacing is not None:
             meta.sim_pacing = pacing.to_dict()

@@ -173,6 +173,61 @@ def prefix_check(before: Mapping[str, tuple[float, float] | None], after: Mappin
     return PrefixCacheCheck(queries, hits, expected) if found else None
 
 
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+#: positions of a draft the per-position acceptance is kept for (vLLM exports one series per draft position)
+SPEC_POSITIONS = 32
+
+
+def spec_decode_counts(text: str) -> dict[str, Any] | None:
+    """vLLM's speculative-decoding counters (drafts, draft tokens, accepted tokens, accepted per position), summed
+    over engines; None when the server exports none (no speculative decoding)."""
+    exp = prom.parse(text, keep=("vllm:spec_decode_",))
+    drafts = exp.total(SPEC_DRAFTS)
+    if drafts is None:
+        return None
+    per_pos: dict[int, float] = {}
+    for smp in exp.samples(SPEC_PER_POS):
+        pos = smp.label("position") or ""
+        if pos.isdigit() and int(pos) < SPEC_POSITIONS:
+            per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + smp.value
+    return {"drafts": drafts, "draft_tokens": exp.total(SPEC_DRAFT_TOKENS) or 0.0,
+            "accepted_tokens": exp.total(SPEC_ACCEPTED) or 0.0, "per_position": per_pos}
+
+
+def spec_decode_check(before: Mapping[str, dict[str, Any] | None], after: Mapping[str, dict[str, Any] | None]
+                      ) -> dict[str, Any] | None:
+    """Over a run, summed over the servers that export the counters: drafts, draft and accepted tokens, vLLM's
+    acceptance rate (accepted / draft tokens), mean acceptance length (1 + accepted / drafts: the bonus token
+    counted, as vLLM's ``SpecDecoding metrics`` line has it) and the acceptance rate per draft position."""
+    drafts = draft_tokens = accepted = 0.0
+    per_pos: dict[int, float] = {}
+    found = False
+    for url, a in after.items():
+        b = before.get(url) or {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "per_position": {}}
+        if a is None:
+            continue
+        found = True
+        drafts += a["drafts"] - b["drafts"]
+        draft_tokens += a["draft_tokens"] - b["draft_tokens"]
+        accepted += a["accepted_tokens"] - b["accepted_tokens"]
+        for pos, v in a["per_position"].items():
+            per_pos[pos] = per_pos.get(pos, 0.0) + v - b["per_position"].get(pos, 0.0)
+    if not found:
+        return None
+    return {"drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
+            "acceptance_rate": accepted / draft_tokens if draft_tokens > 0 else None,
+            "mean_acceptance_length": 1.0 + accepted / drafts if drafts > 0 else None,
+            "per_position_acceptance": [per_pos.get(i, 0.0) / drafts if drafts > 0 else None
+                                        for i in range(max(per_pos) + 1)] if per_pos else []}
+
+
+def spec_decode_of(texts: Mapping[str, str | None]) -> dict[str, dict[str, Any] | None]:
+    return {u: (spec_decode_counts(t) if t is not None else None) for u, t in texts.items()}
+
+
 Pacing = dict[str, tuple[float, float, float]]  # engine -> (paced virtual s, lag virtual s, clock)
 
 

@@ -114,6 +114,9 @@ class RunMeta:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     goodput_slo: dict[str, float] = field(default_factory=dict)
     layout_id: str = ""
+    #: speculative decoding over the run, from vLLM's counters (``serverside.spec_decode_check``): drafts, draft and
+    #: accepted tokens, acceptance rate, mean acceptance length, per position; None without speculative decoding
+    spec_decode: dict[str, Any] | None = None
     #: the serve knobs its layout was started with (``[ROLE.]NAME`` → value, ``profiles/knobs.yaml``); {} for none
     knobs: dict[str, str] = field(default_factory=dict)
 

@@ -324,6 +324,25 @@ def render_csv(df: Any) -> str:
     return text.rstrip("\n")
 
 
+def spec_decode_lines(cells: Sequence[Cell]) -> list[str]:
+    """One line per row whose runs decoded speculatively: vLLM's acceptance figures over its runs."""
+    out = []
+    for c in cells:
+        specs = [r.meta.spec_decode for r in c.runs if r.meta.spec_decode]
+        if not specs or c.left_out:
+            continue
+        drafts = sum(float(s.get("drafts") or 0) for s in specs)
+        draft_tokens = sum(float(s.get("draft_tokens") or 0) for s in specs)
+        accepted = sum(float(s.get("accepted_tokens") or 0) for s in specs)
+        if drafts <= 0:
+            out.append(f"  {c.layout} / {c.workload}: no draft proposed (the drafter found nothing to propose)")
+            continue
+        rate = accepted / draft_tokens if draft_tokens else 0.0
+        out.append(f"  {c.layout} / {c.workload}: acceptance {rate:.1%} of {draft_tokens:,.0f} draft tokens "
+                   f"({drafts:,.0f} drafts), mean acceptance length {1 + accepted / drafts:.2f} tokens per step")
+    return ["speculative decoding (vLLM's spec_decode counters over each run):", *out] if out else []
+
+
 def simulated_note(runs: Sequence[Run]) -> str:
     """The line that labels simulated figures ("" when no run was simulated)."""
     sim = sum(1 for r in runs if r.simulated)
@@ -359,6 +378,9 @@ def cell_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
             row["status"] = "complete"
         if c.outside:
             row["outside_campaign"] = c.outside
+        spec = [r.meta.spec_decode for r in c.runs if r.meta.spec_decode]
+        if spec:
+            row["spec_decode"] = spec[0] if len(spec) == 1 else spec
         if all(r.simulated for r in c.runs):
             row["simulated"] = True
         row["runs"] = [r.id for r in c.runs]

@@ -307,7 +307,7 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
                     "knobs": target.knob_values(),
                     "message": "vllm bench serve: " + rate_label(w.request_rate) + " req/s",
                     "flags": probe.flags, "triton_jit": probe.triton_jit, "prefix_cache": probe.prefix_cache,
-                    "kv_transfer": probe.kv_transfer, "kv_xfer": probe.kv_xfer,
+                    "kv_transfer": probe.kv_transfer, "kv_xfer": probe.kv_xfer, "spec_decode": probe.spec_decode,
                     "ttft_breakdown": probe.ttft_breakdown, "energy": probe.energy,
                     "client": probe.client, "sim_pacing": probe.sim_pacing,
                     "fingerprint": fingerprint})
