@@ -144,6 +144,8 @@ class CampaignSpec:
         spec = typedread.read(cls, data, ranges={"repeat": (1, 1_000_000), "warmup": (-1, 1_000_000),
                                                  "num_prompts": (1, 1_000_000)})
         spec.rates = rates
+        for i, text in enumerate(spec.knobs):  # shown as the campaign's axes
+            typedread.check_text(text, ("knobs", i), limit=600)
         return spec
 
 

@@ -145,6 +145,11 @@ class RunMeta:
         for i, flag in enumerate(meta.flags):
             typedread.check_text(flag, ("flags", i), limit=200)
         typedread.check_text(meta.message, ("message",), limit=typedread.MAX_TEXT, lines=True)
+        if len(meta.knobs) > 64:
+            raise typedread.FieldError(f"{len(meta.knobs):,} knobs (at most 64)", ("knobs",))
+        for k, v in meta.knobs.items():  # the table's knob columns print both
+            typedread.check_text(k, ("knobs",), limit=40)
+            typedread.check_text(v, ("knobs", k), limit=40)
         return meta
 
 

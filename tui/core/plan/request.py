@@ -126,6 +126,8 @@ class LaunchRequest:
                 bad("bundle", "empty; expected a bundle file")
             if self.model is not None:
                 bad("model", "--bundle carries the model profile: drop --model")
+            if self.knobs:
+                bad("knobs", "--bundle carries its layout's flags: drop --knob")
         else:
             for name in ("model", "topology"):
                 if getattr(self, name) is None:
