@@ -1,6 +1,7 @@
-"""Print the simulator's calibration table: simulated figures against the real H200 captures (bound ±10 %) and the
-design note's 2×B200 seed table (bound ±15 %), with ratios. Virtual time only (the performance model and schedulers
-the simulated server paces its tokens by); runs in a few seconds. Exit 1 when a cell is past its bound.
+"""Print the simulator's calibration table: simulated figures against the real H200 captures (bound ±10 %), the
+design note's 2×B200 seed table (bound ±15 %) and the real H200 tp1 grid (bound ±10 %), with ratios. Virtual time
+only (the performance model and schedulers the simulated server paces its tokens by); runs in a few seconds. Exit 1
+when a cell is past its bound.
 
     python benchmarks/sim_calibration.py
 """
@@ -17,11 +18,14 @@ sys.path.insert(0, str(ROOT))
 
 from tui.core.models import Catalog  # noqa: E402
 from tui.sim.calibration import (  # noqa: E402
+    GRID_BOUND,
+    GRID_PROMPTS,
     H200_BOUND,
     SEED_BOUND,
     SEED_TABLE,
     CalCell,
     H200Reference,
+    grid_cells,
     h200_cells,
     h200_runs,
     seed_cells,
@@ -70,7 +74,15 @@ def main() -> int:
                                                  for c in b[i:i + 4]) + " |")
     for mid, topo, why in refused:
         print(f"| {mid} | {topo} | {why} | | | |")
-    cells = a + b
+    c = grid_cells(dummy)
+    print(f"\n## (c) one H200, the tp1 grid (TP1-GRID.md) — {H200_CAPTURE_STACK.describe()}; {GRID_PROMPTS} prompts "
+          f"at once, a warm server; bound ±{GRID_BOUND:.0%}\n")
+    print("| input → output | output tok/s sim (real, ratio) | mean TTFT ms | mean TPOT ms |\n|---|---|---|---|")
+    for i in range(0, len(c), 3):
+        cell = c[i].label.split()[0]
+        print(f"| {cell} | " + " | ".join(f"{x.simulated:,.1f} ({x.reference:,.1f}, {x.ratio:.2f}{mark(x)})"
+                                          for x in c[i:i + 3]) + " |")
+    cells = a + b + c
     worst = max(cells, key=lambda c: abs(c.ratio - 1) / c.bound)
     out = [c for c in cells if not c.within]
     print(f"\n{len(cells) - len(out)} of {len(cells)} cells within their bound; the closest to its bound: "

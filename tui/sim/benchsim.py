@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from tui.core.models import ModelProfile
 from tui.core.plan.gpuspecs import GpuSpec
 from tui.core.topology import Topology, parse_topology
+from tui.sim.frontend import admit
 from tui.sim.knobs_model import ServeKnobs
 from tui.sim.perfmodel import BLOCK_SIZE, Correction, Hardware, ModelCost, Stack, batch_defaults, memory_plan
 from tui.sim.scheduler import EngineScheduler, SimRequest
 
 PROXY_LATENCY_S = 1e-3  # our proxy: P's response read, D's request sent
 STATS_WINDOW_S = 10.0  # vLLM's stats-line interval
+
 
 
 @dataclass
@@ -102,7 +104,19 @@ class _Engine:
     arrivals: list[tuple[float, int, SimRequest]] = field(default_factory=list)  # heap
     prompt_windows: dict[int, int] = field(default_factory=dict)
 
+    def admit(self) -> None:
+        """Each request reaches the engine when its API server has read it and handed it over (:mod:`frontend`)."""
+        if not self.arrivals:
+            return
+        reqs = [r for _, _, r in sorted(self.arrivals)]
+        at = admit([r.arrival for r in reqs], [r.prompt_len for r in reqs])
+        for r, t in zip(reqs, at, strict=True):
+            r.arrival = t
+        self.arrivals = [(t, i, r) for i, (r, t) in enumerate(zip(reqs, at, strict=True))]
+        heapq.heapify(self.arrivals)
+
     def run(self, seen: dict[str, _Tokens], itls: dict[float, int], on_finish: list[SimRequest]) -> None:
+        self.admit()
         while True:
             while self.arrivals and self.arrivals[0][0] <= self.clock:
                 self.sched.add(heapq.heappop(self.arrivals)[2])
@@ -193,6 +207,7 @@ def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology
             t += rng.expovariate(request_rate)
     reqs = [SimRequest(rid=str(i), prompt_len=input_len, max_tokens=output_len, arrival=arrivals[i])
             for i in range(num_prompts)]
+    sent = list(arrivals)  # what the client measures from (an engine's request arrives when admitted)
     roles = role_knobs or {}
 
     def engine(role: str = "") -> _Engine:
@@ -230,7 +245,7 @@ def simulate_bench(profile: ModelProfile, gpu: GpuSpec, topology: str | Topology
     for e in engines:
         _merge(windows, e.prompt_windows)
         preemptions += e.sched.num_preemptions
-    return _metrics(topo.name, reqs, done, seen, itls, windows, preemptions, input_len)
+    return _metrics(topo.name, sent, reqs, done, seen, itls, windows, preemptions, input_len)
 
 
 def _merge(into: dict[int, int], other: dict[int, int]) -> None:
@@ -238,24 +253,25 @@ def _merge(into: dict[int, int], other: dict[int, int]) -> None:
         into[k] = into.get(k, 0) + v
 
 
-def _metrics(name: str, reqs: list[SimRequest], done: list[SimRequest], seen: dict[str, _Tokens],
-             itls: dict[float, int], windows: dict[int, int], preemptions: int, input_len: int) -> BenchResult:
+def _metrics(name: str, sent: list[float], reqs: list[SimRequest], done: list[SimRequest],
+             seen: dict[str, _Tokens], itls: dict[float, int], windows: dict[int, int], preemptions: int,
+             input_len: int) -> BenchResult:
     ttfts: list[float] = []
     tpots: list[float] = []
     per: list[tuple[float, float | None, float]] = []
     total_out = 0
     end = 0.0
-    for r in reqs:
+    for r, t0 in zip(reqs, sent, strict=True):
         tok = seen.get(r.rid)
         if tok is None or not tok.count:
             continue
         total_out += tok.count
-        ttfts.append(tok.first - r.arrival)
+        ttfts.append(tok.first - t0)
         end = max(end, tok.last)
         tpot = (tok.last - tok.first) / (tok.count - 1) if tok.count > 1 else None
         if tpot is not None:
             tpots.append(tpot)
-        per.append((tok.first - r.arrival, tpot, tok.last - r.arrival))
+        per.append((tok.first - t0, tpot, tok.last - t0))
     peak = max(windows.values(), default=0) / STATS_WINDOW_S
     return BenchResult(topology=name, completed=len(done), duration=end, total_input=input_len * len(ttfts),
                        total_output=total_out, ttfts=ttfts, tpots=tpots, itls=itls, peak_prompt_throughput=peak,

@@ -1,6 +1,6 @@
 """The simulator's calibration references and the cells it is judged on (pure: virtual time, no server).
 
-Two references, each with its bound:
+Three references, each with its bound:
 
 - **the H200 captures** (``fixtures/vllm-0.24.0-h200/bench``: real vLLM 0.24 on one H200 serving the Qwen3-8B-shaped
   bf16 model, FlashAttention 3, ``VLLM_USE_FLASHINFER_SAMPLER=0``), within ``H200_BOUND``. The decode-heavy run was
@@ -11,7 +11,14 @@ Two references, each with its bound:
   sampler's first-batch compile too (a 128 × 2,048-token run at the published TPOT takes ~23 s; the published
   throughput implies ~32 s).
 
-The numbers the references hold come from the captures (read by the caller) and the design note (here).
+- **the real H200 tp1 grid** (``fixtures/vllm-0.24.0-h200-grid/tp1``, TP1-GRID.md: the same model and server,
+  ``VLLM_USE_FLASHINFER_SAMPLER=0``, a warm server, 64 prompts at once, ``--ignore-eos``, input × output in {128,
+  2048, 8192} × {128, 1024}), within ``GRID_BOUND``: the regime of short prompts and 64 sequences, where the API
+  server's admission of a burst (:mod:`tui.sim.frontend`), the host's share of a step (``HOST_STEP_S``) and the
+  boost clock of a GPU coming from idle (``BOOST_COMPUTE_GAIN``) matter.
+
+The numbers the references hold come from the captures (read by the caller) and the design note and the grid's
+summaries (here).
 """
 
 from __future__ import annotations
@@ -26,6 +33,18 @@ from tui.sim.perfmodel import H200_CAPTURE_STACK, SEED_STACK, first_batch_jit_s
 
 H200_BOUND = 0.10
 SEED_BOUND = 0.15
+GRID_BOUND = 0.10
+GRID_PROMPTS = 64
+#: the tp1 grid's runs/IxO/summary.json: (output tok/s, mean TTFT ms, mean TPOT ms)
+GRID_TABLE: dict[tuple[int, int], tuple[float, float, float]] = {
+    (128, 128): (7590.311, 209.459, 6.7906),
+    (128, 1024): (8292.705, 228.465, 7.4927),
+    (2048, 128): (1825.125, 1740.684, 21.1828),
+    (2048, 1024): (4403.439, 1689.081, 12.8345),
+    (8192, 128): (479.430, 7398.403, 73.2588),
+    (8192, 1024): (1673.493, 7441.651, 30.6116),
+}
+GRID_METRICS = ("output tok/s", "mean TTFT ms", "mean TPOT ms")
 DECODE_HEAVY = (512, 2048)
 PREFILL_HEAVY = (7500, 200)
 SEED_PROMPTS = 128
@@ -46,7 +65,7 @@ SEED_METRICS = ("decode-heavy tok/s", "prefill-heavy tok/s", "decode-heavy TPOT 
 class CalCell:
     """One simulated figure against its reference."""
 
-    group: str  # "h200" | "seed"
+    group: str  # "h200" | "seed" | "grid"
     label: str
     simulated: float
     reference: float
@@ -125,3 +144,18 @@ def seed_cells(profiles: dict[str, ModelProfile]) -> tuple[list[CalCell], list[t
         for metric, sim, real in zip(SEED_METRICS, sims, ref, strict=True):
             cells.append(CalCell("seed", f"{mid} {topo} {metric}", sim, float(real), SEED_BOUND))
     return cells, refused
+
+
+def grid_runs(dummy: ModelProfile) -> dict[tuple[int, int], BenchResult]:
+    """Every cell of the tp1 grid on one simulated H200 with the captures' stack, steady state (a warm server)."""
+    return {(i, o): simulate_bench(dummy, H200, "tp1", input_len=i, output_len=o, num_prompts=GRID_PROMPTS,
+                                   stack=H200_CAPTURE_STACK) for i, o in GRID_TABLE}
+
+
+def grid_cells(dummy: ModelProfile) -> list[CalCell]:
+    cells: list[CalCell] = []
+    for (i, o), r in grid_runs(dummy).items():
+        sims = (r.output_throughput, r.mean_ttft_ms, r.mean_tpot_ms)
+        for metric, sim, real in zip(GRID_METRICS, sims, GRID_TABLE[(i, o)], strict=True):
+            cells.append(CalCell("grid", f"{i}→{o} {metric}", sim, real, GRID_BOUND))
+    return cells

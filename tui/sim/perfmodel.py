@@ -25,8 +25,14 @@ A host's calibration (:class:`Correction`, ``predict --calibrate``) scales the m
 parts of a step and the KV transfer.
 
 Every constant below says where it comes from: the datasheet, the H200 captures (``fixtures/vllm-0.24.0-h200``), or
-a fit to the seed's 2×B200 table (DESIGN.md); ``benchmarks/sim_calibration.py`` prints the result against both
-(tests/test_sim_calibration.py guards the bounds: H200 within 10 %, every seed cell within 15 %).
+a fit to the seed's 2×B200 table (DESIGN.md), or a fit to the real H200 tp1 grid (``fixtures/vllm-0.24.0-h200-grid``);
+``benchmarks/sim_calibration.py`` prints the result against all three (tests/test_sim_calibration.py guards the
+bounds: H200 within 10 %, every seed cell within 15 %, every tp1 grid cell within 10 %).
+
+Short prompts in a burst (the tp1 grid's 64 × 128 tokens) lean on three things beside the GPU's work: the API
+server admits a burst one request at a time (:mod:`tui.sim.frontend`), a step takes at least the host's share of it
+(``HOST_STEP_S`` + ``HOST_SEQ_S`` a sequence: async scheduling hides the CPU only while the GPU is slower), and a GPU
+coming from idle computes at its boost clock until its power limiter catches up (``BOOST_COMPUTE_GAIN``).
 
 Efficiency anchors: the measured H200 ceilings (4.3 TB/s device copy, 790 TFLOP/s bf16 matmul); other GPUs take
 their datasheet figures scaled by the same measured/datasheet ratios. ``SERVE_COMPUTE_EFF`` makes an 8192-token
@@ -52,6 +58,12 @@ H200_MEASURED_FLOPS_RATIO = 790.0 / 990.0  # 8192^3 bf16 matmul / datasheet dens
 #: share of the matmul ceiling a whole vLLM forward pass reaches (norms, activations, rotary, attention glue)
 #: [H200 captures: the prefill-heavy run's TTFT and the 35.6k prompt tokens/s peak]
 SERVE_COMPUTE_EFF = 0.77
+#: ...with the GPU at its power limit, as it is a fraction of a second into a run (the real H200 drew 693-703 W of its
+#: 700 W through every prefill-heavy cell of the tp1 grid). A GPU that was idle starts at its boost clock and computes
+#: this much faster until its power limiter has caught up (an exponential average of its busy time, BOOST_TAU_S)
+#: [tp1 grid fit: 64 × 128-token prompts prefill at ~18 µs a token in the first 250 ms, 23 µs in sustained runs]
+BOOST_COMPUTE_GAIN = 1.15
+BOOST_TAU_S = 0.5
 #: effective GEMM speed-up over bf16 that vLLM 0.24 reaches with quantised weights on the fast path (FlashInfer's
 #: CUTLASS/TRT-LLM FP4 and FP8 GEMMs; activation quantisation and scale handling eat part of the datasheet's 2×/4×).
 #: FP8 1.6 (80 % of the datasheet's 2×) [in shape against the seed table]; NVFP4 3.2 assumed (the datasheet's 4× at
@@ -83,6 +95,10 @@ ATTN_LAYER_OVERHEAD_S = {"FLASH_ATTN": 0.0, "FLASHINFER": 0.0, "TRITON_ATTN": 38
 #: top_k 20 / top_p 0.95) [H200 captures and seed table fit: 78 ps a logit, 19 µs a sequence at Qwen3.6's 248k
 #: vocabulary]; FlashInfer's rejection sampler is assumed to cost half (no capture)
 SAMPLER_S_PER_LOGIT = {"triton": 78e-12, "flashinfer": 39e-12}
+#: and a fixed part per step that samples at all: the sampling path's kernels (penalties, temperature, top-k/top-p,
+#: the draw) are launched outside the CUDA graph, and a row's passes over its vocabulary run serially on one SM
+#: while the rows run side by side across the SMs [tp1 grid fit]
+SAMPLER_STEP_S = {"triton": 0.0, "flashinfer": 0.0}
 #: the first batch after start compiles the Triton top-k/top-p kernel (``jit_monitor`` warns
 #: "_topk_topp_kernel"): 8 s in the real H200 run [H200 captures]; on the seed's B200 [seed table fit]
 FIRST_BATCH_JIT_S = {"hopper": 8.0, "blackwell": 7.1}
@@ -96,6 +112,13 @@ LAYER_OVERHEAD_S = 6e-6  # per layer per step: kernel launch and tail latency in
 #: Triton kernels, whatever the attention backend) [seed table fit]
 LINEAR_LAYER_OVERHEAD_S = 97e-6
 SEQ_OVERHEAD_S = 2e-6  # per sequence per step: detokenisation, bookkeeping (sampling: SAMPLER_S_PER_LOGIT)
+#: the CPU's share of a step, which async scheduling overlaps with the GPU's: a step takes at least this long. The
+#: engine core schedules and updates every running request, and the API server's one asyncio core turns each new
+#: token into an SSE chunk (incremental detokenisation, the JSON, the write) for every sequence that got one; at
+#: 64 sequences of short context that, not the GPU, sets the pace [tp1 grid fit: 64 × 128 → 128/1024 decode at
+#: 6.4-6.6 ms a step where the GPU needs 6.1]
+HOST_STEP_S = 3.0e-3
+HOST_SEQ_S = 55e-6
 NIXL_SETUP_S = 1.2e-3  # per KV transfer: descriptor preparation and notification [seed table fit]
 #: state of one linear-attention layer for one sequence, in bytes per unit of hidden size (Gated-DeltaNet-style:
 #: value heads × key dim × value dim ≈ hidden × 128 elements in bf16)
@@ -216,6 +239,18 @@ class Correction:
         return self.decode == self.prefill == self.kv_transfer == 1.0
 
 
+def boost_factor(heat: float) -> float:
+    """The compute speed-up over the sustained (power-limited) rate of a GPU whose recent busy share is ``heat``."""
+    return 1.0 + (BOOST_COMPUTE_GAIN - 1.0) * (1.0 - min(1.0, max(0.0, heat)))
+
+
+def heat_after(heat: float, busy_s: float, idle_s: float = 0.0) -> float:
+    """The busy share's exponential average after ``idle_s`` idle then ``busy_s`` busy."""
+    if idle_s > 0:
+        heat *= math.exp(-idle_s / BOOST_TAU_S)
+    return 1.0 - (1.0 - heat) * math.exp(-busy_s / BOOST_TAU_S)
+
+
 def first_batch_jit_s(spec: GpuSpec, stack: Stack) -> float:
     """The first batch's Triton sampler compile (only the Triton sampler compiles at first use)."""
     if stack.flashinfer_sampler:
@@ -309,6 +344,7 @@ class ModelCost:
         self.kv_bw = hw.hbm_bw * ATTN_DECODE_BW_EFF.get(att, 1.0)
         # the sampler runs over the whole vocabulary on every rank (logits are gathered), per sampled sequence
         self.sample_s = SAMPLER_S_PER_LOGIT[self.stack.sampler] * s.vocab_size
+        self.sample_step_s = SAMPLER_STEP_S[self.stack.sampler]
         # causal attention FLOPs per (query token × context token): QK^T and PV, 2 FLOPs per MAC
         self.attn_coeff = 4.0 * self.full_layers * s.num_attention_heads * s.head_dim / self.tp
         kv_heads_per_gpu = max(1.0, s.num_kv_heads / self.tp)
@@ -385,11 +421,12 @@ class ModelCost:
         plus prefill ``chunks``."""
         return self.step(decode_seqs, decode_ctx, chunks)[0]
 
-    def step(self, decode_seqs: int, decode_ctx: int, chunks: list[Chunk] | tuple[Chunk, ...] = ()
-             ) -> tuple[float, float]:
+    def step(self, decode_seqs: int, decode_ctx: int, chunks: list[Chunk] | tuple[Chunk, ...] = (),
+             boost: float = 1.0) -> tuple[float, float]:
         """(step time, the part of it spent streaming memory): the second is what the simulated NVML reports as
         memory utilisation. With speculative decoding each decoding sequence runs 1 + k query tokens (its drafts)
-        through the target, and the drafter runs before the step."""
+        through the target, and the drafter runs before the step. ``boost``: how much faster than sustained the GPU
+        computes now (:func:`boost_factor`)."""
         prefill = 0
         attn = 0.0
         kv = float(decode_ctx) * self.kv_bytes_per_token
@@ -407,19 +444,23 @@ class ModelCost:
         attn += self.attn_coeff * decode_ctx * q
         corr = self.correction
         weights = self.weight_bytes(math.ceil(tokens)) / self.hw.hbm_bw * corr.decode
-        gemm = self.gemm_time(tokens, sampled) * corr.prefill
+        gemm = self.gemm_time(tokens, sampled) * corr.prefill / boost
         # GEMMs stream their weights while computing: the shorter of the two hides behind the longer, in part
         linear = max(weights, gemm) + GEMM_OVERLAP_REST * min(weights, gemm)
         # attention: decode queries stream KV while prefill queries compute, in the same varlen kernels
         kv_time = kv / self.kv_bw * corr.decode
-        attn_time = attn / self.attn_flops_rate * corr.prefill
+        attn_time = attn / self.attn_flops_rate * corr.prefill / boost
         state_time = seqs * 2.0 * self.state_bytes_per_seq / self.hw.hbm_bw * corr.decode
         other = max(kv_time, attn_time) + GEMM_OVERLAP_REST * min(kv_time, attn_time) + state_time
-        overhead = (self.overhead_fixed + seqs * self.seq_overhead + sampled * self.sample_s) * corr.decode
+        overhead = (self.overhead_fixed + seqs * self.seq_overhead + sampled * self.sample_s
+                    + (self.sample_step_s if sampled else 0.0)) * corr.decode
         gpu = linear + other + self.allreduce_time(tokens) * corr.decode
         if self.eager_launch_s > gpu:  # no CUDA graphs: the GPU waits for Python to launch the layers' kernels
             gpu = self.eager_launch_s
         total = overhead + gpu
+        floor = HOST_STEP_S + HOST_SEQ_S * (decode_seqs + sum(1 for c in chunks if c.samples))
+        if floor > total:
+            total = floor
         if self.spec is not None and decode_seqs:
             if self.spec.cpu_drafter:
                 total += (decode_seqs * self.draft_seq_s + decode_ctx * NGRAM_S_PER_CTX_TOKEN) * corr.decode

@@ -26,7 +26,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from tui.sim.perfmodel import BLOCK_SIZE, Chunk, ModelCost
+from tui.sim.perfmodel import BLOCK_SIZE, Chunk, ModelCost, boost_factor, heat_after
 
 WAITING = "waiting"
 REMOTE_KV = "remote_kv"  # blocks allocated, KV being pulled from the prefill instance
@@ -114,6 +114,8 @@ class EngineScheduler:
         self.by_id: dict[str, SimRequest] = {}
         self.num_preemptions = 0
         self.expired: list[SimRequest] = []
+        self.heat = 0.0  # the GPU's recent busy share: how near its power limit it runs (perfmodel.boost_factor)
+        self.busy_until = 0.0
 
     # --- queries --------------------------------------------------------------------------------------------
     @property
@@ -223,7 +225,10 @@ class EngineScheduler:
         if not decodes and not prefills:
             return None
         chunks = [Chunk(n, req.num_computed, req.num_computed + n == req.total_tokens) for req, n in prefills]
-        duration, mem_time = self.cost.step(len(decodes), decode_ctx, chunks)
+        self._cool(now)
+        duration, mem_time = self.cost.step(len(decodes), decode_ctx, chunks, boost_factor(self.heat))
+        self.heat = heat_after(self.heat, duration)
+        self.busy_until = now + duration
         sampled = len(decodes) + sum(1 for c in chunks if c.samples)
         stall = 0.0
         if self.jit_stall_s > 0 and sampled > 1:
@@ -311,11 +316,18 @@ class EngineScheduler:
         ends: list[float] = []
         t = now
         step = self.cost.step
+        self._cool(now)
+        heat = self.heat
         for i in range(k):
             if t >= until:
                 break
-            t += step(b, ctx + int(i * b * per))[0]
+            d = step(b, ctx + int(i * b * per), (), boost_factor(heat))[0] if heat < 0.999 else step(
+                b, ctx + int(i * b * per))[0]
+            heat = heat_after(heat, d)
+            t += d
             ends.append(t)
+        self.heat = heat
+        self.busy_until = t
         if len(ends) < k:  # stopped at an arrival: fewer steps, so fewer blocks
             k = len(ends)
             need = blocks_needed(k)
@@ -337,6 +349,11 @@ class EngineScheduler:
                 self._finish(req, t, "length")
                 finished.append(req)
         return ends, finished
+
+    def _cool(self, now: float) -> None:
+        if now > self.busy_until:
+            self.heat = heat_after(self.heat, 0.0, now - self.busy_until)
+            self.busy_until = now
 
     # --- speculative decoding -------------------------------------------------------------------------------
     def _spec_tokens(self, req: SimRequest) -> int:
