@@ -259,3 +259,19 @@ def test_spec_decode_figures_over_a_run_from_vllms_counters() -> None:
     assert got["acceptance_rate"] == 0.5 and got["mean_acceptance_length"] == 3.0  # the bonus token counted
     assert got["per_position_acceptance"] == [0.8, 0.6, 0.4, 0.2]
     assert spec_decode_counts("vllm:num_requests_running 0\n") is None  # no speculative decoding: no figures
+
+
+def test_the_playbook_knows_what_the_real_knob_runs_logged() -> None:
+    """The H200 knob runs: n-gram speculative decoding turned async scheduling off and moved to the V1 runner;
+    FlashInfer attention autotuned for 83 s before the server was ready."""
+    from tui.core.playbook import load_playbook
+    from tui.core.playbook.offline import diagnose_file
+
+    book = load_playbook()
+    logs = FIXTURES / "vllm-0.24.0-h200-knobs" / "logs"
+    spec = {d.entry_id for d in diagnose_file(logs / "spec_ngram.log", book).diagnoses}
+    assert {"spec-ngram-disables-async", "spec-model-runner-v1", "spec-sampling-params-ignored"} <= spec
+    fi = {d.entry_id for d in diagnose_file(logs / "attn_flashinfer.log", book).diagnoses}
+    assert "flashinfer-attention-warmup" in fi
+    base = {d.entry_id for d in diagnose_file(logs / "base.log", book).diagnoses}
+    assert not base & {"spec-ngram-disables-async", "spec-model-runner-v1", "flashinfer-attention-warmup"}
