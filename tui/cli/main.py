@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "replay": "tui.cli.cmd_replay",
     "web": "tui.cli.cmd_web",
     "export": "tui.cli.cmd_bundle", "import": "tui.cli.cmd_bundle",
+    "hosts": "tui.cli.cmd_hosts",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 

@@ -1,0 +1,147 @@
+"""A remote ``disagg-tui watch --json`` followed as one long SSH session: one line a tick, no round trip per
+sample. When the session ends (the link drops, sshd goes, the remote command fails) or goes quiet for
+``stall_s``, the host is reported unreachable with the reason and tried again with backoff; the first tick after
+that reports it reconnected, and ticks flow again.
+
+The stream has its own connection (not the shared one short commands use): a link that dies under it is noticed
+by its keep-alives and by the stall timer, and cannot hold other commands up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tui.core import safeio
+from tui.core.errors import InputError
+from tui.core.events import Event
+from tui.core.remote.events import HostReconnected, HostUnreachable, RemoteTick
+from tui.core.remote.ssh import MAX_STDERR, SshTransport, Unreachable, classify, last_line
+
+#: the longest line of a remote watch read (a tick of 72 GPUs and their processes is ~100 kB)
+MAX_LINE = 4 * 1024 * 1024
+#: first and longest wait between tries
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 10.0
+
+
+class RemoteWatch:
+    """Follow one host's ``watch --json``. ``events()`` yields :class:`RemoteTick` for each line, and
+    :class:`HostUnreachable` / :class:`HostReconnected` as the connection goes and comes back."""
+
+    def __init__(self, transport: SshTransport, *, rate_hz: float = 2.0, stall_s: float | None = None,
+                 backoff_first_s: float = BACKOFF_FIRST_S, backoff_max_s: float = BACKOFF_MAX_S,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        self.transport = transport
+        self.rate_hz = rate_hz
+        # the first tick can take a remote start-up (imports, NVML): give it a few seconds beyond the sample period
+        self.stall_s = stall_s if stall_s is not None else max(4.0, 4.0 / rate_hz)
+        self.backoff_first_s = backoff_first_s
+        self.backoff_max_s = backoff_max_s
+        self.extra_args = extra_args
+        self._proc: asyncio.subprocess.Process | None = None
+        self.connects = 0  # sessions started (1 + reconnect attempts)
+
+    def remote_argv(self) -> list[str]:
+        return self.transport.entry.remote_cli("watch", "--json", "--rate", f"{self.rate_hz:g}", *self.extra_args)
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        argv = self.transport.argv(self.remote_argv(), shared=False)
+        self.connects += 1
+        return await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.PIPE, limit=MAX_LINE,
+                                                    start_new_session=True)
+
+    async def _stop(self, proc: asyncio.subprocess.Process) -> tuple[int | None, str]:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        err = b""
+        if proc.stderr is not None:
+            with contextlib.suppress(asyncio.TimeoutError, OSError, ValueError):
+                err = await asyncio.wait_for(proc.stderr.read(MAX_STDERR), 2.0)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(proc.wait(), 2.0)
+        return proc.returncode, err.decode("utf-8", "replace")
+
+    def _why(self, rc: int | None, stderr: str, stalled: bool, killed: bool) -> tuple[str, str]:
+        found = classify(stderr)
+        if found is not None:
+            return found
+        if stalled:
+            return "stalled", f"no tick for {self.stall_s:g} s"
+        if rc not in (255, None) and not killed:
+            return "remote-failed", f"remote watch exited {rc}" + (f": {last_line(stderr)}" if stderr.strip()
+                                                                   else "")
+        return "closed", last_line(stderr) or "the SSH session ended"
+
+    async def events(self, seconds: float | None = None) -> AsyncIterator[Event]:
+        """Ticks and connection events until ``seconds`` pass (or forever; cancel the iteration to stop)."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        backoff = self.backoff_first_s
+        down_since: float | None = None
+        name = self.transport.name
+        while deadline is None or time.monotonic() < deadline:
+            proc = await self._start()
+            self._proc = proc
+            stalled = False
+            try:
+                assert proc.stdout is not None
+                while True:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return
+                    wait = self.stall_s if left is None else min(self.stall_s, left)
+                    try:
+                        line = await asyncio.wait_for(proc.stdout.readline(), wait)
+                    except TimeoutError:
+                        if left is not None and left <= self.stall_s:
+                            return
+                        stalled = True
+                        break
+                    except ValueError:  # a line past MAX_LINE: nothing a watch of ours prints
+                        stalled = False
+                        break
+                    if not line:
+                        break
+                    try:
+                        data = safeio.parse_json(line, f"{name}: watch --json")
+                    except InputError:
+                        continue  # a line that is no tick (a remote warning on stdout): skip it
+                    if not isinstance(data, dict):
+                        continue
+                    if down_since is not None:
+                        yield HostReconnected(host=name, down_s=round(time.monotonic() - down_since, 3))
+                        down_since = None
+                    backoff = self.backoff_first_s
+                    yield RemoteTick(host=name, tick=data)
+            finally:
+                rc, err = await self._stop(proc)
+                self._proc = None
+            reason, detail = self._why(rc, err, stalled, killed=stalled)
+            if down_since is None:
+                down_since = time.monotonic()
+            wait_s = min(backoff, self.backoff_max_s) * (0.8 + 0.4 * random.random())
+            yield HostUnreachable(host=name, reason=reason, detail=detail, retry_in_s=round(wait_s, 3))
+            backoff = min(backoff * 2, self.backoff_max_s)
+            await asyncio.sleep(wait_s)
+
+    async def aclose(self) -> None:
+        if self._proc is not None:
+            await self._stop(self._proc)
+
+
+async def first_tick(transport: SshTransport, timeout_s: float = 15.0) -> dict[str, Any]:
+    """One tick of the host's remote watch (its GPUs as they are now), for facts and checks."""
+    watch = RemoteWatch(transport, rate_hz=2.0, stall_s=timeout_s)
+    async for ev in watch.events(seconds=timeout_s):
+        if isinstance(ev, RemoteTick):
+            return ev.tick
+        if isinstance(ev, HostUnreachable):
+            raise Unreachable(transport.name, ev.reason, ev.detail)
+    raise Unreachable(transport.name, "timeout", f"no tick within {timeout_s:g} s")
