@@ -10,8 +10,8 @@
     FlashInfer GEMMs: no nvcc); gemma DP=2 fails to start as on the seed's host. And the shape: DP > TP > 1P1D in
     output throughput, 1P1D's prefill-heavy TPOT about a quarter of DP's and TP's.
 (c) Every cell of the real H200 tp1 grid (TP1-GRID.md: 64 prompts at once, 128-8192 in × 128/1024 out; TPS, mean
-    TTFT, mean TPOT) within ±10 %, short prompts included (before the API server's admission, the host's share of a
-    step and the boost clock were modelled, 128→1024's TTFT was 0.84× and 128→128's throughput 1.11×).
+    TTFT, mean TPOT) within ±10 %, short prompts included (before the API server's admission, FA3's per-layer decode
+    cost and the boost clock were modelled, 128→1024's TTFT was 0.84× and 128→128's throughput 1.11×).
 """
 
 from __future__ import annotations

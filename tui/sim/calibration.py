@@ -14,8 +14,8 @@ Three references, each with its bound:
 - **the real H200 tp1 grid** (``fixtures/vllm-0.24.0-h200-grid/tp1``, TP1-GRID.md: the same model and server,
   ``VLLM_USE_FLASHINFER_SAMPLER=0``, a warm server, 64 prompts at once, ``--ignore-eos``, input × output in {128,
   2048, 8192} × {128, 1024}), within ``GRID_BOUND``: the regime of short prompts and 64 sequences, where the API
-  server's admission of a burst (:mod:`tui.sim.frontend`), the host's share of a step (``HOST_STEP_S``) and the
-  boost clock of a GPU coming from idle (``BOOST_COMPUTE_GAIN``) matter.
+  server's admission of a burst (:mod:`tui.sim.frontend`), FA3's per-layer decode cost on Hopper (``ATTN_HOPPER``)
+  and the boost clock of a GPU coming from idle (``BOOST_COMPUTE_GAIN``) matter.
 
 The numbers the references hold come from the captures (read by the caller) and the design note and the grid's
 summaries (here).

@@ -47,7 +47,7 @@ SPEC_ACCEPTANCE_SOURCE = {
 CPU_DRAFTERS = ("ngram", "suffix")
 #: the share of steps on which the n-gram / suffix drafter finds a match (and proposes its k tokens) when no
 #: measured acceptance is given, i.e. on ``vllm bench``'s random prompts [H200 knob runs: the spec_decode counters]
-CPU_DRAFT_SHARE_RANDOM = 0.0
+CPU_DRAFT_SHARE_RANDOM = 0.0027  # the H200 n-gram run: 307 drafts over 114,688 generated tokens
 #: the simulator's override of the acceptance (a simulated server's env; a stored simulated run's plan carries it)
 ACCEPTANCE_ENV = "DISAGG_SIM_SPEC_ACCEPTANCE"
 #: vLLM 0.24's attention backends by their ``AttentionBackendEnum`` names (the ones ``--attention-backend`` takes;

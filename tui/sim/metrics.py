@@ -239,6 +239,8 @@ def render(engines: list[tuple[str, EngineMetrics, EngineGauges]], model_name: s
     if single_process:
         _process_metrics(ex)
     base = [({"engine": e, "model_name": model_name}, m, g) for e, m, g in engines]
+    if base and base[0][1].spec_tokens:  # vLLM's first families with speculative decoding (the H200 n-gram run)
+        _spec_families(ex, base)
     if base and base[0][1].nixl:
         for name, help_text, _ in _NIXL_HISTOGRAMS:
             ex.histogram(f"vllm:{name}", help_text, [(lab, m.nixl_hist[name]) for lab, m, _ in base])
@@ -277,8 +279,6 @@ def render(engines: list[tuple[str, EngineMetrics, EngineGauges]], model_name: s
                [(lab, m.cached, m.created) for lab, m, _ in base])
     ex.counter("vllm:generation_tokens", "Number of generation tokens processed.",
                [(lab, m.counters["generation_tokens"], m.created) for lab, m, _ in base])
-    if base and base[0][1].spec_tokens:
-        _spec_families(ex, base)
     ex.counter("vllm:request_success", "Count of successfully processed requests.",
                [({**lab, "finished_reason": r}, m.success[r], m.created) for r in FINISH_REASONS for lab, m, _ in base])
     for name, help_text, _ in _HISTOGRAMS:

@@ -29,10 +29,11 @@ a fit to the seed's 2×B200 table (DESIGN.md), or a fit to the real H200 tp1 gri
 ``benchmarks/sim_calibration.py`` prints the result against all three (tests/test_sim_calibration.py guards the
 bounds: H200 within 10 %, every seed cell within 15 %, every tp1 grid cell within 10 %).
 
-Short prompts in a burst (the tp1 grid's 64 × 128 tokens) lean on three things beside the GPU's work: the API
-server admits a burst one request at a time (:mod:`tui.sim.frontend`), a step takes at least the host's share of it
-(``HOST_STEP_S`` + ``HOST_SEQ_S`` a sequence: async scheduling hides the CPU only while the GPU is slower), and a GPU
-coming from idle computes at its boost clock until its power limiter catches up (``BOOST_COMPUTE_GAIN``).
+Short prompts in a burst (the tp1 grid's 64 × 128 tokens) lean on what the long ones hide: the API server admits a
+burst one request at a time (:mod:`tui.sim.frontend`), FA3's decode pays a combine kernel per layer on Hopper
+(``ATTN_HOPPER``), and a GPU coming from idle computes at its boost clock until its power limiter catches up
+(``BOOST_COMPUTE_GAIN``). The host's CPU share of a step (``HOST_STEP_S``) hides behind the GPU with async scheduling
+and adds without it.
 
 Efficiency anchors: the measured H200 ceilings (4.3 TB/s device copy, 790 TFLOP/s bf16 matmul); other GPUs take
 their datasheet figures scaled by the same measured/datasheet ratios. ``SERVE_COMPUTE_EFF`` makes an 8192-token
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 
 from tui.core.models import ModelProfile
 from tui.core.plan.gpuspecs import GpuSpec
-from tui.sim.knobs_model import ServeKnobs, SpecPlan, spec_plan
+from tui.sim.knobs_model import CPU_DRAFTERS, ServeKnobs, SpecPlan, spec_plan
 
 GIB = float(2**30)
 BLOCK_SIZE = 16
@@ -80,6 +81,8 @@ MOE_GEMM_EFF = 0.10
 MOE_LAYER_OVERHEAD_S = 56e-6
 #: how much of the shorter of (weight streaming, GEMM compute) does not hide behind the longer one [H200 captures]
 GEMM_OVERLAP_REST = 0.5
+#: the same for attention: decode queries streaming KV beside prefill queries computing in one varlen kernel
+ATTN_OVERLAP_REST = 0.5
 #: attention kernels at head_dim 256 run at this share of the head_dim-128 rate (FA3 / FlashInfer tiles)
 ATTN_EFF = {64: 1.0, 128: 1.0, 256: 0.55}
 #: by attention backend: the share of HBM bandwidth its decode kernel reaches reading KV, the share of the
@@ -90,6 +93,16 @@ ATTN_EFF = {64: 1.0, 128: 1.0, 256: 0.55}
 ATTN_DECODE_BW_EFF = {"FLASH_ATTN": 1.0, "FLASHINFER": 1.0, "TRITON_ATTN": 1.0}
 ATTN_PREFILL_EFF = {"FLASH_ATTN": 1.0, "FLASHINFER": 1.0, "TRITON_ATTN": 0.76}
 ATTN_LAYER_OVERHEAD_S = {"FLASH_ATTN": 0.0, "FLASHINFER": 0.0, "TRITON_ATTN": 38e-6}
+#: the same on Hopper, where the backends' kernels differ [H200 knob runs: one server per backend, the same four
+#: cells]: FA3's decode splits the KV of a short batch and runs a combine kernel per layer; Triton's unified
+#: attention does it in one kernel (decode 3-9 % faster than FA3 at 64 short sequences) but reads KV more slowly and,
+#: without Hopper's wgmma/TMA paths, computes prefill attention at a fraction of FA3's rate (2,048-token prompts:
+#: TTFT 1.27×); FlashInfer's Hopper kernels trail FA3 in both (3-7 % in every cell)
+ATTN_HOPPER = {  # backend -> (decode KV bandwidth share, prefill rate share, per-layer cost a step)
+    "FLASH_ATTN": (1.07, 1.0, 10e-6),  # its KV read is a pure read stream (4.6 TB/s, above the 4.3 of a copy)
+    "FLASHINFER": (1.0, 0.5, 15e-6),
+    "TRITON_ATTN": (0.9, 0.15, 0.0),
+}
 #: the sampler, per sampled sequence per vocabulary entry: vLLM 0.24's Triton top-k/top-p kernel (what runs with
 #: VLLM_USE_FLASHINFER_SAMPLER=0, as in the H200 captures and the seed; the model's generation_config asks for
 #: top_k 20 / top_p 0.95) [H200 captures and seed table fit: 78 ps a logit, 19 µs a sequence at Qwen3.6's 248k
@@ -112,13 +125,15 @@ LAYER_OVERHEAD_S = 6e-6  # per layer per step: kernel launch and tail latency in
 #: Triton kernels, whatever the attention backend) [seed table fit]
 LINEAR_LAYER_OVERHEAD_S = 97e-6
 SEQ_OVERHEAD_S = 2e-6  # per sequence per step: detokenisation, bookkeeping (sampling: SAMPLER_S_PER_LOGIT)
-#: the CPU's share of a step, which async scheduling overlaps with the GPU's: a step takes at least this long. The
-#: engine core schedules and updates every running request, and the API server's one asyncio core turns each new
-#: token into an SSE chunk (incremental detokenisation, the JSON, the write) for every sequence that got one; at
-#: 64 sequences of short context that, not the GPU, sets the pace [tp1 grid fit: 64 × 128 → 128/1024 decode at
-#: 6.4-6.6 ms a step where the GPU needs 6.1]
-HOST_STEP_S = 3.0e-3
-HOST_SEQ_S = 55e-6
+#: the host's CPU share of a step: the engine core schedules, prepares the inputs and processes the outputs of every
+#: sequence in it (the API server streams them in its own process). With async scheduling (vLLM 0.24's default) it
+#: runs beside the GPU's step, so a step takes the longer of the two; without it (``--no-async-scheduling``, or
+#: forced off by n-gram speculative decoding: "Async scheduling not supported with ngram-based speculative
+#: decoding") it runs between the GPU's steps and adds [H200 knob runs: the n-gram server, async off and on the V1
+#: model runner, decodes 64 sequences ~4.7 ms a step slower than the base server while its drafter finds almost
+#: nothing to propose]
+HOST_STEP_S = 1.5e-3
+HOST_SEQ_S = 35e-6
 NIXL_SETUP_S = 1.2e-3  # per KV transfer: descriptor preparation and notification [seed table fit]
 #: state of one linear-attention layer for one sequence, in bytes per unit of hidden size (Gated-DeltaNet-style:
 #: value heads × key dim × value dim ≈ hidden × 128 elements in bf16)
@@ -132,7 +147,10 @@ NON_TORCH_GIB = 0.135  # non-torch allocations counted inside the budget (NCCL, 
 #: FP8 KV cache (``--kv-cache-dtype fp8``): one byte per element, so twice the tokens in the same memory and half the
 #: bytes a decode token reads; prefill attention quantises the new K/V as it writes them and dequantises in the
 #: kernel: this share of the bf16 rate [assumed; the H200 knob runs check it]
-FP8_KV_PREFILL_ATTN_EFF = 0.95
+FP8_KV_PREFILL_ATTN_EFF = 1.0
+#: ...and decode attention reads its half-size KV at this share of the bf16 kernel's bandwidth (dequantisation in
+#: the kernel, FA3's FP8 path) [H200 knob runs: decode 2-5 % faster, not the ~10 % half the bytes would give]
+FP8_KV_DECODE_BW_EFF = 0.7
 #: FP8 KV is stored as float8_e4m3/e5m2: compute capability 8.9 or newer (Ada, Hopper, Blackwell)
 FP8_KV_MIN_CC = 8.9
 #: speculative decoding, per step while any sequence decodes speculatively: the rejection sampler, the drafts'
@@ -144,11 +162,6 @@ NGRAM_S_PER_SEQ = 4e-6
 NGRAM_S_PER_CTX_TOKEN = 0.5e-9
 #: a separate draft model (``draft_model``, no size known to the model): this share of the target's weight bytes
 DRAFT_MODEL_SHARE = 0.10
-#: ``--no-async-scheduling``: the CPU's scheduling and output processing no longer overlap the GPU's step (vLLM
-#: 0.24's default is on: "Asynchronous scheduling is enabled." in every capture): a fixed part and one per sequence
-#: [assumed from vLLM's async-scheduling PR: 5-20 % on small-model decode]
-SYNC_STEP_S = 0.8e-3
-SYNC_SEQ_S = 5e-6
 #: ``--enforce-eager`` (or cudagraph mode NONE, -O0): no CUDA graphs and no torch.compile fusions. Each layer's
 #: dozen kernels are launched from Python (~4 µs each); the GPU waits when launching is slower than running
 #: [assumed: PyTorch eager dispatch; no capture ran eager]
@@ -339,9 +352,14 @@ class ModelCost:
         self.moe_gemm_flops = self.gemm_flops * MOE_GEMM_EFF * (EP_GEMM_GAIN if self.ep > 1 else 1.0)
         attn_eff = ATTN_EFF.get(s.head_dim, 1.0 if s.head_dim < 128 else 0.55)
         kv_fp8 = profile.kv_cache_dtype == "fp8" or kn.kv_fp8
-        self.attn_flops_rate = (hw.bf16_flops * attn_eff * ATTN_PREFILL_EFF.get(att, 1.0)
+        if hw.spec.arch == "hopper" and att in ATTN_HOPPER:
+            bw_eff, prefill_eff, layer_s = ATTN_HOPPER[att]
+        else:
+            bw_eff, prefill_eff = ATTN_DECODE_BW_EFF.get(att, 1.0), ATTN_PREFILL_EFF.get(att, 1.0)
+            layer_s = ATTN_LAYER_OVERHEAD_S.get(att, 0.0)
+        self.attn_flops_rate = (hw.bf16_flops * attn_eff * prefill_eff
                                 * (FP8_KV_PREFILL_ATTN_EFF if kn.kv_fp8 else 1.0))
-        self.kv_bw = hw.hbm_bw * ATTN_DECODE_BW_EFF.get(att, 1.0)
+        self.kv_bw = hw.hbm_bw * bw_eff * (FP8_KV_DECODE_BW_EFF if kv_fp8 and kn.kv_fp8 else 1.0)
         # the sampler runs over the whole vocabulary on every rank (logits are gathered), per sampled sequence
         self.sample_s = SAMPLER_S_PER_LOGIT[self.stack.sampler] * s.vocab_size
         self.sample_step_s = SAMPLER_STEP_S[self.stack.sampler]
@@ -354,12 +372,12 @@ class ModelCost:
         moe_layers = self.layers if self.expert_active > 0 else 0
         self.overhead_fixed = (STEP_OVERHEAD_S + self.layers * LAYER_OVERHEAD_S
                                + self.linear_layers * LINEAR_LAYER_OVERHEAD_S
-                               + self.full_layers * ATTN_LAYER_OVERHEAD_S.get(att, 0.0)
+                               + self.full_layers * layer_s
                                + moe_layers * MOE_LAYER_OVERHEAD_S)
         self.seq_overhead = SEQ_OVERHEAD_S
-        if not kn.async_on:
-            self.overhead_fixed += SYNC_STEP_S
-            self.seq_overhead += SYNC_SEQ_S
+        # the engine core's CPU share of a step overlaps the GPU's only with async scheduling, which vLLM 0.24 turns
+        # off for n-gram speculative decoding ("Async scheduling not supported with ngram-based ...")
+        self.sync = not kn.async_on or (kn.speculative and kn.spec_method in CPU_DRAFTERS)
         self.eager_launch_s = self.layers * EAGER_LAUNCH_S_PER_LAYER if kn.enforce_eager else 0.0
         if kn.enforce_eager:
             self.overhead_fixed += self.layers * EAGER_UNFUSED_S_PER_LAYER
@@ -451,16 +469,18 @@ class ModelCost:
         kv_time = kv / self.kv_bw * corr.decode
         attn_time = attn / self.attn_flops_rate * corr.prefill / boost
         state_time = seqs * 2.0 * self.state_bytes_per_seq / self.hw.hbm_bw * corr.decode
-        other = max(kv_time, attn_time) + GEMM_OVERLAP_REST * min(kv_time, attn_time) + state_time
+        other = max(kv_time, attn_time) + ATTN_OVERLAP_REST * min(kv_time, attn_time) + state_time
         overhead = (self.overhead_fixed + seqs * self.seq_overhead + sampled * self.sample_s
                     + (self.sample_step_s if sampled else 0.0)) * corr.decode
         gpu = linear + other + self.allreduce_time(tokens) * corr.decode
         if self.eager_launch_s > gpu:  # no CUDA graphs: the GPU waits for Python to launch the layers' kernels
             gpu = self.eager_launch_s
         total = overhead + gpu
-        floor = HOST_STEP_S + HOST_SEQ_S * (decode_seqs + sum(1 for c in chunks if c.samples))
-        if floor > total:
-            total = floor
+        host = HOST_STEP_S + HOST_SEQ_S * (decode_seqs + sum(1 for c in chunks if c.samples))
+        if self.sync:
+            total += host
+        elif host > total:
+            total = host
         if self.spec is not None and decode_seqs:
             if self.spec.cpu_drafter:
                 total += (decode_seqs * self.draft_seq_s + decode_ctx * NGRAM_S_PER_CTX_TOKEN) * corr.decode

@@ -195,7 +195,7 @@ class ServerState:
             return
         per_pos = ", ".join(f"{(a - b) / drafts:.3f}" for a, b in zip(now[3:], last[3:], strict=True))
         rate = 100.0 * accepted / drafted if drafted > 0 else float("nan")
-        self.log.info(self.api, "metrics.py:98", f"SpecDecoding metrics: Mean acceptance length: "
+        self.log.info(self.api, "metrics.py:120", f"SpecDecoding metrics: Mean acceptance length: "
                       f"{1 + accepted / drafts:.2f}, Accepted throughput: {accepted / interval:.2f} tokens/s, "
                       f"Drafted throughput: {drafted / interval:.2f} tokens/s, Accepted: {int(accepted)} tokens, "
                       f"Drafted: {int(drafted)} tokens, Per-position acceptance rate: {per_pos}, "

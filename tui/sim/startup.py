@@ -80,8 +80,20 @@ class Startup(StartContext):
         if cfg.enforce_eager:
             self.log.warning(api, "vllm.py:1135", "Enforce eager set, disabling torch.compile and CUDAGraphs. This "
                              "is equivalent to setting -cc.mode=none -cc.cudagraph_mode=none")
-        if cfg.knobs.async_on:
-            self.info(api, "vllm.py:1006", "Asynchronous scheduling is enabled.")
+        kn = cfg.knobs
+        ngram = kn.speculative and kn.spec_method in ("ngram", "suffix")
+        if kn.kv_fp8:
+            self.info(api, "cache.py:279", "Using fp8 data type to store kv cache. It reduces the GPU memory footprint "
+                      "and boosts the performance. Meanwhile, it may cause accuracy drop without a proper scaling "
+                      "factor")
+        if ngram and kn.async_on:
+            self.log.warning(api, "vllm.py:981", "Async scheduling not supported with ngram-based speculative "
+                             "decoding and will be disabled.")
+        self.info(api, "vllm.py:1006", "Asynchronous scheduling is "
+                  + ("enabled." if kn.async_on and not ngram else "disabled."))
+        if ngram:
+            self.log.warning(api, "vllm.py:541", "Model Runner V2 does not yet support ngram/ngram_gpu speculative "
+                             "decoding; using the V1 model runner instead.")
         self._spawn_engines()
         if self.dp_mode:
             for i in range(cfg.api_server_count):

@@ -32,7 +32,9 @@ class EnginePhases:
         self.s = s
         self.arch = arch
         self.cfg = s.cfg
-        self.v2 = arch in V2_RUNNER_ARCHS
+        kn = s.cfg.knobs
+        self.ngram = kn.speculative and kn.spec_method in ("ngram", "suffix")
+        self.v2 = arch in V2_RUNNER_ARCHS and not self.ngram  # "Model Runner V2 does not yet support ngram ..."
         self.side_socks: list[socket.socket] = []
         self.compile_s = s.times.compile_total
         self.t_engine = s.pacer.now
