@@ -12,6 +12,7 @@ from functools import cache
 
 from tests.conftest import FIXTURES
 from tui.core.models import Catalog
+from tui.core.plan.gpuspecs import H200
 from tui.sim.calibration import (
     KNOB_CELLS,
     KNOB_CONFIGS,
@@ -21,6 +22,7 @@ from tui.sim.calibration import (
     parse_knob_cmd,
 )
 from tui.sim.knobs_model import ServeKnobs, knobs_from_flags
+from tui.sim.perfmodel import Hardware, memory_plan
 
 CAPTURE = FIXTURES / "vllm-0.24.0-h200-knobs"
 
@@ -64,3 +66,15 @@ def test_knob_effects_have_the_measured_sign_where_they_are_large() -> None:
         if c.config != "base" and abs(measured) >= 0.10 and c.metric != "mean TTFT ms":
             assert predicted * measured > 0 and abs(predicted - measured) < 0.1, (c.config, c.cell, c.metric,
                                                                                   predicted, measured)
+
+
+def test_kv_capacity_per_knob_as_the_servers_logged_it() -> None:
+    # KNOBS.md's startup table: "GPU KV cache size" of each server at --gpu-memory-utilization 0.30
+    real = {"base": 183_216, "mnbt_2048": 183_888, "kv_fp8": 365_952, "spec_ngram": 156_160}
+    hw = Hardware.for_gpu(H200)
+    for cf, tokens in real.items():
+        kn = knobs_from_flags(*parse_knob_cmd((CAPTURE / "logs" / f"{cf}.cmd").read_text(encoding="utf-8")))
+        mem = memory_plan(Catalog.load().model("dummy-qwen3-8b"), hw, tp=1, gpu_memory_utilization=0.30,
+                          max_num_batched_tokens=kn.max_num_batched_tokens or 8192, kv_cache_dtype=kn.kv_cache_dtype,
+                          v1_runner=kn.cpu_drafter)
+        assert abs(mem.kv_tokens / tokens - 1) < 0.01, (cf, mem.kv_tokens, tokens)

@@ -172,7 +172,7 @@ def _scheduler(profile: ModelProfile, hw: Hardware, tp: int, gmu: float, jit_sta
     mbt = kn.max_num_batched_tokens or mbt
     mns = kn.max_num_seqs or mns
     mem = memory_plan(profile, hw, tp=tp, gpu_memory_utilization=gmu, max_num_batched_tokens=mbt,
-                      enforce_eager=kn.enforce_eager, kv_cache_dtype=kn.kv_cache_dtype)
+                      enforce_eager=kn.enforce_eager, kv_cache_dtype=kn.kv_cache_dtype, v1_runner=kn.cpu_drafter)
     st = (stack or Stack.select(hw.spec)).with_knobs(kn)
     return EngineScheduler(ModelCost(profile, hw, tp, st, correction, kn), kv_tokens=mem.kv_tokens,
                            max_num_seqs=mns, max_num_batched_tokens=mbt,

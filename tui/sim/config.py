@@ -152,7 +152,7 @@ class ServeConfig:
         return memory_plan(self.profile, self.hardware, tp=self.tp,
                            gpu_memory_utilization=gpu_memory_utilization or self.gpu_memory_utilization,
                            max_num_batched_tokens=self.max_num_batched_tokens, enforce_eager=self.enforce_eager,
-                           kv_cache_dtype=self.knobs.kv_cache_dtype)
+                           kv_cache_dtype=self.knobs.kv_cache_dtype, v1_runner=self.knobs.cpu_drafter)
 
     @property
     def stack(self) -> Stack:

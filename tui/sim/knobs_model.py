@@ -86,7 +86,13 @@ class ServeKnobs:
 
     @property
     def async_on(self) -> bool:
-        return self.async_scheduling is not False
+        """Async scheduling as the engine runs it: vLLM 0.24 turns it off for n-gram speculative decoding."""
+        return self.async_scheduling is not False and not self.cpu_drafter
+
+    @property
+    def cpu_drafter(self) -> bool:
+        """n-gram / suffix speculative decoding: a CPU drafter, no async scheduling, vLLM's V1 model runner."""
+        return self.speculative and self.spec_method in CPU_DRAFTERS
 
     @property
     def is_default(self) -> bool:

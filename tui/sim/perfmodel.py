@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from tui.core.models import ModelProfile
 from tui.core.plan.gpuspecs import GpuSpec
-from tui.sim.knobs_model import CPU_DRAFTERS, ServeKnobs, SpecPlan, spec_plan
+from tui.sim.knobs_model import ServeKnobs, SpecPlan, spec_plan
 
 GIB = float(2**30)
 BLOCK_SIZE = 16
@@ -142,6 +142,9 @@ LINEAR_STATE_BYTES_PER_HIDDEN = 128 * 2
 TORCH_RESERVED_MIB = 616
 CUDA_CONTEXT_GIB = 2.3  # what nvidia-smi shows on top of the gpu_memory_utilization budget (real H200: +2.3 GiB)
 NON_TORCH_GIB = 0.135  # non-torch allocations counted inside the budget (NCCL, cuBLAS workspaces)
+#: vLLM's V1 model runner (what n-gram speculative decoding falls back to) peaks this much higher in the memory
+#: profile than the V2 runner, per 8,192 batched tokens [H200 knob runs: 21.45 GiB of KV against 25.16]
+V1_RUNNER_EXTRA_GIB = 3.71
 
 # --- serve knobs (tui/sim/knobs_model.py reads them from the command line) -------------------------------------
 #: FP8 KV cache (``--kv-cache-dtype fp8``): one byte per element, so twice the tokens in the same memory and half the
@@ -377,7 +380,7 @@ class ModelCost:
         self.seq_overhead = SEQ_OVERHEAD_S
         # the engine core's CPU share of a step overlaps the GPU's only with async scheduling, which vLLM 0.24 turns
         # off for n-gram speculative decoding ("Async scheduling not supported with ngram-based ...")
-        self.sync = not kn.async_on or (kn.speculative and kn.spec_method in CPU_DRAFTERS)
+        self.sync = not kn.async_on
         self.eager_launch_s = self.layers * EAGER_LAUNCH_S_PER_LAYER if kn.enforce_eager else 0.0
         if kn.enforce_eager:
             self.overhead_fixed += self.layers * EAGER_UNFUSED_S_PER_LAYER
@@ -519,8 +522,10 @@ class MemoryPlan:
 
 
 def memory_plan(profile: ModelProfile, hw: Hardware, *, tp: int, gpu_memory_utilization: float,
-                max_num_batched_tokens: int, enforce_eager: bool = False, kv_cache_dtype: str = "auto") -> MemoryPlan:
-    """``kv_cache_dtype`` fp8 (``--kv-cache-dtype``): one byte per KV element, twice the tokens."""
+                max_num_batched_tokens: int, enforce_eager: bool = False, kv_cache_dtype: str = "auto",
+                v1_runner: bool = False) -> MemoryPlan:
+    """``kv_cache_dtype`` fp8 (``--kv-cache-dtype``): one byte per KV element, twice the tokens; ``v1_runner``: the
+    engine runs vLLM's V1 model runner (n-gram speculative decoding), whose profile peaks higher."""
     cost = ModelCost(profile, hw, tp, knobs=ServeKnobs(kv_cache_dtype=kv_cache_dtype))  # only its byte counts
     total = hw.torch_total_gib
     budget = gpu_memory_utilization * total
@@ -528,6 +533,8 @@ def memory_plan(profile: ModelProfile, hw: Hardware, *, tp: int, gpu_memory_util
     s = profile.shape
     act_width = 2 * s.intermediate_size * (s.experts_per_token if profile.is_moe else 1)
     activation = max_num_batched_tokens * act_width * 2.0 / max(1, tp) / GIB
+    if v1_runner:
+        activation += V1_RUNNER_EXTRA_GIB * max_num_batched_tokens / 8192 / max(1, tp)
     graphs = 0.0 if enforce_eager else 0.5 + 0.5 * s.layers / 36.0
     kv = budget - weights - activation - graphs - NON_TORCH_GIB
     per_token = cost.kv_bytes_per_token

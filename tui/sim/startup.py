@@ -81,16 +81,16 @@ class Startup(StartContext):
             self.log.warning(api, "vllm.py:1135", "Enforce eager set, disabling torch.compile and CUDAGraphs. This "
                              "is equivalent to setting -cc.mode=none -cc.cudagraph_mode=none")
         kn = cfg.knobs
-        ngram = kn.speculative and kn.spec_method in ("ngram", "suffix")
+        ngram = kn.cpu_drafter
         if kn.kv_fp8:
             self.info(api, "cache.py:279", "Using fp8 data type to store kv cache. It reduces the GPU memory footprint "
                       "and boosts the performance. Meanwhile, it may cause accuracy drop without a proper scaling "
                       "factor")
-        if ngram and kn.async_on:
+        if ngram and kn.async_scheduling is not False:
             self.log.warning(api, "vllm.py:981", "Async scheduling not supported with ngram-based speculative "
                              "decoding and will be disabled.")
         self.info(api, "vllm.py:1006", "Asynchronous scheduling is "
-                  + ("enabled." if kn.async_on and not ngram else "disabled."))
+                  + ("enabled." if kn.async_on else "disabled."))
         if ngram:
             self.log.warning(api, "vllm.py:541", "Model Runner V2 does not yet support ngram/ngram_gpu speculative "
                              "decoding; using the V1 model runner instead.")

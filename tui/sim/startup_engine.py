@@ -33,7 +33,7 @@ class EnginePhases:
         self.arch = arch
         self.cfg = s.cfg
         kn = s.cfg.knobs
-        self.ngram = kn.speculative and kn.spec_method in ("ngram", "suffix")
+        self.ngram = kn.cpu_drafter
         self.v2 = arch in V2_RUNNER_ARCHS and not self.ngram  # "Model Runner V2 does not yet support ngram ..."
         self.side_socks: list[socket.socket] = []
         self.compile_s = s.times.compile_total
