@@ -3,19 +3,22 @@ and whether its clock agrees with this one, each as one :class:`~tui.core.plan.p
 
 from __future__ import annotations
 
+import contextlib
 import re
+import subprocess
+import threading
 import time
 from dataclasses import dataclass
 
 from tui.core import safeio
 from tui.core.errors import InputError
 from tui.core.plan.preflight import FAIL, PASS, WARN, Check
-from tui.core.remote.ssh import RemoteResult, SshTransport, Unreachable, last_line
+from tui.core.remote.ssh import MAX_STDERR, RemoteResult, SshTransport, Unreachable, classify, last_line
 
 #: clocks further apart than this are a warning (events of two hosts would not line up on one time axis)
 CLOCK_WARN_S = 0.5
 #: round trips the clock is read over (the shortest is used)
-CLOCK_SAMPLES = 3
+CLOCK_SAMPLES = 5
 _VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?(?:[.+-][0-9A-Za-z.+-]*)?)\b")
 
 
@@ -40,19 +43,44 @@ def version_in(text: str) -> str | None:
 
 
 def read_clock(transport: SshTransport, samples: int = CLOCK_SAMPLES, timeout_s: float = 10.0) -> ClockReading:
-    """The remote clock's offset from this one: ``date +%s.%N`` there, against the middle of the round trip
-    here, over the shortest of ``samples`` round trips (the shared connection makes each a few ms)."""
+    """The remote clock's offset from this one, as NTP reads it: one remote shell answers each line sent with
+    ``date +%s.%N``; the offset is against the middle of that round trip here, over the shortest of ``samples``
+    (no process start or SSH handshake inside a round trip: only the link and one ``date``)."""
+    proc = transport.open(["sh", "-c", "while read -r _; do date +%s.%N; done"])
     best: ClockReading | None = None
-    for _ in range(samples):
-        t0 = time.time()
-        res = transport.run(["date", "+%s.%N"], timeout_s=timeout_s)
-        t1 = time.time()
-        text = res.stdout.strip()
-        if not res.ok or not re.fullmatch(r"\d{1,12}(?:\.\d{1,9})?", text):
-            raise InputError(f"{transport.name}: 'date +%s.%N' answered {safeio.shown(text or res.stderr, 80)!r}")
-        reading = ClockReading(offset_s=float(text) - (t0 + t1) / 2, rtt_s=t1 - t0)
-        if best is None or reading.rtt_s < best.rtt_s:
-            best = reading
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    try:
+        for _ in range(samples):
+            t0 = time.time()
+            proc.stdin.write(b"x\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+            t1 = time.time()
+            text = line.decode("utf-8", "replace").strip()
+            if not re.fullmatch(r"\d{1,12}(?:\.\d{1,9})?", text):
+                err = proc.stderr.read(MAX_STDERR).decode("utf-8", "replace") if proc.stderr and not line else ""
+                found = classify(err)
+                if found is not None:
+                    raise Unreachable(transport.name, *found)
+                raise InputError(f"{transport.name}: 'date +%s.%N' answered "
+                                 f"{safeio.shown(text or last_line(err) or 'nothing', 80)!r}")
+            reading = ClockReading(offset_s=float(text) - (t0 + t1) / 2, rtt_s=t1 - t0)
+            if best is None or reading.rtt_s < best.rtt_s:
+                best = reading
+    except (BrokenPipeError, OSError):
+        raise Unreachable(transport.name, "closed", "the clock's session ended") from None
+    finally:
+        timer.cancel()
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        try:
+            proc.wait(2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     assert best is not None
     return best
 

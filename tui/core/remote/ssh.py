@@ -200,6 +200,14 @@ class SshTransport:
         return RemoteResult(rc=proc.returncode, stdout=out[:MAX_OUTPUT].decode("utf-8", "replace"),
                             stderr=text_err, seconds=seconds)
 
+    def open(self, remote: list[str], *, shared: bool = True) -> subprocess.Popen[bytes]:
+        """Start ``remote`` there with pipes to its stdin and stdout (a conversation: the clock's pings)."""
+        try:
+            return subprocess.Popen(self.argv(remote, shared=shared), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            raise Unreachable(self.name, "ssh-missing", f"cannot run {self.ssh}: {exc.strerror}") from None
+
     def drop_shared(self) -> None:
         """Close this host's shared connection (``ssh -O exit``), if one is open: the next command connects
         afresh."""

@@ -35,11 +35,13 @@ class RemoteWatch:
 
     def __init__(self, transport: SshTransport, *, rate_hz: float = 2.0, stall_s: float | None = None,
                  backoff_first_s: float = BACKOFF_FIRST_S, backoff_max_s: float = BACKOFF_MAX_S,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 start_s: float = 20.0, extra_args: tuple[str, ...] = ()) -> None:
         self.transport = transport
         self.rate_hz = rate_hz
         # the first tick can take a remote start-up (imports, NVML): give it a few seconds beyond the sample period
         self.stall_s = stall_s if stall_s is not None else max(4.0, 4.0 / rate_hz)
+        # a session's first tick waits for the handshake and the remote start (imports, the first sample)
+        self.start_s = max(start_s, self.stall_s)
         self.backoff_first_s = backoff_first_s
         self.backoff_max_s = backoff_max_s
         self.extra_args = extra_args
@@ -74,7 +76,7 @@ class RemoteWatch:
         if found is not None:
             return found
         if stalled:
-            return "stalled", f"no tick for {self.stall_s:g} s"
+            return "stalled", f"no tick for {self.stall_s:g} s (the first: {self.start_s:g} s)"
         if rc not in (255, None) and not killed:
             return "remote-failed", f"remote watch exited {rc}" + (f": {last_line(stderr)}" if stderr.strip()
                                                                    else "")
@@ -90,17 +92,19 @@ class RemoteWatch:
             proc = await self._start()
             self._proc = proc
             stalled = False
+            first = True
             try:
                 assert proc.stdout is not None
                 while True:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return
-                    wait = self.stall_s if left is None else min(self.stall_s, left)
+                    quiet = self.start_s if first else self.stall_s
+                    wait = quiet if left is None else min(quiet, left)
                     try:
                         line = await asyncio.wait_for(proc.stdout.readline(), wait)
                     except TimeoutError:
-                        if left is not None and left <= self.stall_s:
+                        if left is not None and left <= quiet:
                             return
                         stalled = True
                         break
@@ -109,6 +113,7 @@ class RemoteWatch:
                         break
                     if not line:
                         break
+                    first = False
                     try:
                         data = safeio.parse_json(line, f"{name}: watch --json")
                     except InputError:
