@@ -134,6 +134,8 @@ class RemoteWatch:
             wait_s = min(backoff, self.backoff_max_s) * (0.8 + 0.4 * random.random())
             yield HostUnreachable(host=name, reason=reason, detail=detail, retry_in_s=round(wait_s, 3))
             backoff = min(backoff * 2, self.backoff_max_s)
+            if deadline is not None:
+                wait_s = min(wait_s, max(0.0, deadline - time.monotonic()))
             await asyncio.sleep(wait_s)
 
     async def aclose(self) -> None:
