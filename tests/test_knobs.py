@@ -275,3 +275,26 @@ def test_the_playbook_knows_what_the_real_knob_runs_logged() -> None:
     assert "flashinfer-attention-warmup" in fi
     base = {d.entry_id for d in diagnose_file(logs / "base.log", book).diagnoses}
     assert not base & {"spec-ngram-disables-async", "spec-model-runner-v1", "flashinfer-attention-warmup"}
+
+
+def test_the_tp1_grid_references_are_the_real_runs_figures() -> None:
+    """tui.sim.calibration.GRID_TABLE holds what the real H200 tp1 grid's summary.json files say."""
+    from tui.sim.calibration import GRID_TABLE
+
+    runs = FIXTURES / "vllm-0.24.0-h200-grid" / "tp1" / "runs"
+    for (i, o), (tps, ttft, tpot) in GRID_TABLE.items():
+        s = json.loads((runs / f"{i}x{o}" / "summary.json").read_text())
+        assert s["output_throughput"] == pytest.approx(tps, rel=1e-3)
+        assert s["mean_ttft_ms"] == pytest.approx(ttft, rel=1e-3)
+        assert s["mean_tpot_ms"] == pytest.approx(tpot, rel=1e-3)
+
+
+def test_a_knob_campaign_counts_its_layouts(tmp_path: Path) -> None:
+    from tui.core.bench.campaign import CampaignSpec
+    from tui.core.bench.campaigns import _layouts
+
+    spec = CampaignSpec(name="c", model="m", topologies=["tp2", "1p1d"], workloads=["w"],
+                        knobs=["attn=auto,triton", "decode.mnbt=2048,8192"])
+    assert _layouts(spec) == 2 + 4  # decode.mnbt does not multiply tp2
+    assert _layouts(CampaignSpec(name="c", model="m", topologies=["tp2"], workloads=["w"],
+                                 knobs=["gone=1,2"])) == 1  # a knob the catalogue no longer has

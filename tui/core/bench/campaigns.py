@@ -21,7 +21,8 @@ from pathlib import Path
 from tui.core import paths, safeio, typedread
 from tui.core.bench.campaign import CAMPAIGN_FILE, CampaignSpec, read_spec
 from tui.core.bench.store import Run, find_runs, load_run
-from tui.core.errors import InputError
+from tui.core.errors import AppError, InputError
+from tui.core.plan.knobs import KnobCatalog, configurations
 
 #: run folders of one campaign read at most (a real one has a few dozen cells)
 MAX_RUNS = 10_000
@@ -59,8 +60,20 @@ class StoredCampaign:
         many as are stored when more are."""
         s = self.spec
         rates = len(s.rates) if isinstance(s.rates, list) else 1
-        cells = len(s.topologies) * len(s.workloads) * max(s.repeat, 1) * max(rates, 1)
+        cells = _layouts(s) * len(s.workloads) * max(s.repeat, 1) * max(rates, 1)
         return max(cells, len(self.runs) + len(self.damaged))
+
+
+def _layouts(spec: CampaignSpec) -> int:
+    """The layouts a spec brings up: one per topology, or one per topology × knob configuration (an axis a
+    topology has no server for drops out there); a catalogue that no longer reads the axes counts one each."""
+    if not spec.knobs:
+        return len(spec.topologies)
+    try:
+        axes = KnobCatalog.load().axes(spec.knobs)
+        return sum(len(configurations(axes, t)) for t in spec.topologies)
+    except AppError:
+        return len(spec.topologies)
 
 
 def _created(directory: Path) -> float:
