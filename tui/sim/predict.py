@@ -111,6 +111,11 @@ def knob_notes(profile: ModelProfile, spec: GpuSpec, knobs: ServeKnobs, values: 
         values["spec_mean_acceptance_length"] = sp.mean_length
         notes.append(f"speculative decoding {sp.method}:{sp.k}: per-draft-token acceptance {sp.acceptance:.2f} "
                      f"({sp.source}); mean acceptance length {sp.mean_length:.2f} tokens a step")
+        if sp.draft_share < 1.0:
+            notes.append(f"the {sp.method} drafter proposes on {sp.draft_share:.2%} of steps (random prompts, as on "
+                         "the real H200)")
+        if knobs.cpu_drafter:
+            notes.append("vLLM 0.24 runs n-gram drafting without async scheduling, on its V1 model runner")
     if knobs.kv_fp8 and spec.compute_capability < FP8_KV_MIN_CC:
         notes.append(f"FP8 KV cache needs compute capability >= {FP8_KV_MIN_CC} ({spec.name} has "
                      f"{spec.compute_capability:g})")
