@@ -1,4 +1,4 @@
-"""Launch: a model and a topology, the knobs that matter, the exact plan and its preflight, then launch.
+"""Launch: a model and a topology, the serve knobs, the exact plan and its preflight, then launch.
 
 The form is one launch request (``tui.core.plan.request.LaunchRequest``, what ``disagg-tui up`` takes): each
 field's mistake shows at once, under its field, and nothing is planned while one is wrong. Every topology that
@@ -8,6 +8,13 @@ and above the list when no topology fits); warnings (MoE + DP) show before launc
 layout is said so, and launching then replaces that layout (``up --replace``). Launching posts
 ``LaunchRequested``: the app starts ``disagg-tui up`` detached with ``request.to_argv()``, so the start goes on
 whatever happens to the console; the dashboard follows it.
+
+The serve knobs come from the catalogue (``profiles/knobs.yaml``, ``tui.console.knobs``): one row per knob the
+highlighted topology may take, ←/→ stepping through the values that fit this model, GPU and topology; those that
+do not are greyed under the list with the catalogue's reason (EP on a dense model, MTP without an MTP head, a
+backend the GPU lacks, no nvcc). What is chosen is the request's ``knob`` text (``attn=triton decode.mnbt=2048``,
+also typed by hand: any number, a role, ``ngram:6``), planned as ``up --knob`` plans it: the plan says each knob's
+change, and the launch carries them (``--knob=K=V``).
 """
 
 from __future__ import annotations
@@ -24,13 +31,17 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from tui.console import fmt
 from tui.console.context import ConsoleContext
+from tui.console.knobs import KnobRow, knob_rows, parse_pairs, set_pair
 from tui.console.messages import LaunchRequested
 from tui.console.screens.base import ConsoleScreen
 from tui.console.state import ConsoleState
 from tui.console.widgets.header import HeaderBar
+from tui.console.widgets.knoblist import KnobList
 from tui.core.errors import AppError
 from tui.core.models.modelsrc import ModelEntry, list_models
+from tui.core.plan.knobs import KnobCatalog
 from tui.core.plan.preflight import FAIL, WARN, Check, preflight
 from tui.core.plan.request import LaunchRequest, RequestInvalid, plan_request
 from tui.core.plan.spec import LaunchPlan
@@ -38,10 +49,10 @@ from tui.core.plan.spec import LaunchPlan
 #: the form's fields: (the request's value each gives, the flag of ``up`` it is: what its error names)
 FIELDS: dict[str, tuple[str, str]] = {
     "gmu": ("gpu_memory_utilization", "--gpu-memory-utilization"), "mml": ("max_model_len", "--max-model-len"),
-    "args": ("arg", "--arg"), "env": ("env", "--env"),
+    "knob": ("knob", "--knob"), "args": ("arg", "--arg"), "env": ("env", "--env"),
 }
 #: what a form field's error says it is about
-FIELD_NAMES = {"gmu": "GPU memory utilisation", "mml": "max model length", "args": "extra args",
+FIELD_NAMES = {"gmu": "GPU memory utilisation", "mml": "max model length", "knob": "knobs", "args": "extra args",
                "env": "environment"}
 #: layouts whose ports a launch may take over by replacing them (a stopping one is going already)
 REPLACEABLE = ("starting", "ready", "degraded", "failed")
@@ -131,6 +142,11 @@ class LaunchScreen(ConsoleScreen):
         self.entries: list[ModelEntry] = []
         self._gen = 0
         self._checks: dict[str, list[Check]] = {}
+        #: the serve-knob catalogue (read with the models, in a thread), or why it does not read
+        self.knob_catalog: KnobCatalog | None = None
+        self.knob_problem = ""
+        #: each topology's knob rows as last planned: every value with why it does not fit there
+        self.knob_rows: dict[str, list[KnobRow]] = {}
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -144,6 +160,10 @@ class LaunchScreen(ConsoleScreen):
                 topologies = OptionList(id="topologies")
                 topologies.border_title = "Topology"
                 yield topologies
+                serve = KnobList(id="serve-knobs")
+                serve.border_title = "Serve knobs (←→)"
+                yield serve
+                yield Static(id="knob-detail", classes="form-note")
                 with Vertical(id="knobs"):
                     yield Label("GPU memory utilisation · max model length")
                     with Horizontal(classes="knob-row"):
@@ -151,6 +171,9 @@ class LaunchScreen(ConsoleScreen):
                         yield Input(placeholder="profile's", id="mml", compact=True)
                     yield Static(id="gmu-error", classes="field-error")
                     yield Static(id="mml-error", classes="field-error")
+                    yield Label("knobs as text ([ROLE.]NAME=VALUE …)")
+                    yield Input(placeholder="e.g. attn=triton decode.mnbt=2048", id="knob", compact=True)
+                    yield Static(id="knob-error", classes="field-error")
                     yield Label("extra vllm serve args")
                     yield Input(placeholder="e.g. --enforce-eager", id="args", compact=True)
                     yield Static(id="args-error", classes="field-error")
@@ -174,11 +197,16 @@ class LaunchScreen(ConsoleScreen):
     @work(exclusive=True, group="models", thread=True, exit_on_error=False, description="listing models")
     def _list_models(self) -> None:
         entries = list_models(self.ctx.catalog)
-        self.app.call_from_thread(self._show_models, entries)
+        try:
+            knobs, problem = KnobCatalog.load(), ""
+        except AppError as err:  # a damaged knobs.yaml of the operator's: the text field still works
+            knobs, problem = None, err.one_line()
+        self.app.call_from_thread(self._show_models, entries, knobs, problem)
 
-    def _show_models(self, entries: list[ModelEntry]) -> None:
+    def _show_models(self, entries: list[ModelEntry], knobs: KnobCatalog | None = None, problem: str = "") -> None:
         """Shipped and operator profiles, then what the Hugging Face cache and the model folders hold."""
         self.entries = entries
+        self.knob_catalog, self.knob_problem = knobs, problem
         self._fill_models()
 
     @on(Input.Changed, "#model-filter")
@@ -221,6 +249,28 @@ class LaunchScreen(ConsoleScreen):
         self.topology = event.option.id
         self.show_plan()
 
+    @on(OptionList.OptionHighlighted, "#serve-knobs")
+    def _knob_row(self, event: OptionList.OptionHighlighted) -> None:
+        event.stop()
+        self._knob_detail()
+        lst = self.query_one("#serve-knobs", KnobList)
+        if lst.has_focus:  # 80×24: the reasons under the list come into view with it (the list first)
+            self.call_after_refresh(self._knobs_in_view)
+
+    def _knobs_in_view(self) -> None:
+        left = self.query_one("#launch-left", VerticalScroll)
+        left.scroll_to_widget(self.query_one("#knob-detail"), animate=False)
+        left.scroll_to_widget(self.query_one("#serve-knobs"), animate=False)
+
+    @on(KnobList.Changed)
+    def _knob_stepped(self, event: KnobList.Changed) -> None:
+        """A knob stepped on the list: the text says it (and its change replans, as typing it would)."""
+        event.stop()
+        box = self.query_one("#knob", Input)
+        row = next((r for r in self.query_one("#serve-knobs", KnobList).rows if r.key == event.key), None)
+        box.value = set_pair(box.value, event.key, event.value, row.default if row is not None else "")
+        self._knob_detail()
+
     @on(Input.Submitted, "#knobs Input")
     def _knob(self, _: Input.Submitted) -> None:
         self.replan()
@@ -258,11 +308,22 @@ class LaunchScreen(ConsoleScreen):
         except RequestInvalid as err:
             problems = err.by_flag()
         for wid, (_, flag) in FIELDS.items():
+            if wid == "knob":
+                continue  # below: the catalogue reads it too
             said = problems.pop(flag, [])
             self.query_one(f"#{wid}", Input).set_class(bool(said), "-invalid")
             key = FIELDS[wid][0]  # a message that names the setting already is not prefixed with it again
             self._say(f"#{wid}-error", "; ".join(m if m.startswith(key) else f"{FIELD_NAMES[wid]}: {m}"
                                                  for m in said))
+        if request is not None and request.knobs and self.knob_catalog is not None:
+            try:  # an unknown knob or value is the field's mistake, not a refusal of every topology
+                self.knob_catalog.settings(request.knobs)
+            except AppError as err:
+                problems.setdefault("--knob", []).append(str(getattr(err, "message", err.title)))
+                request = None
+        said = problems.pop("--knob", [])
+        self.query_one("#knob", Input).set_class(bool(said), "-invalid")
+        self._say("#knob-error", "; ".join(m if m.startswith("knob") else f"knobs: {m}" for m in said))
         self._say("#form-error", "; ".join(f"{flag}: {m}" for flag, said in problems.items() for m in said))
         return request
 
@@ -293,7 +354,16 @@ class LaunchScreen(ConsoleScreen):
             return
         facts = host.facts
         choices = []
+        rows: dict[str, list[KnobRow]] = {}
+        chosen = dict(request.knobs)
         for topo in candidate_topologies(len(facts.gpus)):
+            bare = replace(request, topology=topo, knobs=())
+            if self.knob_catalog is not None:  # every value judged against the plan without knobs
+                try:
+                    profile, plan = plan_request(bare, ctx.catalog, facts)
+                    rows[topo] = knob_rows(self.knob_catalog, topo, profile, plan, facts, chosen)
+                except AppError:
+                    rows[topo] = knob_rows(self.knob_catalog, topo, chosen=chosen)
             try:
                 choices.append(TopologyChoice(topo, plan_request(replace(request, topology=topo), ctx.catalog,
                                                                  facts)[1]))
@@ -306,13 +376,14 @@ class LaunchScreen(ConsoleScreen):
         for c in choices:
             if c.plan is not None:
                 checks[c.name] = preflight(c.plan, facts, nvml)
-        self.app.call_from_thread(self._planned, gen, request, choices, checks)
+        self.app.call_from_thread(self._planned, gen, request, choices, checks, rows)
 
     def _planned(self, gen: int, request: LaunchRequest, choices: list[TopologyChoice],
-                 checks: dict[str, list[Check]]) -> None:
+                 checks: dict[str, list[Check]], rows: dict[str, list[KnobRow]] | None = None) -> None:
         if gen != self._gen:  # a later choice or knob is being planned: this one is stale
             return
         self.planned = request
+        self.knob_rows = rows or {}
         self.choices = choices
         self._checks = checks
         ol = self.query_one("#topologies", OptionList)
@@ -333,7 +404,50 @@ class LaunchScreen(ConsoleScreen):
         self._say("#topology-note", note)
         self.show_plan()
 
+    def _show_knobs(self) -> None:
+        """The highlighted topology's knob rows, the values the form's text chooses."""
+        lst = self.query_one("#serve-knobs", KnobList)
+        rows = self.knob_rows.get(self.topology or "", [])
+        lst.show(rows, parse_pairs(self.query_one("#knob", Input).value))
+        self._knob_detail()
+
+    def _knob_detail(self) -> None:
+        """Under the list: the highlighted knob, its values (the one chosen marked) and why those greyed out do not
+        fit this model, GPU and topology."""
+        lst = self.query_one("#serve-knobs", KnobList)
+        detail = self.query_one("#knob-detail", Static)
+        row = lst.highlighted_row
+        if row is None:
+            detail.update(Text(self.knob_problem or "", style=fmt.BAD))
+            detail.display = bool(self.knob_problem)
+            return
+        value = lst.value_of(row)
+        t = Text(row.knob.title, style="bold")
+        if row.role:
+            t.append(f" ({row.role} servers)")
+        t.append(f"  vLLM ≥ {row.knob.since}\n", style=fmt.DIM)
+        for i, v in enumerate(row.values):  # every value on one line: the one chosen marked, the greyed ✖
+            if i:
+                t.append(" · ", style=fmt.DIM)
+            if v.refused:
+                t.append(f"✖{v.value}", style="dim red" if v.value != value else fmt.BAD)
+            else:
+                t.append(f"●{v.value}" if v.value == value else v.value, style="bold" if v.value == value else "")
+        if row.knob.kind == "int":
+            t.append(f" · or a number {row.knob.lo}..{row.knob.hi} typed below", style=fmt.DIM)
+        mine = row.fit(value)
+        note = (mine.note or ("vLLM's default" if mine.default else "")) if mine is not None else ""
+        if note:
+            t.append(f"\n{value}: {note}", style=fmt.DIM)
+        for v in row.values:
+            if v.refused:
+                t.append(f"\n✖ {v.value}: {v.refused}", style="red" if v.value == value else "dim red")
+        t.rstrip()
+        detail.update(t)
+        detail.display = True
+
     def show_plan(self) -> None:
+        self._show_knobs()
         choice = next((c for c in self.choices if c.name == self.topology), None)
         view = self.query_one("#plan-text", Static)
         self.held = []
@@ -362,6 +476,12 @@ class LaunchScreen(ConsoleScreen):
                 t.append(f"      {', '.join(map(str, self.held))} held by your layout {lay.topology} of "
                          f"{lay.profile_id} ({lay.status}): ctrl+l replaces it (stops it first, as "
                          "'up --replace' does)\n", style="bold yellow")
+        knob_changes = [w for w in choice.plan.workarounds if w.source == "knob"]
+        if knob_changes:
+            t.append("\nKnobs\n", style="bold")
+            for change in knob_changes:
+                t.append(f" {change.reason.removeprefix('knob ')}: ", style="cyan")
+                t.append(f"{change.change}\n")
         t.append("\nCommands (what launching runs; ctrl+y copies)\n", style="bold")
         t.append(choice.plan.shell(), style="cyan")
         view.update(t)
