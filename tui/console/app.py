@@ -655,7 +655,7 @@ class ConsoleApp(App[int]):
     def _run_campaign(self, choice: CampaignChoice, name: str | None = None) -> None:
         argv = run_argv(choice.model, choice.topologies, choice.workloads, self.ctx.options, rates=choice.rates,
                         repeat=choice.repeat, campaign=name, num_prompts=choice.num_prompts, runner=choice.runner,
-                        ports=self.ctx.ports)
+                        ports=self.ctx.ports, knobs=choice.knobs)
         self.run_job("run", argv, "the campaign finished")
 
     def on_campaign_requested(self, message: CampaignRequested) -> None:

@@ -88,9 +88,13 @@ def down_argv(options: HostOptions, *, all_layouts: bool = False, force: bool = 
 
 def run_argv(model: str, topologies: Sequence[str], workloads: Sequence[str], options: HostOptions, *,
              ports: tuple[int, int, int] | None = None, rates: str | None = None, repeat: int = 1,
-             campaign: str | None = None, num_prompts: int | None = None, runner: str = "ours") -> list[str]:
+             campaign: str | None = None, num_prompts: int | None = None, runner: str = "ours",
+             knobs: Sequence[str] = ()) -> list[str]:
+    """``disagg-tui run`` of a campaign started (or resumed) here; ``knobs``: its axes, each a ``--knob``."""
     argv = ["run", "--model", model, "--topology", ",".join(topologies), "--workload", ",".join(workloads),
             "--repeat", str(repeat), "--quiet"]
+    for axis in knobs:
+        argv += ["--knob", axis]
     if rates:
         argv += ["--rates", rates]
     if campaign:

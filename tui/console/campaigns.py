@@ -2,10 +2,15 @@
 of each objective marked, the recommendation once the campaign has ended and, while it runs, when it should end;
 from the core's reading of each campaign folder (:mod:`tui.core.bench.campaigns`) and the same comparison and
 recommendation the results show (:mod:`tui.core.bench.table`, :mod:`tui.core.bench.recommend`). No Textual, and no
-file of a run folder named here: the core reads them, checked as every stored run is."""
+file of a run folder named here: the core reads them, checked as every stored run is.
+
+A campaign with knob axes (``run --knob``) has a layout per topology and knob configuration: a cell says its
+configuration (``attn=triton mnbt=2048``, the run's stored knobs) and the grid a row per layout, the ones not run yet
+from the campaign's axes (the catalogue's configurations of each topology)."""
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +22,7 @@ from tui.core.bench import table
 from tui.core.bench.campaigns import Eta, StoredCampaign, eta, stored_campaigns
 from tui.core.bench.store import Run, rate_label, run_workloads
 from tui.core.errors import AppError
+from tui.core.plan.knobs import KnobCatalog, configurations
 
 #: the objectives a grid marks: (column of the comparison, what the mark says)
 OBJECTIVES = (("output_throughput", "most output tok/s"), ("mean_tpot_ms", "lowest mean TPOT"),
@@ -35,6 +41,22 @@ class CellState:
     output_tps: float | None = None
     #: why this run is in no figure ("": it measured something): a complete run that completed no request too
     left_out: str = ""
+    #: its knob configuration (``attn=triton mnbt=2048``); "" without knobs
+    config: str = ""
+
+    @property
+    def layout(self) -> str:
+        """Its topology and knob configuration (``tp1 [attn=triton]``): a row of the grid."""
+        return layout_name(self.topology, self.config)
+
+
+def layout_name(topology: str, config: str) -> str:
+    return f"{topology} [{config}]" if config else topology
+
+
+def config_label(knobs: dict[str, str]) -> str:
+    """A run's stored knobs as its configuration's label (``attn=triton mnbt=2048``)."""
+    return " ".join(f"{k}={v}" for k, v in knobs.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +79,22 @@ class CampaignState:
     running: bool  # some run of it is being measured now (its client's process is alive)
     done: int
     total: int
-    figures: dict[tuple[str, str, str], Figures] = field(default_factory=dict)  # (topology, workload, rate)
+    figures: dict[tuple[str, str, str], Figures] = field(default_factory=dict)  # (layout, workload, rate)
     #: the recommendation's lines once the campaign has ended (every cell done, nothing running)
     recommendation: tuple[str, ...] = ()
     eta: Eta | None = None
+    #: the knob configurations of each topology (its axes crossed, as ``run`` crosses them); {} without knobs
+    configs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def layouts(self) -> list[tuple[str, str]]:
+        """Every (topology, configuration) of the campaign, in the order it runs them; those of cells only the
+        folder has (axes since edited) after them."""
+        topos = list(self.spec.get("topologies", [])) or sorted({c.topology for c in self.cells})
+        out = [(t, cfg) for t in topos for cfg in (self.configs.get(t) or ("",))]
+        for c in self.cells:
+            if c.status != "damaged" and (c.topology, c.config) not in out:
+                out.append((c.topology, c.config))
+        return out
 
     @property
     def finished(self) -> bool:
@@ -77,7 +111,7 @@ def _cell(run: Run) -> CellState:
     return CellState(topology=m.topology, workload=m.workload, rate=rate_label(m.request_rate), repeat=m.repeat,
                      status=m.status, run_dir=str(run.path), message=safeio.shown(m.message),
                      output_tps=_figure(run.summary, "output_throughput"),
-                     left_out="" if m.status == "running" else run.unusable)
+                     left_out="" if m.status == "running" else run.unusable, config=config_label(m.knobs))
 
 
 def _figures(cells: list[table.Cell]) -> dict[tuple[str, str, str], Figures]:
@@ -86,7 +120,8 @@ def _figures(cells: list[table.Cell]) -> dict[tuple[str, str, str], Figures]:
     for c in cells:
         if not c.ranked:
             continue
-        out[(c.topology, c.workload, rate_label(c.rate))] = Figures(
+        layout = layout_name(c.topology, config_label(c.runs[0].meta.knobs) if c.runs else "")
+        out[(layout, c.workload, rate_label(c.rate))] = Figures(
             values={k: iv.mean for k, iv in c.values.items()}, repeats=len(c.runs),
             best=frozenset(k for k, _ in OBJECTIVES if marks.get((c.key, k))))
     return out
@@ -138,12 +173,41 @@ def campaign_state(stored: StoredCampaign, gpus: int | None = None, now: float |
     cells = [_cell(r) for r in stored.runs]
     cells += [CellState(topology=safeio.shown(d.name, 80), workload="", rate="", repeat=1, status="damaged",
                         run_dir=str(d), message=err.one_line()) for d, err in stored.damaged]
-    finished = not stored.running and stored.total > 0 and stored.done >= stored.total
+    configs = _configs(tuple(stored.spec.knobs), tuple(stored.spec.topologies),
+                       int(time.time() // CATALOGUE_TTL_S)) if stored.spec.knobs else {}
+    total = max(stored.total, _knob_total(stored, configs))
+    finished = not stored.running and total > 0 and stored.done >= total
     figures, recommendation = _judge(stored, gpus, finished)
     return CampaignState(name=stored.name, directory=stored.directory, spec=stored.spec.to_dict(),
                          cells=tuple(cells), created=stored.created, running=stored.running, done=stored.done,
-                         total=stored.total, figures=figures, recommendation=recommendation,
-                         eta=eta(stored, time.time() if now is None else now))
+                         total=total, figures=figures, recommendation=recommendation,
+                         eta=eta(stored, time.time() if now is None else now), configs=configs)
+
+
+def _knob_total(stored: StoredCampaign, configs: dict[str, tuple[str, ...]]) -> int:
+    """The cells a campaign with knob axes makes: each topology's configurations × workloads × rates × repeats
+    (``auto`` rates count as one until run, as the core counts them)."""
+    if not configs:
+        return 0
+    s = stored.spec
+    rates = len(s.rates) if isinstance(s.rates, list) else 1
+    layouts = sum(len(configs.get(t) or ("",)) for t in s.topologies)
+    return layouts * len(s.workloads) * max(s.repeat, 1) * max(rates, 1)
+
+
+#: how long the knob catalogue read for a grid's configurations is kept (the screen reads every campaign each 2 s)
+CATALOGUE_TTL_S = 60
+
+
+@functools.lru_cache(maxsize=64)
+def _configs(axes: tuple[str, ...], topologies: tuple[str, ...], _bucket: int) -> dict[str, tuple[str, ...]]:
+    """Each topology's knob configurations (labels) from the campaign's axes; {} where the catalogue no longer
+    reads them (the grid then has the layouts its cells name)."""
+    try:
+        parsed = KnobCatalog.load().axes(list(axes), where="the campaign's knobs")
+        return {t: tuple(c.label for c in configurations(parsed, t)) for t in topologies}
+    except AppError:
+        return {}
 
 
 def campaigns(root: Path | None = None, limit: int = 20, gpus: int | None = None) -> list[CampaignState]:

@@ -77,6 +77,8 @@ class CampaignChoice:
     repeat: int = 1
     num_prompts: int | None = None
     runner: str = "ours"
+    #: the knob axes (``[ROLE.]NAME=V1,V2``, each a ``run --knob``); () for none
+    knobs: tuple[str, ...] = ()
 
 
 class CampaignRequested(Message):

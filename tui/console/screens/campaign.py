@@ -9,10 +9,18 @@ A campaign started here is ``disagg-tui run`` started detached: it keeps running
 SSH connection drops, and this screen (in any console, later) shows it from its directory (``campaign.json`` and
 each cell's run), the live figures of the cell being measured from the servers' ``/metrics``. Resume is ``run``'s:
 the same campaign again skips the cells already complete.
+
+Serve knobs are axes beside the topologies (``run --knob K=V1,V2``): the form lists every value of the catalogue
+(``profiles/knobs.yaml``) that the model, GPU and topologies chosen may take, the ones that fit none of them greyed
+(the reason under the list when highlighted), and says how many layouts (topology × configurations) and cells the
+axes make, with each layout the planner refuses in one line (its cells fail at once, as ``run`` refuses it). The
+grid has a row per layout: its topology and its knob label.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -24,10 +32,20 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Footer, Input, Label, OptionList, SelectionList, Static
 from textual.widgets.option_list import Option
+from textual.widgets.selection_list import Selection
 
 from tui.console import fmt
 from tui.console.campaigns import CampaignState, CellState, campaigns
 from tui.console.context import ConsoleContext
+from tui.console.knobs import (
+    AxisValue,
+    CampaignShape,
+    axes_texts,
+    axis_values,
+    campaign_shape,
+    parse_axes,
+    set_axis_value,
+)
 from tui.console.messages import CampaignChoice, CampaignRequested, CampaignResumeRequested
 from tui.console.screens.base import ConsoleScreen
 from tui.console.screens.launch import candidate_topologies
@@ -36,6 +54,12 @@ from tui.console.widgets.checklist import CheckList
 from tui.console.widgets.header import HeaderBar
 from tui.core import paths
 from tui.core.bench.campaigns import span
+from tui.core.errors import AppError
+from tui.core.models import ModelProfile
+from tui.core.plan.hostfacts import HostFacts
+from tui.core.plan.knobs import KnobCatalog
+from tui.core.plan.request import LaunchRequest, plan_request
+from tui.core.plan.spec import LaunchPlan
 
 REFRESH_S = 2.0
 STATUS_STYLE = {"complete": fmt.OK, "failed": fmt.BAD, "incomplete": fmt.WARN, "running": fmt.BUSY}
@@ -74,11 +98,18 @@ def _cell_text(state: CampaignState, cells: list[CellState], key: tuple[str, str
     return parts
 
 
+def _layout_label(topology: str, config: str) -> Text:
+    """A grid row's head: the topology, its knob configuration under it (dim)."""
+    t = Text(topology, style="bold")
+    if config:
+        t.append(f"\n{config}", style=fmt.DIM)
+    return t
+
+
 def grid(state: CampaignState) -> Table:
-    """Topologies down, workloads (and rates) across; each cell its figures (the best of each objective marked) or
-    its status."""
+    """Layouts (topologies, each with its knob configurations) down, workloads (and rates) across; each cell its
+    figures (the best of each objective marked) or its status."""
     spec = state.spec
-    topos = list(spec.get("topologies", [])) or sorted({c.topology for c in state.cells})
     columns: list[tuple[str, str]] = []
     for c in state.cells:
         key = (c.workload, c.rate)
@@ -87,18 +118,20 @@ def grid(state: CampaignState) -> Table:
     for w in spec.get("workloads", []):
         if not any(k[0] == w for k in columns):
             columns.append((w, ""))
-    t = Table(expand=True, box=None, pad_edge=False)
-    t.add_column("topology", style="bold")
+    # a layout's head is two lines (its topology, its knobs) as its cells are: a blank line between layouts
+    t = Table(expand=True, box=None, pad_edge=False, padding=(0, 1, 1, 0) if state.configs else (0, 1))
+    t.add_column("layout" if state.configs else "topology")
     for w, r in columns:
         t.add_column(f"{w}" + (f" @{r}" if r and r != "inf" else ""), justify="right")
-    for topo in topos:
-        row: list[Text | str] = [topo]
+    for topo, config in state.layouts():
+        row: list[Text | str] = [_layout_label(topo, config)]
         for w, r in columns:
-            cells = [c for c in state.cells if c.topology == topo and c.workload == w and (not r or c.rate == r)]
+            cells = [c for c in state.cells if c.topology == topo and c.config == config and c.workload == w
+                     and (not r or c.rate == r)]
             if not cells:
                 row.append(Text("pending", style=fmt.DIM))
                 continue
-            row.append(_cell_text(state, cells, (topo, w, r)))
+            row.append(_cell_text(state, cells, (cells[0].layout, w, r)))
         t.add_row(*row)
     return t
 
@@ -122,6 +155,57 @@ def verdict(state: CampaignState) -> Text:
     return out
 
 
+@dataclass
+class KnobJudgement:
+    """The form's knob values for the model and topologies chosen, and the layouts its axes make (a thread's)."""
+
+    values: list[AxisValue] = field(default_factory=list)
+    shape: CampaignShape = field(default_factory=CampaignShape)
+    topologies: tuple[str, ...] = ()
+    problem: str = ""  # the catalogue does not read
+
+
+def _rates_count(text: str) -> int | None:
+    """How many rates a campaign sweeps per workload (None: auto, known after the saturation run)."""
+    t = text.strip()
+    if t == "auto":
+        return None
+    return max(1, len([r for r in t.split(",") if r.strip()])) if t else 1
+
+
+def shape_text(shape: CampaignShape, workloads: int, rates: int | None, repeat: int) -> Text:
+    """``2 topologies × 4 configurations = 8 layouts · 16 cells``, then each layout the planner refuses."""
+    t = Text()
+    if shape.error:
+        return t
+    per = sorted(set(shape.layouts.values()))
+    if shape.axes:
+        configs = (f"{per[0]} configuration{'s' if per[0] != 1 else ''}" if len(per) == 1 else
+                   "their configurations")
+        t.append(f"{len(shape.layouts)} topolog{'y' if len(shape.layouts) == 1 else 'ies'} × {configs} = ",
+                 style="bold")
+    t.append(f"{shape.total} layout{'s' if shape.total != 1 else ''}", style="bold")
+    cells = shape.total * workloads * repeat
+    if rates is None:
+        t.append(f" · {cells} saturation cells, then the auto rates")
+    else:
+        t.append(f" · {cells * rates} cells")
+    if shape.refused:
+        t.append(f"\n✖ {len(shape.refused)} of {shape.total} refused here (their cells fail at once):",
+                 style=fmt.BAD)
+        reasons: dict[str, list[str]] = {}  # one line per reason, the layouts it refuses counted
+        for line in shape.refused:
+            layout, _, why = line.partition("]: ") if "]: " in line else line.partition(": ")
+            reasons.setdefault(why, []).append(layout.split(" [", 1)[0])
+        for why, topos in list(reasons.items())[:4]:
+            counted = ", ".join(f"{tp} ×{topos.count(tp)}" if topos.count(tp) > 1 else tp
+                                for tp in dict.fromkeys(topos))
+            t.append(f"\n  {why} ({counted})", style="red")
+        if len(reasons) > 4:
+            t.append(f"\n  … and {len(reasons) - 4} more reasons", style="red")
+    return t
+
+
 class CampaignScreen(ConsoleScreen):
     AUTO_FOCUS = "#c-topologies"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -139,6 +223,11 @@ class CampaignScreen(ConsoleScreen):
         super().__init__(ctx, state)
         self.states: list[CampaignState] = []
         self.selected: str | None = None
+        #: the knob catalogue (read in a thread), the plans without knobs by (model, topology), the judgement shown
+        self.knob_catalog: KnobCatalog | None = None
+        self._bare: dict[tuple[str, str], tuple[ModelProfile | None, LaunchPlan | str]] = {}
+        self.judged = KnobJudgement()
+        self._judge_gen = 0
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -157,6 +246,14 @@ class CampaignScreen(ConsoleScreen):
                 with Horizontal(classes="knob-row"):
                     yield Input(value="1", id="c-repeat", placeholder="1", compact=True)
                     yield Input(id="c-prompts", placeholder="the workload's", compact=True)
+                yield Static("serve knobs: space ticks the values to sweep", classes="form-label")
+                yield CheckList(id="c-knobs")
+                yield Static(id="c-knob-note", classes="form-note")
+                yield Static("knob axes as text ([ROLE.]NAME=V1,V2 …)", classes="form-label")
+                yield Input(id="c-knob-text", placeholder="e.g. attn=auto,triton decode.mnbt=2048,8192",
+                            compact=True)
+                yield Static(id="c-knob-error", classes="field-error")
+                yield Static(id="c-shape", classes="form-note")
                 yield Button("Start (ctrl+s)", id="c-start", variant="primary")
             with VerticalScroll(id="campaign-live"):  # a long grid and its verdict scroll (80×24)
                 cl = OptionList(id="c-list")
@@ -186,8 +283,11 @@ class CampaignScreen(ConsoleScreen):
         wls = self.query_one("#c-workloads", SelectionList)
         for name in sorted(ctx.catalog.workloads):
             wls.add_option((name, name, name in ("decode-heavy", "prefill-heavy")))
+        for w in self.query("#c-knob-error, #c-knob-note, #c-shape"):
+            w.display = False
         self.refresh_list()
         self.set_interval(REFRESH_S, self.refresh_list)
+        self.rejudge()
 
     def draw(self, model: ConsoleState) -> None:
         self.query_one(HeaderBar).draw(model, screen="campaign")
@@ -245,7 +345,7 @@ class CampaignScreen(ConsoleScreen):
         cell = next((c for c in state.cells if c.status == "running"), None)
         t = Text("\nNow: ", style="bold")
         if cell is not None:
-            t.append(f"{cell.topology} × {cell.workload} @ {cell.rate} (repeat {cell.repeat})\n")
+            t.append(f"{cell.layout} × {cell.workload} @ {cell.rate} (repeat {cell.repeat})\n")
         gen = sum(v.figures.generation_tps or 0.0 for v in model.servers.values()
                   if v.figures is not None and v.role != "proxy")
         running = sum(v.figures.running or 0.0 for v in model.servers.values()
@@ -255,6 +355,159 @@ class CampaignScreen(ConsoleScreen):
         t.append(f"servers: {fmt.num(gen)} gen tok/s · {running:.0f} running · TTFT p50 "
                  f"{fmt.ms(max(ttfts)) if ttfts else '—'} (from /metrics)")
         return t
+
+    # --- the knobs -------------------------------------------------------------------------------------------
+    def _model(self) -> str | None:
+        ol = self.query_one("#c-model", OptionList)
+        return ol.get_option_at_index(ol.highlighted).id if ol.highlighted is not None else None
+
+    def _axes_text(self) -> str:
+        return self.query_one("#c-knob-text", Input).value
+
+    @on(OptionList.OptionHighlighted, "#c-model")
+    @on(SelectionList.SelectedChanged, "#c-topologies, #c-workloads")
+    @on(Input.Changed, "#c-knob-text, #c-rates, #c-repeat")
+    def _form_changed(self) -> None:
+        self.rejudge()
+
+    def rejudge(self) -> None:
+        """The knob values and the layouts for the form as it is now (planned in a thread)."""
+        model = self._model()
+        if model is None:
+            return
+        self._judge_gen += 1
+        self._judge(model, tuple(self.query_one("#c-topologies", SelectionList).selected),
+                    parse_axes(self._axes_text()), self._judge_gen)
+
+    @work(exclusive=True, group="knob-judge", thread=True, exit_on_error=False, description="judging the knobs")
+    def _judge(self, model: str, topologies: tuple[str, ...], axes: dict[str, list[str]], gen: int) -> None:
+        out = KnobJudgement(topologies=topologies)
+        if self.knob_catalog is None:
+            try:
+                self.knob_catalog = KnobCatalog.load()
+            except AppError as err:  # a damaged knobs.yaml of the operator's
+                out.problem = err.one_line()
+                self.app.call_from_thread(self._judged, gen, out)
+                return
+        host = self.ctx.host
+        facts: HostFacts | None = host.facts if host is not None else None
+        profile: ModelProfile | None = None
+        plans: dict[str, LaunchPlan | str] = {}
+        for topo in topologies:
+            if (model, topo) not in self._bare and facts is not None:
+                self._bare[(model, topo)] = self._plan(model, topo, facts)
+            got = self._bare.get((model, topo))
+            if got is not None:
+                profile = got[0] or profile
+                plans[topo] = got[1]
+        out.values = axis_values(self.knob_catalog, topologies, profile, plans, facts, axes)
+        out.shape = campaign_shape(self.knob_catalog, axes_texts(axes), topologies, profile, plans, facts)
+        self.app.call_from_thread(self._judged, gen, out)
+
+    def _plan(self, model: str, topo: str, facts: HostFacts) -> tuple[ModelProfile | None, LaunchPlan | str]:
+        """A topology planned as ``run`` plans it, without knobs (the console's ports), or why it is refused."""
+        request = LaunchRequest(model=model, topology=topo, vllm=self.ctx.options.vllm)
+        if self.ctx.ports is not None:
+            port, server_port, side_channel_port = self.ctx.ports
+            request = dataclasses.replace(request, port=port, server_port=server_port,
+                                          side_channel_port=side_channel_port)
+        try:
+            profile, plan = plan_request(request, self.ctx.catalog, facts)
+        except AppError as err:
+            return None, err.title
+        return profile, plan
+
+    def _judged(self, gen: int, judged: KnobJudgement) -> None:
+        if gen != self._judge_gen:
+            return  # the form changed since: a later judgement is on its way
+        self.judged = judged
+        self._fill_knobs()
+        self._show_shape()
+
+    def _fill_knobs(self) -> None:
+        """Every value, ticked where the axes text has it; greyed where it fits none of the topologies chosen."""
+        lst = self.query_one("#c-knobs", CheckList)
+        keep = lst.highlighted
+        axes = parse_axes(self._axes_text())
+        ticked = {f"{k}={v}" for k, vs in axes.items() for v in vs}
+        topos = self.judged.topologies
+        # the plain knobs' values in one column; a role's knob (prefill.mnbt, on a P/D topology) its own, wider
+        plain = max((len(v.key) for v in self.judged.values if v.role is None), default=6) + 1
+        options: list[Selection[str]] = []
+        last = ""
+        for v in self.judged.values:
+            greyed = v.everywhere(topos)
+            width = plain if v.role is None else len(v.key) + 1
+            t = Text(f"{v.key if v.key != last else '':<{width}}", style="bold" if v.key != last else "")
+            t.append(v.value, style=fmt.DIM if greyed else ("" if not v.default else fmt.DIM))
+            if greyed:
+                t.append(" ✖", style=fmt.BAD)
+            elif v.refused:
+                t.append(f" ✖{','.join(v.refused)}", style=fmt.WARN)
+            t.no_wrap = True
+            t.overflow = "ellipsis"
+            last = v.key
+            options.append(Selection(t, v.id, v.id in ticked, disabled=greyed and v.id not in ticked))
+        with self.prevent(SelectionList.SelectedChanged):
+            lst.clear_options()
+            lst.add_options(options)
+        if keep is not None and options:
+            lst.highlighted = min(keep, len(options) - 1)
+        self._knob_note()
+
+    @on(SelectionList.SelectedChanged, "#c-knobs")
+    def _ticked(self) -> None:
+        """A value ticked or unticked: the axes text says it (in the order ticked; a value typed stays)."""
+        lst = self.query_one("#c-knobs", CheckList)
+        box = self.query_one("#c-knob-text", Input)
+        text = box.value
+        axes = parse_axes(text)
+        have = {f"{k}={v}" for k, vs in axes.items() for v in vs}
+        chosen = set(lst.selected)
+        for v in self.judged.values:
+            if (v.id in chosen) != (v.id in have):
+                text = set_axis_value(text, v.key, v.value, v.id in chosen)
+        if text != box.value:
+            box.value = text
+
+    @on(SelectionList.SelectionHighlighted, "#c-knobs")
+    def _knob_highlighted(self) -> None:
+        self._knob_note()
+
+    def _knob_note(self) -> None:
+        """Under the list: the highlighted value's knob, what it does, and where it does not fit (why)."""
+        lst = self.query_one("#c-knobs", CheckList)
+        note = self.query_one("#c-knob-note", Static)
+        v = self.judged.values[lst.highlighted] if lst.highlighted is not None and \
+            lst.highlighted < len(self.judged.values) else None
+        if v is None:
+            note.update(Text(self.judged.problem, style=fmt.BAD))
+            note.display = bool(self.judged.problem)
+            return
+        t = Text(f"{v.key}={v.value}", style="bold")
+        t.append(f"  {v.knob.title}" + (f", {v.role} servers" if v.role else ""), style=fmt.DIM)
+        what = v.note or ("vLLM's default: the layout without this knob" if v.default else "")
+        if what:
+            t.append(f"\n{what}", style=fmt.DIM)
+        for topo, why in v.refused.items():
+            t.append(f"\n✖ {topo}: {why}", style="red")
+        note.update(t)
+        note.display = True
+
+    def _show_shape(self) -> None:
+        shape = self.judged.shape
+        err = self.query_one("#c-knob-error", Static)
+        err.update(Text(f"knobs: {shape.error}" if shape.error else "", style="red"))
+        err.display = bool(shape.error)
+        self.query_one("#c-knob-text", Input).set_class(bool(shape.error), "-invalid")
+        box = self.query_one("#c-shape", Static)
+        repeat_text = self.query_one("#c-repeat", Input).value.strip()
+        repeat = int(repeat_text) if repeat_text.isdigit() and int(repeat_text) > 0 else 1
+        workloads = len(self.query_one("#c-workloads", SelectionList).selected)
+        rates = _rates_count(self.query_one("#c-rates", Input).value)
+        text = shape_text(shape, workloads, rates, repeat) if shape.layouts else Text()
+        box.update(text)
+        box.display = bool(text)
 
     # --- starting ------------------------------------------------------------------------------------------
     @on(Button.Pressed, "#c-start")
@@ -278,9 +531,17 @@ class CampaignScreen(ConsoleScreen):
             self.notify("repeats and prompts are positive integers", severity="error", timeout=5)
             return
         rates = self.query_one("#c-rates", Input).value.strip() or None
+        axes = tuple(axes_texts(parse_axes(self._axes_text())))
+        shape = self.judged.shape
+        if axes and shape.axes == list(axes) and shape.error:
+            self.notify(shape.error, title="the knob axes do not read", severity="error", timeout=6)
+            return
+        if axes and shape.axes == list(axes) and shape.total and len(shape.refused) == shape.total:
+            self.notify(shape.refused[0], title="every layout is refused here", severity="error", timeout=8)
+            return
         self.post_message(CampaignRequested(CampaignChoice(
             model=model, topologies=topos, workloads=wls, rates=rates, repeat=int(repeat_text),
-            num_prompts=int(prompts_text) if prompts_text else None)))
+            num_prompts=int(prompts_text) if prompts_text else None, knobs=axes)))
         self.set_timer(1.5, self._read)  # the list shows it once it has written its campaign file
 
     def action_resume(self) -> None:
@@ -296,7 +557,8 @@ class CampaignScreen(ConsoleScreen):
             model=str(spec.get("model", "")), topologies=tuple(spec.get("topologies", [])),
             workloads=tuple(spec.get("workloads", [])),
             rates=",".join(rates) if isinstance(rates, list) else rates, repeat=int(spec.get("repeat", 1) or 1),
-            num_prompts=spec.get("num_prompts"), runner=str(spec.get("client", "ours")))))
+            num_prompts=spec.get("num_prompts"), runner=str(spec.get("client", "ours")),
+            knobs=tuple(str(k) for k in spec.get("knobs") or ()))))
         self.set_timer(1.5, self._read)
 
 
