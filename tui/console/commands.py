@@ -68,6 +68,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("Export the results as Markdown", "screen.export('md')", "with the recommendation", "ctrl+k",
             "results"),
     Command("A run's details", "screen.details", "plan, fingerprint, per-request figures", "enter", "results"),
+    Command("Knob chart: next knob", "screen.next_knob", "the next serve knob the runs differ by, its values side "
+            "by side", "k", "results"),
+    Command("Knob chart: next figure", "screen.next_figure", "output tok/s, mean TPOT, mean TTFT", "f", "results"),
     Command("Search the playbook", "screen.search", "by id, title or pattern", "/", "playbook"),
     # the app's
     Command("Recording on/off", "app.toggle_recording", "record this session (on by default)", "ctrl+t"),

@@ -8,6 +8,11 @@ scope shown. A run that failed, was stopped or completed no request is a row of 
 
 The table and the recommendation are the core's (``tui.core.bench.table``, ``tui.core.bench.recommend``), the
 same the CLI prints; they are built in a thread (the runs are files) and only drawn here.
+
+Runs measured with serve knobs (``run --knob``) get a column per knob that varies (``attn``, ``mnbt``), the
+recommendation says what each knob of a winner moved its figure by, and a chart shows one knob's effect: its
+values side by side, per topology, workload and the other knobs' values (``k`` steps to the next knob, ``f`` to the
+next figure: output tok/s, mean TPOT, mean TTFT).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -24,10 +30,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
+from tui.console import knobs as knob_view
 from tui.console.context import ConsoleContext
 from tui.console.screens.base import ConsoleScreen
 from tui.console.state import ConsoleState
-from tui.console.widgets.charts import XYChart
+from tui.console.widgets.charts import BarChart, XYChart
 from tui.console.widgets.header import HeaderBar
 from tui.core import paths, safeio
 from tui.core.bench import recommend as rec_mod
@@ -173,6 +180,9 @@ class ResultsScreen(ConsoleScreen):
         Binding("ctrl+e", "export('csv')", "export CSV"),
         Binding("ctrl+k", "export('md')", "export Markdown"),
         Binding("enter", "details", "details", show=False),
+        # the knob chart's title says them (the footer is full at 80 columns)
+        Binding("k", "next_knob", "knob chart: next knob", show=False),
+        Binding("f", "next_figure", "knob chart: next figure", show=False),
         Binding("escape", "app.mode('dashboard')", "dashboard"),
     ]
 
@@ -181,6 +191,9 @@ class ResultsScreen(ConsoleScreen):
         self.data = ResultsData()
         self._keys: list[table.Cell] = []
         self.scope: str = scope.ALL_RUNS  # the campaign shown, or every run
+        #: the knob the knob chart shows (one of those the rows differ by) and which figure of it
+        self.chart_knob: str = ""
+        self.chart_figure = 0
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -191,11 +204,14 @@ class ResultsScreen(ConsoleScreen):
             with Horizontal(id="results-lower"):
                 with VerticalScroll(id="recommendation"):
                     yield Static(id="rec-text")
-                yield XYChart("latency–throughput (rate sweeps)", "output tok/s", "mean TPOT ms", id="sweep")
+                with Vertical(id="results-charts"):
+                    yield XYChart("latency–throughput (rate sweeps)", "output tok/s", "mean TPOT ms", id="sweep")
+                    yield BarChart("a knob's effect", id="knob-chart")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#recommendation").border_title = "Recommendation"
+        self.query_one("#knob-chart").display = False  # until runs with knobs that vary are shown
         self.action_reload()
         self.set_interval(REFRESH_S, self._maybe_reload)
 
@@ -260,20 +276,26 @@ class ResultsScreen(ConsoleScreen):
                 rec_text.update(Text("Run a benchmark (b) or a campaign (c): their results appear here.",
                                      style="dim"))
             return
-        lead = ["topology", *(["setup"] if "setup" in data.frame.columns else []), "workload", "rate"]
+        knob_cols = table.knob_columns(data.frame)
+        lead = ["topology", *knob_cols, *(["setup"] if "setup" in data.frame.columns else []), "workload", "rate"]
         apart = any(c.left_out for c in data.cells)
-        for k in lead:
-            t.add_column(k, key=k)
+        rows = list(data.frame.iter_rows(named=True))
+        for k in lead:  # the label columns as wide as their longest (two loads in one frame left them as narrow
+            # as their headers: "decode-h", "trit")
+            label = k.removeprefix(table.KNOB_PREFIX)
+            widest = max((cell_len(str(r[k])) + (len(f" (n={r['runs']})") if k == "topology" and r["runs"] > 1 else 0)
+                          for r in rows), default=0)
+            t.add_column(label, key=k, width=max(len(label), widest))
         for c in table.COLUMNS:
             t.add_column(c.title, key=c.key)
         t.add_column("flags", key="flags")
         if apart:  # a run in no figure: its status says why
             t.add_column("status", key="status")
         self._keys = list(data.cells)
-        for i, (cell, r) in enumerate(zip(data.cells, data.frame.iter_rows(named=True), strict=True)):
+        for i, (cell, r) in enumerate(zip(data.cells, rows, strict=True)):
             dim = "dim" if not cell.ranked else ""
             cells: list[Any] = [Text(str(r[k]) + (f" (n={r['runs']})" if k == "topology" and r["runs"] > 1 else ""),
-                                     style=dim) for k in lead]
+                                     style=dim or ("cyan" if k in knob_cols else "")) for k in lead]
             for c in table.COLUMNS:
                 text = table.cell_text(r, c, markdown=False)
                 cells.append(Text(text, style="bold green" if r[f"{c.key}_best"] else dim, justify="right"))
@@ -287,11 +309,14 @@ class ResultsScreen(ConsoleScreen):
         if not data.runs:
             body.append(f"No run in {data.scoped.label} yet.", style="dim")
         if data.recommendation is not None:
-            body.append(rec_mod.render(data.recommendation))
+            for i, line in enumerate(rec_mod.render(data.recommendation).split("\n")):
+                # what a winner's knobs moved its figure by: the line to read when knobs were swept
+                body.append(("\n" if i else "") + line, style="cyan" if "knobs of the winner:" in line else "")
         for e in data.errors:
             body.append(f"\n{e}", style="red")
         rec_text.update(body)
         self._sweep(data)
+        self._knob_chart()
 
     def _sweep(self, data: ResultsData) -> None:
         series: dict[str, list[tuple[float, float]]] = {}
@@ -301,7 +326,41 @@ class ResultsScreen(ConsoleScreen):
                 continue  # a curve is one layout's rates of one workload, measured alike
             series.setdefault(f"{c.layout} {c.unit}", []).append((tps.mean, tpot.mean))
         sweeps = {k: sorted(v) for k, v in series.items() if len(v) > 1}
-        self.query_one("#sweep", XYChart).set_series(sweeps)
+        chart = self.query_one("#sweep", XYChart)
+        chart.set_series(sweeps)
+        # with knobs that vary, the knob chart has the room unless there are rate sweeps to draw too
+        chart.display = bool(sweeps) or not knob_view.varying_keys(data.cells)
+
+    def _knob_chart(self) -> None:
+        """One knob's values side by side (the knob ``k`` chose, the figure ``f`` chose), where knobs vary."""
+        chart = self.query_one("#knob-chart", BarChart)
+        keys = knob_view.varying_keys(self.data.cells)
+        chart.display = bool(keys)
+        if not keys:
+            return
+        if self.chart_knob not in keys:
+            self.chart_knob = keys[0]
+        figure, name, higher = knob_view.FIGURES[self.chart_figure % len(knob_view.FIGURES)]
+        groups = knob_view.knob_groups(self.data.cells, self.chart_knob, figure, higher)
+        head = Text("knob ", style="bold")
+        head.append(self.chart_knob, style="bold cyan")
+        head.append(f" · {name} ({'↑' if higher else '↓'} better)", style="bold")
+        keys_line = Text(f"k: next knob ({len(keys)}) · f: next figure", style="dim")
+        chart.set_groups(head, [(g.label, [(b.value, b.figure, b.best, b.flag) for b in g.bars]) for g in groups],
+                         legend=[keys_line])
+
+    def action_next_knob(self) -> None:
+        keys = knob_view.varying_keys(self.data.cells)
+        if not keys:
+            self.notify("no knob varies among these runs (a campaign with --knob axes has them)", timeout=4)
+            return
+        at = keys.index(self.chart_knob) if self.chart_knob in keys else -1
+        self.chart_knob = keys[(at + 1) % len(keys)]
+        self._knob_chart()
+
+    def action_next_figure(self) -> None:
+        self.chart_figure = (self.chart_figure + 1) % len(knob_view.FIGURES)
+        self._knob_chart()
 
     def _current_cell(self) -> table.Cell | None:
         t = self.query_one("#results-table", DataTable)

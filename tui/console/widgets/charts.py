@@ -1,7 +1,8 @@
 """The console's charts, on textual-plot (PlotWidget over a textual-hires-canvas Canvas).
 
 - ``TimeSeriesChart``: live series over the last ``window_s`` seconds (the bench screen's 4 Hz charts);
-- ``XYChart``: one latency-throughput curve per topology, points joined in x order, a marker at each point.
+- ``XYChart``: one latency-throughput curve per topology, points joined in x order, a marker at each point;
+- ``BarChart``: groups of horizontal bars (a knob's values side by side per topology and workload: the results).
 
 Both are built for a live monitor: ``set_series`` only stores the data and asks for a refresh, and the drawing
 happens once per frame, however often it is called (textual-plot draws in ``render``; each canvas is drawn inside
@@ -22,10 +23,11 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.app import ComposeResult, RenderResult
-from textual.containers import Grid
+from textual.containers import Grid, VerticalScroll
 from textual.events import Resize
 from textual.strip import Strip
 from textual.widget import Widget
+from textual.widgets import Static
 from textual_hires_canvas import Canvas, HiResMode, TextAlign
 from textual_plot import PlotWidget
 from textual_plot.axis_formatter import NumericAxisFormatter
@@ -507,3 +509,115 @@ def _draw_series(plot: PlotWidget, style: SeriesStyle, pts: list[Point]) -> None
         plot.scatter(xs, ys, marker_style=style.color, hires_mode=style.hires)
     else:
         plot.plot(xs, ys, line_style=style.color, hires_mode=style.hires)
+
+
+# --- bars -----------------------------------------------------------------------------------------------------
+
+#: a bar's end in eighths of a cell
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def bar_text(value: float, top: float, width: int) -> str:
+    """``value`` of ``top`` as a bar ``width`` cells long at most, to an eighth of a cell."""
+    if not (math.isfinite(value) and top > 0 and width > 0) or value <= 0:
+        return ""
+    eighths = min(width * 8, round(value / top * width * 8))
+    full, part = divmod(eighths, 8)
+    return "█" * full + (_EIGHTHS[part] if part else "")
+
+
+def figure_text(value: float) -> str:
+    """A bar's figure: 13,391 · 65.2 · 1.24 · 0.25."""
+    if not math.isfinite(value):
+        return "-"
+    a = abs(value)
+    return f"{value:,.0f}" if a >= 100 else (f"{value:.1f}" if a >= 10 else f"{value:.2f}")
+
+
+class BarChart(Widget):
+    """Groups of horizontal bars, one per value (a knob's values side by side, per topology and workload): each
+    bar's value named at its left and its figure at its right, ★ the best of its group; every group on one scale
+    from 0 (a rounded maximum, as the other charts' y axes). The value names label the bars, so colour (the same
+    colour for a value in every group) only helps: it reads on a 16-colour terminal and under NO_COLOR.
+
+    Horizontal bars in text rather than textual-plot's vertical ``bar``: a group's label (``tp1 · decode-heavy ·
+    mnbt=2048``) is longer than the few cells a vertical bar's tick has, and a name beside each bar needs no
+    legend. ``set_groups`` stores the data and asks for a refresh; the lines are made for the width at render."""
+
+    DEFAULT_CSS = """
+    BarChart { layout: vertical; height: 1fr; min-height: 4; }
+    BarChart > .bars { height: 1fr; scrollbar-size-vertical: 1; }
+    BarChart > .bars > Static { width: 1fr; height: auto; }
+    """
+
+    def __init__(self, title: str, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.chart_title = title
+        self.header = ChartHeader()
+        self._head: Text = Text(title, style="bold")
+        self._legend: list[Text] = []
+        self._groups: list[tuple[str, list[tuple[str, float, bool, str]]]] = []
+        self._unit = ""
+        self.top: float | None = None
+
+    def compose(self) -> ComposeResult:
+        yield self.header
+        with VerticalScroll(classes="bars", can_focus=False):
+            yield Static(id="bars-text")
+
+    def on_mount(self) -> None:
+        self._push()
+
+    def on_resize(self, event: Resize) -> None:
+        self._push()
+
+    def set_groups(self, head: Text, groups: Sequence[tuple[str, Sequence[tuple[str, float, bool, str]]]],
+                   unit: str = "", legend: Sequence[Text] = ()) -> None:
+        """``groups``: (label, bars) where a bar is (its name, its figure, the best of its group, a flag shown
+        beside it); ``head`` the title line, ``legend`` what follows it (the keys that change the chart)."""
+        self._head = head
+        self._legend = list(legend)
+        self._groups = [(label, list(bars)) for label, bars in groups]
+        self._unit = unit
+        if self.is_mounted:
+            self._push()
+
+    def lines(self, width: int) -> Text:
+        """The chart's lines for ``width`` cells (what is drawn)."""
+        out = Text(no_wrap=True, overflow="ellipsis", end="")
+        if not self._groups:
+            out.append(EMPTY_TEXT, style="dim")
+            return out
+        names = list(dict.fromkeys(n for _, bars in self._groups for n, _, _, _ in bars))
+        colour = {n: XY_STYLES[i % len(XY_STYLES)].color for i, n in enumerate(names)}
+        name_w = min(max(len(n) for n in names), 16)
+        self.top = nice_ceil(max((v for _, bars in self._groups for _, v, _, _ in bars), default=0.0))
+        figure_w = max(len(figure_text(v)) for _, bars in self._groups for _, v, _, _ in bars)
+        flags = list(dict.fromkeys(f for _, bars in self._groups for _, _, _, f in bars if f))
+        flag_w = max((len(f) + 4 for f in flags), default=0)
+        room = width - 2 - name_w - 1 - 1 - figure_w - 2
+        short = bool(flags) and room - flag_w < 12  # no room for a flag's words: ▲ beside the bar, words below
+        room = max(4, room - (3 if short else flag_w))
+        for i, (label, bars) in enumerate(self._groups):
+            if i:
+                out.append("\n")
+            out.append(label, style="bold")
+            for name, value, best, flag in bars:
+                out.append("\n  ")
+                out.append(f"{name[:name_w]:<{name_w}} ", style="bold" if best else "")
+                bar = bar_text(value, self.top, room)
+                out.append(bar, style=colour[name])
+                out.append(" " * (room - len(bar) + 1))
+                out.append(f"{figure_text(value):>{figure_w}}", style="bold green" if best else "")
+                out.append(" ★" if best else "  ", style="bold green")
+                if flag:
+                    out.append(" ▲" if short else f"  ▲ {flag}", style="yellow")
+        if short:
+            out.append(f"\n▲ {', '.join(flags)} (the table's flags)", style="yellow")
+        return out
+
+    def _push(self) -> None:
+        width = self.size.width or 80
+        self.query_one("#bars-text", Static).update(self.lines(width - 1))
+        self.header.max_lines = 2
+        self.header.show(self._head, [self._legend, self._legend[-1:]])
