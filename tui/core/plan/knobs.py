@@ -229,6 +229,14 @@ class Configuration:
         return slug_of(self.label)
 
 
+def _stamp(f: Path) -> tuple[int, int, int] | None:
+    try:
+        st = f.lstat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 @dataclass
 class KnobCatalog:
     knobs: dict[str, Knob] = field(default_factory=dict)
@@ -241,10 +249,18 @@ class KnobCatalog:
 
     @classmethod
     def load(cls, extra_dirs: Sequence[Path] = ()) -> KnobCatalog:
-        """The shipped catalogue, then the operator's (``knobs.yaml`` in their profiles folder), whose knobs win."""
+        """The shipped catalogue, then the operator's (``knobs.yaml`` in their profiles folder), whose knobs win.
+        Read again only when one of the files changed (a form plans on every key typed)."""
+        bases = (paths.shipped_profiles_dir(), paths.user_profiles_dir(), *extra_dirs)
+        key = tuple((str(f), _stamp(f)) for f in (b / KNOBS_FILE for b in bases))
+        cached = _CACHE.get(key)
+        if cached is not None:
+            return cached
         cat = cls()
-        for base in (paths.shipped_profiles_dir(), paths.user_profiles_dir(), *extra_dirs):
+        for base in bases:
             cat.load_dir(base)
+        _CACHE.clear()
+        _CACHE[key] = cat
         return cat
 
     def load_dir(self, base: Path) -> None:
@@ -317,6 +333,9 @@ class KnobCatalog:
                 raise InputError(f"{s.key} given twice", field=where)
             out.append(s)
         return tuple(out)
+
+
+_CACHE: dict[tuple[tuple[str, tuple[int, int, int] | None], ...], KnobCatalog] = {}
 
 
 def configurations(axes: Sequence[KnobAxis], topology: Topology | str) -> list[Configuration]:
