@@ -298,3 +298,20 @@ def test_a_knob_campaign_counts_its_layouts(tmp_path: Path) -> None:
     assert _layouts(spec) == 2 + 4  # decode.mnbt does not multiply tp2
     assert _layouts(CampaignSpec(name="c", model="m", topologies=["tp2"], workloads=["w"],
                                  knobs=["gone=1,2"])) == 1  # a knob the catalogue no longer has
+
+
+def test_a_run_that_measured_its_acceptance_is_predicted_with_it() -> None:
+    from tui.sim.predict import acceptance_from_rate, run_facts
+
+    assert acceptance_from_rate(0.5, 1) == pytest.approx(0.5)
+    a = acceptance_from_rate(0.4, 3)
+    assert (a + a * a + a ** 3) / 3 == pytest.approx(0.4)
+    plan = {"topology": "tp1", "servers": [{"role": "single", "env": {}, "argv": [
+        "vllm", "serve", "/m", "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']}]}
+    meta = {"topology": "tp1", "spec_decode": {"acceptance_rate": 0.6, "drafts": 10, "draft_tokens": 20}}
+    facts = run_facts(meta, plan, {"input_len": 128, "output_len": 128, "num_prompts": 8}, {})
+    assert facts.spec_measured == pytest.approx(acceptance_from_rate(0.6, 2))
+    assert facts.knobs.spec_acceptance == facts.spec_measured
+    ngram = {**plan, "servers": [{**plan["servers"][0], "argv": [
+        "vllm", "serve", "/m", "--speculative-config", '{"method":"ngram","num_speculative_tokens":4}']}]}
+    assert run_facts(meta, ngram, {}, {}).spec_measured is None  # a CPU drafter's own default stands

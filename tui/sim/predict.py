@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tui.core.models import ModelProfile
@@ -22,7 +22,7 @@ from tui.core.plan.gpuspecs import GpuSpec
 from tui.core.topology import parse_topology
 from tui.sim.benchsim import simulate_bench
 from tui.sim.faults import moe_dp_fails
-from tui.sim.knobs_model import ServeKnobs, knobs_from_flags, spec_plan
+from tui.sim.knobs_model import CPU_DRAFTERS, ServeKnobs, knobs_from_flags, spec_plan
 from tui.sim.perfmodel import CORRECTION_BOUNDS, FP8_KV_MIN_CC, Correction, Stack, first_batch_jit_s
 
 METRICS = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms")
@@ -149,6 +149,9 @@ class RunFacts:
     moe_backend: str = "auto"
     knobs: ServeKnobs = field(default_factory=ServeKnobs)  # the first server's (every server's, but a P/D role's)
     role_knobs: dict[str, ServeKnobs] = field(default_factory=dict)  # "prefill" / "decode" servers' own
+    #: the per-draft-token acceptance the run's own spec_decode counters imply (None: not measured, or a CPU
+    #: drafter, which proposes on only some steps: its published default stands)
+    spec_measured: float | None = None
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -188,7 +191,7 @@ def run_facts(meta: Mapping[str, Any], plan: Mapping[str, Any] | None, workload:
     if not input_len and summary.get("completed"):
         input_len = round(float(summary.get("total_input_tokens", 0)) / float(summary["completed"]))
         output_len = round(float(summary.get("total_output_tokens", 0)) / float(summary["completed"]))
-    return RunFacts(
+    facts = RunFacts(
         topology=str(meta.get("topology") or (plan or {}).get("topology") or ""),
         profile_id=str((plan or {}).get("profile_id") or meta.get("model") or ""),
         gpu=gpu_names[0] if gpu_names else str((plan or {}).get("host_label") or ""), input_len=input_len,
@@ -200,6 +203,46 @@ def run_facts(meta: Mapping[str, Any], plan: Mapping[str, Any] | None, workload:
         clock=float((meta.get("sim_pacing") or {}).get("clock") or 1.0),
         moe_backend=_flag_value(argv, "--moe-backend") or "auto", knobs=knobs_from_flags(argv, env),
         role_knobs=role_knobs)
+    return _with_measured_acceptance(facts, meta.get("spec_decode"))
+
+
+def acceptance_from_rate(rate: float, k: int) -> float:
+    """The per-draft-token acceptance ``a`` whose draft of ``k`` tokens has vLLM's acceptance rate ``rate``
+    (accepted / draft tokens = (a + a² + … + a^k) / k: each position needs every earlier one accepted)."""
+    if k <= 0 or rate <= 0:
+        return 0.0
+    if rate >= 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if sum(mid ** (i + 1) for i in range(k)) / k < rate:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _with_measured_acceptance(facts: RunFacts, spec: Any) -> RunFacts:
+    """A run that measured its drafts' acceptance is predicted with it, not the method's default (a model drafter:
+    it drafts every step; a CPU drafter's acceptance covers only the steps it proposed on)."""
+    if not isinstance(spec, Mapping):
+        return facts
+    rate = spec.get("acceptance_rate")
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        return facts
+    targets = [facts.knobs, *facts.role_knobs.values()]
+    live = [kn for kn in targets if kn.speculative and kn.spec_method not in CPU_DRAFTERS and kn.spec_tokens > 0]
+    if not live:
+        return facts
+    a = acceptance_from_rate(float(rate), live[0].spec_tokens)
+
+    def fix(kn: ServeKnobs) -> ServeKnobs:
+        ok = kn.speculative and kn.spec_method not in CPU_DRAFTERS and kn.spec_tokens > 0
+        return replace(kn, spec_acceptance=a) if ok else kn
+
+    return replace(facts, knobs=fix(facts.knobs), role_knobs={r: fix(kn) for r, kn in facts.role_knobs.items()},
+                   spec_measured=a)
 
 
 def predict_facts(facts: RunFacts, profile: ModelProfile, spec: GpuSpec,
@@ -219,6 +262,9 @@ def predict_facts(facts: RunFacts, profile: ModelProfile, spec: GpuSpec,
             p.notes.append(f"{role}: {kn.describe()}")
     if not facts.role_knobs and facts.knobs.describe():
         p.notes.append(facts.knobs.describe())
+    if facts.spec_measured is not None:
+        p.notes.append(f"speculative decoding with the run's own acceptance: {facts.spec_measured:.2f} per draft "
+                       "token, from its vllm:spec_decode_* counters")
     if facts.shared_gpus:
         p.notes.append("the servers shared GPUs: the model gives each its own")
     if facts.first_run_jit:
