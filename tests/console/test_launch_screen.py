@@ -185,3 +185,21 @@ async def test_at_80x24_the_env_field_and_the_launch_button_are_reachable(target
             return 0 <= y < 24 and screen.get_widget_at(x, y)[0] is widget
 
         await wait_for(pilot, shown, 10, f"{target} scrolled into view")
+
+
+async def test_a_filter_that_leaves_no_launchable_model_plans_nothing() -> None:
+    """Typed in one burst with Enter, a filter that matches no launchable model shows no plan of the model that was
+    highlighted before (it showed gemma's plan under an empty list), and ctrl+l launches nothing."""
+    app, started = _console()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("l")
+        await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen) and app.screen.model_id is not None, 10,
+                       "the launch screen")
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        await pilot.press(*"zzznope", "enter")
+        await wait_for(pilot, lambda: screen.model_id is None, 10, "no model")
+        assert "No launchable model matches 'zzznope'" in str(screen.query_one("#plan-text", Static).render())
+        await pilot.press("ctrl+l")
+        await pilot.pause(0.3)
+        assert started == []

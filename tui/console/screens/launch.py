@@ -233,6 +233,14 @@ class LaunchScreen(ConsoleScreen):
             if entries[pick].ref != self.model_id:
                 self.model_id = entries[pick].ref
                 self.replan()
+        elif self.entries:  # the filter leaves nothing launchable: no plan shown
+            if self.model_id is not None:
+                self.model_id = None
+                self._gen += 1  # a plan still being made for the model before is stale
+                self.planned = self.request = self.current = None
+            why = "; ".join(f"{e.id}: {e.problem}" for e in entries[:3] if e.problem)
+            self.query_one("#plan-text", Static).update(Text(
+                f"No launchable model matches {q!r}" + (f" ({why})" if why else "") + ".", style="yellow"))
 
     def draw(self, model: ConsoleState) -> None:
         self.query_one(HeaderBar).draw(model, screen="launch")
@@ -240,6 +248,10 @@ class LaunchScreen(ConsoleScreen):
     # --- choices -----------------------------------------------------------------------------------------------
     @on(OptionList.OptionHighlighted, "#models")
     def _model(self, event: OptionList.OptionHighlighted) -> None:
+        models = event.option_list
+        now = models.get_option_at_index(models.highlighted) if models.highlighted is not None else None
+        if now is None or now.id != event.option.id:
+            return  # a highlight of a list the filter has since refilled (typed in one burst): not the model shown
         if event.option.id != self.model_id:
             self.model_id = event.option.id
             self.replan()
