@@ -70,7 +70,7 @@ def _minimal_args(command: str) -> list[str]:
     return {"diagnose": ["x.log"], "playbook": ["list"], "profile": ["list"], "replay": ["x.dtrec"],
             "import": ["x.yaml"], "export": ["--layout", "x", "-o", "x.yaml"], "proxy": ["--prefill", "a:1",
             "--decode", "b:2"], "run": ["--model", "m", "--topology", "tp1", "-w", "w"],
-            "plan": ["--model", "m", "--topology", "tp1"]}.get(command, [])
+            "plan": ["--model", "m", "--topology", "tp1"], "hosts": ["list"]}.get(command, [])
 
 
 @pytest.mark.parametrize(("argv", "command"), [

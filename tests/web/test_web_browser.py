@@ -72,7 +72,7 @@ def test_watch_only_shows_the_dashboard_and_refuses_a_launch(browser: Any, tmp_p
             chromium.keep_screenshot(page, tmp_path, "web-dashboard.png")
             chromium.focus_terminal(page)
             page.keyboard.press("l")
-            chromium.wait_for_text(page, "Preflight", "Launch (ctrl+l)")  # a teammate may look at a plan
+            chromium.wait_for_text(page, "Preflight", "Serve knobs")  # a teammate may look at a plan
             page.keyboard.press("Control+l")
             text = chromium.wait_for_text(page, "watch-only", "the server was started without --operator")
             assert "launches, stops, measures" in text
@@ -96,7 +96,7 @@ def test_an_operator_launches_from_the_browser_and_the_terminal_sees_it(browser:
             chromium.wait_for_text(first, "No layout is up")
             chromium.focus_terminal(first)
             first.keyboard.press("l")
-            chromium.wait_for_text(first, "Preflight", "Launch (ctrl+l)")
+            chromium.wait_for_text(first, "Preflight", "Serve knobs")
             first.keyboard.type("qwen3.6")  # the README's launch: the model's name filters the list
             first.keyboard.press("Enter")
             chromium.wait_for_text(first, f"# {MODEL} as 1p1d", f"--port {ports[1]}")
