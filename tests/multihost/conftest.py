@@ -1,8 +1,8 @@
 """Test hosts as network namespaces on this machine: each its own loopback and a veth pair to the root namespace
-(``10.77.N.2`` there, ``10.77.N.1`` here), an OpenSSH ``sshd`` on that address with a throwaway host key and a
-key made for the test, and the simulated host (``--sim``) with its own state, data and config dirs, run by this
-checkout's ``disagg-tui`` over SSH. Needs root, ``ip netns`` and ``sshd``; skipped otherwise, except under
-``CI=true`` (then a missing piece fails, so CI cannot skip these silently). Everything made is torn down in
+(``10.X.N.2`` there, ``10.X.N.1`` here, X free on this host), an OpenSSH ``sshd`` on that address with a throwaway
+host key and a key made for the test, and the simulated host (``--sim``) with its own state, data and config dirs,
+run by this checkout's ``disagg-tui`` over SSH. Needs root, ``ip netns`` and ``sshd``; skipped otherwise, except
+under ``CI=true`` (then a missing piece fails, so CI cannot skip these silently). Everything made is torn down in
 finalizers: the processes in each namespace, the namespaces (and with them the veth pairs), the SSH masters.
 """
 
@@ -122,10 +122,24 @@ def _require() -> None:
 HOSTS = (("a", 1, "0.24.0"), ("b", 2, "0.23.1"), ("c", 3, None))  # c: no sshd
 
 
+def _free_net() -> int:
+    """A second octet X whose 10.X.0.0/16 no interface of this host uses, starting from this process's own (two
+    pytest workers, or two suites, never pick the same one at once)."""
+    used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    start = 64 + os.getpid() % 180
+    for k in range(180):
+        x = 64 + (start - 64 + k) % 180
+        if f" 10.{x}." not in used:
+            return x
+    _unavailable("no free 10.X.0.0/16 for the namespaces")
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
     _require()
     tag = f"{os.getpid() % 100000}"
+    net = _free_net()  # each lab its own 10.X.0.0/16: two test workers make a lab each at once
     # short: the SSH control sockets live under the local state dir (a unix socket path is at most 108 bytes)
     tmp = Path(tempfile.mkdtemp(prefix="dtmh"))
     made: list[NsHost] = []
@@ -145,7 +159,7 @@ def lab() -> Iterator[Lab]:
         for name, n, version in HOSTS:
             ns = f"dtmh{tag}{name}"
             veth = f"dtv{tag}{name}"
-            h = NsHost(name=name, ns=ns, veth=veth, addr=f"10.77.{n}.2", root=tmp / name, vllm_version=version)
+            h = NsHost(name=name, ns=ns, veth=veth, addr=f"10.{net}.{n}.2", root=tmp / name, vllm_version=version)
             h.root.mkdir()
             try:
                 _sh("ip", "netns", "add", ns)
@@ -153,9 +167,9 @@ def lab() -> Iterator[Lab]:
                 _unavailable(f"ip netns add failed: {exc.stderr.strip()}")
             made.append(h)
             _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _sh("ip", "addr", "add", f"10.77.{n}.1/24", "dev", veth)
+            _sh("ip", "addr", "add", f"10.{net}.{n}.1/24", "dev", veth)
             _sh("ip", "link", "set", veth, "up")
-            _sh("ip", "-n", ns, "addr", "add", f"10.77.{n}.2/24", "dev", "eth0")
+            _sh("ip", "-n", ns, "addr", "add", f"10.{net}.{n}.2/24", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
             for d in ("state", "data", "config"):
