@@ -193,7 +193,11 @@ def set_pair(text: str, key: str, value: str, default: str = "") -> str:
     other words as they were, a wrong one too (the field says what is wrong with it)."""
     words = text.split()
     at = next((i for i, w in enumerate(words) if w.partition("=")[0] == key), None)
-    word = f"{key}={value}" if value and value != default else None
+    return _put(words, at, f"{key}={value}" if value and value != default else None)
+
+
+def _put(words: list[str], at: int | None, word: str | None) -> str:
+    """``words`` with the word at ``at`` replaced by ``word`` (removed for None; appended where ``at`` is None)."""
     if at is None:
         return " ".join([*words, word] if word else words)
     if word is None:
@@ -213,14 +217,7 @@ def set_axis_value(text: str, key: str, value: str, on: bool) -> str:
         values.append(value)
     if not on:
         values = [v for v in values if v != value]
-    word = f"{key}={','.join(values)}" if values else None
-    if at is None:
-        return " ".join([*words, word] if word else words)
-    if word is None:
-        del words[at]
-    else:
-        words[at] = word
-    return " ".join(words)
+    return _put(words, at, f"{key}={','.join(values)}" if values else None)
 
 
 def parse_axes(text: str) -> dict[str, list[str]]:
