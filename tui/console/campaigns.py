@@ -10,7 +10,6 @@ from the campaign's axes (the catalogue's configurations of each topology)."""
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,9 +172,8 @@ def campaign_state(stored: StoredCampaign, gpus: int | None = None, now: float |
     cells = [_cell(r) for r in stored.runs]
     cells += [CellState(topology=safeio.shown(d.name, 80), workload="", rate="", repeat=1, status="damaged",
                         run_dir=str(d), message=err.one_line()) for d, err in stored.damaged]
-    configs = _configs(tuple(stored.spec.knobs), tuple(stored.spec.topologies),
-                       int(time.time() // CATALOGUE_TTL_S)) if stored.spec.knobs else {}
-    total = max(stored.total, _knob_total(stored, configs))
+    configs = _configs(stored.spec.knobs, stored.spec.topologies) if stored.spec.knobs else {}
+    total = stored.total  # topology × knob configuration layouts, as the core counts them
     finished = not stored.running and total > 0 and stored.done >= total
     figures, recommendation = _judge(stored, gpus, finished)
     return CampaignState(name=stored.name, directory=stored.directory, spec=stored.spec.to_dict(),
@@ -184,23 +182,7 @@ def campaign_state(stored: StoredCampaign, gpus: int | None = None, now: float |
                          eta=eta(stored, time.time() if now is None else now), configs=configs)
 
 
-def _knob_total(stored: StoredCampaign, configs: dict[str, tuple[str, ...]]) -> int:
-    """The cells a campaign with knob axes makes: each topology's configurations × workloads × rates × repeats
-    (``auto`` rates count as one until run, as the core counts them)."""
-    if not configs:
-        return 0
-    s = stored.spec
-    rates = len(s.rates) if isinstance(s.rates, list) else 1
-    layouts = sum(len(configs.get(t) or ("",)) for t in s.topologies)
-    return layouts * len(s.workloads) * max(s.repeat, 1) * max(rates, 1)
-
-
-#: how long the knob catalogue read for a grid's configurations is kept (the screen reads every campaign each 2 s)
-CATALOGUE_TTL_S = 60
-
-
-@functools.lru_cache(maxsize=64)
-def _configs(axes: tuple[str, ...], topologies: tuple[str, ...], _bucket: int) -> dict[str, tuple[str, ...]]:
+def _configs(axes: list[str], topologies: list[str]) -> dict[str, tuple[str, ...]]:
     """Each topology's knob configurations (labels) from the campaign's axes; {} where the catalogue no longer
     reads them (the grid then has the layouts its cells name)."""
     try:
