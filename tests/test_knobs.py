@@ -183,6 +183,10 @@ def test_the_request_carries_its_knobs_through_its_argv() -> None:
     ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
      "      b: {args: ['--hf-token', 'hf_x']}\n", "would put a secret"),
     ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
+     "      b: {env: {VLLM_API_KEY: hf_abcdefghijklmnopqrstuvwxyz123456}}\n", "a secret is never a knob's value"),
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
+     "      b: {args: ['--lora-modules', 'hf_abcdefghijklmnopqrstuvwxyz123456']}\n", "a secret is never a knob's"),
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
      "      b: {args: ['--speculative-config', '{method: ngram}']}\n", "knobs.x.values.b.args"),
     ("knobs:\n  x:\n    title: t\n    vllm: {since: 'soon'}\n    values:\n      a: {default: true}\n",
      "expected a version"),

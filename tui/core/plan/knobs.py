@@ -35,7 +35,7 @@ from tui.core.plan.allowlist import PLACEMENT_FLAGS
 from tui.core.plan.argtext import check_json_flags
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.spec import LaunchPlan, ServerSpec, Workaround
-from tui.core.redact import is_secret_flag
+from tui.core.redact import is_secret_env, is_secret_flag, redact_text
 from tui.core.topology import Topology, parse_topology
 from tui.core.yamlio import Fields, load_file
 
@@ -473,6 +473,9 @@ def _check_words(words: list[str], f: Fields, key: str) -> tuple[str, ...]:
                 raise f.error(key, f"{flag} is the planner's (placement, memory, the model): a knob may not set it")
             if is_secret_flag(flag):
                 raise f.error(key, f"{flag} would put a secret on vLLM's command line")
+        if redact_text(w) != w:
+            raise f.error(key, "a secret is never a knob's value (it would be on vLLM's command line, which vLLM "
+                               "logs)")
     try:
         check_json_flags([w.replace("{n}", "1") for w in words], flag=f.name(key))
     except InputError as err:
@@ -484,6 +487,8 @@ def _check_env(env: dict[str, str], f: Fields, key: str) -> tuple[tuple[str, str
     for k, v in env.items():
         if not re.fullmatch(r"VLLM_[A-Z0-9_]{1,64}", k):
             raise f.error(key, f"{k[:40]!r}: a knob sets vLLM's own variables only (VLLM_*)")
+        if is_secret_env(k) or redact_text(v) != v:
+            raise f.error(key, f"{k}: a secret is never a knob's value (set it in this host's environment)")
         if "\0" in v or len(v) > 256:
             raise f.error(key, f"{k}: a value of at most 256 characters, no NUL")
     return tuple(env.items())
