@@ -216,11 +216,14 @@ def test_index_naming_a_shard_outside_the_folder_is_refused(tmp_path: Path) -> N
         _one_error(_plan(folder), "model.safetensors.index.json", "weight_map")
 
 
-def test_index_total_size_out_of_range_is_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("total", [10**29, 5e-324, 0.5], ids=["huge", "denormal", "half-a-byte"])
+def test_index_total_size_out_of_range_is_one_line(tmp_path: Path, total: float) -> None:
+    # 5e-324 is above zero but rounds to no bytes: it is refused on the index, not reported as "no tensors" on
+    # config.json (hypothesis found it in CI)
     folder = model_folder(tmp_path, "qwen3-8b")
     index = folder / "model.safetensors.index.json"
     data = json.loads(index.read_text())
-    data["metadata"] = {"total_size": 10**29}
+    data["metadata"] = {"total_size": total}
     index.write_text(json.dumps(data))
     _one_error(_plan(folder), "model.safetensors.index.json", "metadata.total_size")
 

@@ -167,7 +167,7 @@ def _read_index(path: Path) -> tuple[int | None, list[str]]:
     meta = data.get("metadata")
     total = meta.get("total_size") if isinstance(meta, dict) else None
     if total is not None and (isinstance(total, bool) or not isinstance(total, int | float)
-                              or not 0 < total <= ranges.MAX_WEIGHT_BYTES):
+                              or not 1 <= total <= ranges.MAX_WEIGHT_BYTES):
         raise InputError(f"expected a positive number of bytes of at most {ranges.MAX_WEIGHT_BYTES:,}, got "
                          f"{safeio.shown(repr(total), 60)}", file=path, field="metadata.total_size")
     shards = sorted({_shard_name(path, v) for v in data["weight_map"].values()})
