@@ -64,6 +64,9 @@ def _top_parser(**kwargs: Any) -> OneLineParser:
     )
     parser.add_argument("--version", action="version", version=f"disagg-tui {__version__}")
     add_global_options(parser, top_level=True)
+    from tui.cli.cmd_console import add_hosts_option
+
+    add_hosts_option(parser, top_level=True)  # bare ``disagg-tui --hosts a,b``: the console with them
     return parser
 
 

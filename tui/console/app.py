@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any, ClassVar
 
@@ -51,6 +51,7 @@ from tui.console.messages import (
     StopRequested,
     WorkerFailed,
 )
+from tui.console.remotes import RemoteSource, declare
 from tui.console.screens.base import ConsoleScreen
 from tui.console.screens.bench import BenchScreen
 from tui.console.screens.campaign import CampaignScreen
@@ -70,6 +71,7 @@ from tui.core.models import Catalog, Workload
 from tui.core.plan.request import LaunchRequest
 from tui.core.playbook import Playbook, load_playbook
 from tui.core.record.present import SessionPresent
+from tui.core.remote.events import RemoteTick
 
 FLUSH_S = 0.25
 FREEZE_AFTER_S = 2.0
@@ -88,8 +90,10 @@ __all__ = ["ConsoleApp", "ConsoleContext", "make_console"]
 def make_console(options: HostOptions | None = None, *, live: bool = True, clock: Callable[[], float] | None = None,
                  host: Host | None = None, catalog: Catalog | None = None, book: Playbook | None = None,
                  events: Iterable[Event] = (), ports: tuple[int, int, int] | None = None,
-                 record: bool = True) -> ConsoleApp:
-    """The console on the host ``options`` select (``live``), or fed only by ``events`` (tests, replay)."""
+                 record: bool = True, remotes: Mapping[str, RemoteSource] | None = None) -> ConsoleApp:
+    """The console on the host ``options`` select (``live``), or fed only by ``events`` (tests, replay).
+    ``remotes``: the other hosts shown, each followed through its source of ``RemoteTick``/``HostUnreachable``/
+    ``HostReconnected`` events (``RemoteHost.watch()``; a test's fake), live or not."""
     opts = options or HostOptions()
     if host is None and live:
         from tui.hosts import select_host
@@ -97,8 +101,8 @@ def make_console(options: HostOptions | None = None, *, live: bool = True, clock
         host = select_host(opts)
     ctx = ConsoleContext(options=opts, host=host, catalog=catalog or Catalog.load(), store=StateStore(),
                          book=book if book is not None else (load_playbook() if live else None), live=live,
-                         ports=ports, record=record and live)
-    app = ConsoleApp(ctx, clock=clock)
+                         ports=ports, record=record and live, remote_hosts=tuple(remotes or ()))
+    app = ConsoleApp(ctx, clock=clock, remotes=remotes)
     for ev in events:
         app.state.apply(ev)
     return app
@@ -133,11 +137,16 @@ class ConsoleApp(App[int]):
         Binding("ctrl+c,ctrl+q", "quit_console", "quit", show=False, priority=True),
     ]
 
-    def __init__(self, ctx: ConsoleContext, *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, ctx: ConsoleContext, *, clock: Callable[[], float] | None = None,
+                 remotes: Mapping[str, RemoteSource] | None = None) -> None:
         super().__init__()
         self.ctx = ctx
         self.clock = clock or time.time
         self.state = ConsoleState(self.clock)
+        declare(self.state, ctx.remote_hosts)
+        #: the other hosts' streams, and the newest tick of each not yet published (coalesced to the flush)
+        self._remote_sources: dict[str, RemoteSource] = dict(remotes or {})
+        self._pending_ticks: dict[str, RemoteTick] = {}
         self._unsubscribe = ctx.bus.subscribe(self.state.apply)
         self.follower: LayoutFollower | None = None
         self.telemetry: Any = None
@@ -181,6 +190,8 @@ class ConsoleApp(App[int]):
         self.set_timer(FREEZE_AFTER_S, self._freeze_startup_objects)
         if self.ctx.live:
             self.start_sources()
+        for name, source in self._remote_sources.items():
+            self.follow_remote(name, source)
 
     async def on_event(self, event: events.Event) -> None:
         """A key goes first to the screen shown, which takes what is typed where the operator types (a search
@@ -292,6 +303,33 @@ class ConsoleApp(App[int]):
                 await asyncio.sleep(LAYOUT_RECHECK_S)
                 await telemetry.follow_layout()
 
+    @work(group="remote", exit_on_error=False, description="another host's watch stream")
+    async def follow_remote(self, name: str, source: RemoteSource) -> None:
+        """One remote host's stream (one SSH session, reconnecting: ``RemoteWatch``), read in this worker, never
+        waited for on the loop. Its ticks are coalesced: only the newest of each host is published, at the next
+        flush (4 Hz); an unreachable or reconnected host is published at once, after the tick it followed."""
+        async for ev in source.events():
+            if isinstance(ev, RemoteTick):
+                self._pending_ticks[name] = ev
+                continue
+            pending = self._pending_ticks.pop(name, None)
+            if pending is not None:
+                self.ctx.bus.publish(pending)
+            self.ctx.bus.publish(ev)
+
+    def _publish_remote_ticks(self) -> None:
+        if self._pending_ticks:
+            pending, self._pending_ticks = self._pending_ticks, {}
+            for ev in pending.values():
+                self.ctx.bus.publish(ev)
+
+    def _tell_host_notes(self) -> None:
+        """What the remote hosts' events said once (reconnected after a time down, a tick skipped): notifications."""
+        notes = self.state.host_notes
+        while notes:
+            title, message, severity = notes.popleft()
+            self.notify(message, title=title, severity=severity, timeout=8)  # type: ignore[arg-type]
+
     @work(exclusive=True, group="reattach", exit_on_error=False, description="what runs on this host already")
     async def run_reattach_check(self) -> None:
         running = await asyncio.to_thread(lambda: [c for c in campaigns(limit=10) if c.running])
@@ -363,8 +401,10 @@ class ConsoleApp(App[int]):
 
         host = self.ctx.host
         facts = host.facts if host is not None else None
+        extra = {"hosts": list(self.ctx.remote_hosts)} if self.ctx.remote_hosts else None
         rec = Recorder(recording_path("console"), new_header("disagg-tui console", host=host_fingerprint(
-            facts, simulated=bool(host and host.simulated)), simulated=bool(host and host.simulated))).start()
+            facts, simulated=bool(host and host.simulated)), simulated=bool(host and host.simulated),
+            extra=extra)).start()
         rec.attach(self.ctx.bus, self.present)  # the layout shown before it began comes first
         self.recorder, self.recording_path = rec, str(rec.path)
         self.call_from_thread(self.notify, self.recording_path, title="recording this session", timeout=4)
@@ -394,6 +434,9 @@ class ConsoleApp(App[int]):
     # --- drawing ---------------------------------------------------------------------------------------------
     def flush(self) -> None:
         """Draw what changed on the visible screen; the state's dirty parts are cleared once drawn."""
+        self._publish_remote_ticks()
+        if self.state.host_notes:
+            self._tell_host_notes()
         try:
             screen = self.screen
         except ScreenStackError:  # shutting down: nothing left to draw on

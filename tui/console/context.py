@@ -35,6 +35,8 @@ class ConsoleContext:
     #: why this console only watches (a browser's, served by ``disagg-tui web`` without ``--operator``): it shows
     #: everything and launches, stops, measures, applies and edits nothing; None: it acts
     watch_only: str | None = None
+    #: the other hosts shown (``--hosts``), in order; their streams are the app's (``make_console(remotes=...)``)
+    remote_hosts: tuple[str, ...] = ()
 
     def watch_only_refusal(self) -> str | None:
         """What a watch-only console says when it is asked to act (None: it acts)."""

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tui.console import loglines
+from tui.console import loglines, remotes
 from tui.core.bench.events import BenchDone, BenchLine, BenchStarted, BenchTick, CampaignStep
 from tui.core.errors import printable
 from tui.core.events import Event, Notice
@@ -31,6 +31,7 @@ from tui.core.launch.events import (
     ServerSubPhase,
 )
 from tui.core.playbook import Diagnosis
+from tui.core.remote.events import HostReconnected, HostUnreachable, RemoteTick
 from tui.core.telemetry.derive import ServerFigures
 from tui.core.telemetry.events import GpuSampled, ServerHealth, ServerMetrics
 from tui.core.telemetry.gpu import GpuSample
@@ -101,6 +102,8 @@ class ServerView:
     log_path: str = ""
     #: counts the playbook marks placed on lines already shown (the pane redraws then)
     marks: int = 0
+    #: the remote host it runs on ("": this host), from that host's watch stream
+    host: str = ""
 
     @property
     def port(self) -> str:
@@ -194,6 +197,9 @@ class ConsoleState:
         self._plan: tuple[str, tuple[tuple[str, tuple[str, ...]], ...]] = ("", ())
         self.dirty: set[str] = {GPUS, SERVERS, BAND, LOG, HEADER, BENCH, CAMPAIGN}
         self.events = 0
+        #: the other hosts followed (``--hosts``), in the order shown; what the app tells once about them
+        self.remotes: dict[str, remotes.RemoteView] = {}
+        self.host_notes = remotes.notes()
 
     # --- folding ---------------------------------------------------------------------------------------------
     def apply(self, ev: Event) -> None:
@@ -408,18 +414,26 @@ class ConsoleState:
     def owners_on(self, index: int) -> list[tuple[str, str, int]]:
         """(owner, role, bytes) of the processes on a GPU, the servers' first (summed per owner)."""
         view = self.gpus.get(index)
-        if view is None:
-            return []
-        acc: dict[tuple[str, str], int] = {}
-        for p in view.sample.processes:
-            owner = p.owner or (p.name or f"pid {p.pid}")
-            role = p.role or ""
-            if p.tp_rank is not None:
-                role = f"{role} TP{p.tp_rank}".strip()
-            if p.dp_rank is not None:
-                role = f"{role} DP{p.dp_rank}".strip()
-            acc[(owner, role)] = acc.get((owner, role), 0) + int(p.memory or 0)
-        return sorted(((o, r, b) for (o, r), b in acc.items()), key=lambda t: (t[0].startswith("pid"), t[0]))
+        return [] if view is None else owners_of(view.sample)
+
+    def server_rows(self) -> list[tuple[str, ServerView]]:
+        """The servers table's rows: this host's servers (keyed by name), then each remote host's (keyed
+        ``host/name``), in the order the hosts are shown."""
+        rows = list(self.servers.items())
+        for host, rv in self.remotes.items():
+            rows.extend((f"{host}/{name}", v) for name, v in rv.servers.items())
+        return rows
+
+    def server_at(self, key: str | None) -> ServerView | None:
+        """The server of a table row's key (this host's by name, a remote one's by ``host/name``)."""
+        if key is None:
+            return None
+        local = self.servers.get(key)
+        if local is not None or "/" not in key:
+            return local
+        host, name = key.split("/", 1)
+        rv = self.remotes.get(host)
+        return rv.servers.get(name) if rv is not None else None
 
     def active_diagnosis(self) -> Diagnosis | None:
         """The failure to show in the banner: the most severe one not dismissed."""
@@ -434,6 +448,20 @@ class ConsoleState:
     def dismiss(self, d: Diagnosis) -> None:
         self.dismissed.add((d.server, d.entry_id))
         self.dirty.add(BAND)
+
+
+def owners_of(sample: GpuSample) -> list[tuple[str, str, int]]:
+    """(owner, role, bytes) of the processes on a GPU, the servers' first (summed per owner)."""
+    acc: dict[tuple[str, str], int] = {}
+    for p in sample.processes:
+        owner = p.owner or (p.name or f"pid {p.pid}")
+        role = p.role or ""
+        if p.tp_rank is not None:
+            role = f"{role} TP{p.tp_rank}".strip()
+        if p.dp_rank is not None:
+            role = f"{role} DP{p.dp_rank}".strip()
+        acc[(owner, role)] = acc.get((owner, role), 0) + int(p.memory or 0)
+    return sorted(((o, r, b) for (o, r), b in acc.items()), key=lambda t: (t[0].startswith("pid"), t[0]))
 
 
 _HANDLERS: dict[type[Event], Callable[[ConsoleState, Event], None]] = {
@@ -457,4 +485,7 @@ _HANDLERS: dict[type[Event], Callable[[ConsoleState, Event], None]] = {
     BenchLine: ConsoleState._bench_line,  # type: ignore[dict-item]
     CampaignStep: ConsoleState._campaign,  # type: ignore[dict-item]
     Notice: ConsoleState._notice,  # type: ignore[dict-item]
+    RemoteTick: remotes.apply_tick,  # type: ignore[dict-item]
+    HostUnreachable: remotes.apply_unreachable,  # type: ignore[dict-item]
+    HostReconnected: remotes.apply_reconnected,  # type: ignore[dict-item]
 }

@@ -105,6 +105,7 @@ class DashboardScreen(ConsoleScreen):
         if full or second or BAND in dirty:
             band = self.query_one(Band)
             band.book = self.ctx.book  # a diagnosis's fix is described from it for these GPUs
+            band.selected = table.selected  # a remote host's server is followed there
             band.draw(model)
         if full or LOG in dirty:
             self.query_one(LogPane).show(model, table.selected)
@@ -112,6 +113,10 @@ class DashboardScreen(ConsoleScreen):
     # --- selection ---------------------------------------------------------------------------------------------
     def on_server_table_highlighted(self, event: ServerTable.Highlighted) -> None:
         self.query_one(LogPane).show(self.state, event.name)
+        band = self.query_one(Band)
+        if band.selected != event.name:
+            band.selected = event.name
+            band.draw(self.state)
 
     # --- actions -----------------------------------------------------------------------------------------------
     def action_stop(self) -> None:

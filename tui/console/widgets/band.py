@@ -25,20 +25,26 @@ class Band(TextPanel):
         super().__init__(**kw)  # type: ignore[arg-type]
         #: the playbook a diagnosis's fix is described from, for the GPUs shown (set by the screen)
         self.book: Playbook | None = None
+        #: the servers table's row (a remote host's server is followed here from its host's ticks)
+        self.selected: str | None = None
 
     def draw(self, model: ConsoleState) -> None:
         width = max(self.size.width or (self.app.size.width - 4), 40)
-        text, kind = render_band(model, width, self.book)
+        text, kind = render_band(model, width, self.book, selected=self.selected)
         self.set_class(kind == "diagnosis", "-diagnosis")
         self.set_class(kind == "startup", "-startup")
         self.set_class(kind == "bench", "-bench")
         self.set_text(text)
 
 
-def render_band(model: ConsoleState, width: int, book: Playbook | None = None) -> tuple[Text, str]:
+def render_band(model: ConsoleState, width: int, book: Playbook | None = None,
+                selected: str | None = None) -> tuple[Text, str]:
     d = model.active_diagnosis()
     if d is not None and (d.is_failure or (model.layout is not None and model.layout.status == "failed")):
         return _diagnosis(model, width, book), "diagnosis"
+    remote = model.server_at(selected) if selected is not None and selected not in model.servers else None
+    if remote is not None and remote.host:
+        return _remote(model, remote, width), "remote"
     starting = [v for v in model.servers.values() if v.role != "proxy" and v.phase != "ready"
                 and v.exited is None] if model.starting() else []
     if starting or (model.layout is not None and model.layout.status == "starting"):
@@ -53,6 +59,34 @@ def render_band(model: ConsoleState, width: int, book: Playbook | None = None) -
         t.append(s.text)
         return t, "campaign"
     return _idle(model, width), "idle"
+
+
+def _remote(model: ConsoleState, v: ServerView, width: int) -> Text:
+    """A server of another host, from that host's ticks: its state and figures, its host's layout."""
+    from tui.console.widgets.servers import state_cell
+
+    rv = model.remotes[v.host]
+    t = Text.assemble((f"{v.name}", "bold"), f" on {v.host}" + (f" ({v.role})" if v.role else "") + ": ")
+    t.append_text(state_cell(model, v, max(width // 3, 20)))
+    f = v.figures
+    if f is not None:
+        t.append(f"  run {fmt.num(f.running)} / wait {fmt.num(f.waiting)}")
+        if f.kv_cache_usage is not None:
+            t.append(f"  KV {f.kv_cache_usage * 100:.1f}%")
+        t.append(f"  prompt {fmt.num(f.prompt_tps)} tok/s  gen {fmt.num(f.generation_tps)} tok/s")
+    lay = rv.tick.layout if rv.tick is not None else None
+    line = Text()
+    if rv.down is not None:
+        line.append(f"{v.host} is unreachable ({rv.down.reason}): these are its last figures.", style=fmt.BAD)
+    elif lay is not None:
+        line.append(f"On {v.host}: {lay.topology} of {lay.profile} is {lay.status}"
+                    + (f" at {lay.endpoint}" if lay.endpoint else "") + ".", style=fmt.DIM)
+    if rv.tick is not None and rv.tick.errors:
+        line.append(f" {v.host} says: {rv.tick.errors[0]}", style=fmt.WARN)
+    if line.plain:
+        t.append("\n")
+        t.append_text(line)
+    return t
 
 
 def _idle(model: ConsoleState, width: int = 160) -> Text:

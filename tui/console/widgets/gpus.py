@@ -3,10 +3,13 @@ temperature, clocks, a 60-second utilisation sparkline; then who owns the memory
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 
 from tui.console import fmt
-from tui.console.state import ConsoleState, GpuView
+from tui.console.remotes import RemoteView
+from tui.console.state import ConsoleState, GpuView, owners_of
 from tui.console.widgets.panel import TextPanel
 
 #: owners by role; never green, yellow or red, which mean ok, warning and failure
@@ -30,6 +33,12 @@ class GpuPanel(TextPanel):
 
 
 def render_gpus(model: ConsoleState, width: int) -> Text:
+    if model.remotes:
+        return render_hosts(model, width)
+    return _local_gpus(model, width)
+
+
+def _local_gpus(model: ConsoleState, width: int) -> Text:
     out = Text()
     if model.gpu_error and not model.gpus:
         out.append(f"GPUs cannot be read: {model.gpu_error}", style=fmt.BAD)
@@ -46,9 +55,75 @@ def render_gpus(model: ConsoleState, width: int) -> Text:
     return out
 
 
-def _gpu_lines(model: ConsoleState, view: GpuView, width: int) -> Text:
+def render_hosts(model: ConsoleState, width: int) -> Text:
+    """Several hosts: a header line a host (this one first, as the console's header names it; then each remote
+    host in the order asked for), its GPUs under it; a host that cannot be reached says why and when it is tried
+    again, its last figures greyed with their age."""
+    out = Text()
+    out.append_text(_local_header(model, width))
+    out.append("\n")
+    out.append_text(_local_gpus(model, width))
+    for rv in model.remotes.values():
+        out.append("\n")
+        out.append_text(_remote_header(model, rv, width))
+        down = rv.down is not None
+        for _, view in sorted(rv.gpus.items()):
+            out.append("\n")
+            out.append_text(_gpu_lines(model, view, width, owners=owners_of(view.sample), dim=down))
+    return out
+
+
+def _local_header(model: ConsoleState, width: int) -> Text:
+    t = Text()
+    t.append("▌this host", style="bold")
+    if model.simulated:
+        t.append(" SIMULATED", style="bold yellow")
+    t.append(f" · {len(model.gpus)} GPU{'' if len(model.gpus) == 1 else 's'}")
+    label = model.host_label.replace("SIMULATED ", "").replace("SIMULATED", "").strip(" ·")
+    if label and width >= 96:
+        t.append(f" · {label}", style=fmt.DIM)
+    t.truncate(width, overflow="ellipsis")
+    return t
+
+
+def _remote_header(model: ConsoleState, rv: RemoteView, width: int) -> Text:
+    t = Text()
+    tick = rv.tick
+    t.append(f"▌{rv.name}", style="bold")
+    if rv.simulated:
+        t.append(" SIMULATED", style="bold yellow")
+    if tick is not None:
+        t.append(f" · {len(rv.gpus)} GPU{'' if len(rv.gpus) == 1 else 's'}")
+    down = rv.down
+    if down is not None:
+        left = down.ts + down.retry_in_s - model.clock()
+        t.append(f" · UNREACHABLE ({down.reason})", style=fmt.BAD)
+        if down.detail and width >= 96:
+            t.append(f": {down.detail}", style=fmt.BAD)
+        t.append(f" · retry in {left:.0f} s" if left >= 0.5 else " · retrying…", style=fmt.WARN)
+        if rv.received:
+            seen = time.strftime("%H:%M:%S", time.localtime(rv.received))
+            t.append(f" · last tick {seen}, {fmt.duration(model.age(rv.received))} ago", style=fmt.DIM)
+    elif tick is None:
+        t.append(" · connecting…" if not rv.bad else "", style=fmt.DIM)
+    else:
+        if model.age(rv.received) > 4.0:
+            t.append(f" · last tick {fmt.duration(model.age(rv.received))} ago", style=fmt.WARN)
+        lay = tick.layout
+        if lay is not None and width >= 96:
+            t.append(f" · {lay.topology} of {lay.profile} {lay.status}", style=fmt.DIM)
+        elif tick.hostname and tick.hostname != rv.name and width >= 96:
+            t.append(f" · {tick.hostname}", style=fmt.DIM)
+    if rv.bad:
+        t.append(f" · {rv.bad} bad tick{'' if rv.bad == 1 else 's'} skipped", style=fmt.WARN)
+    t.truncate(width, overflow="ellipsis")
+    return t
+
+
+def _gpu_lines(model: ConsoleState, view: GpuView, width: int,
+               owners: list[tuple[str, str, int]] | None = None, dim: bool = False) -> Text:
     g = view.sample
-    stale = model.gpu_stale(view)
+    stale = model.gpu_stale(view) or dim
     wide = width >= 120
     medium = width >= 96
     name = g.name.replace("NVIDIA ", "").split(" ")[0] if g.name else "?"
@@ -60,7 +135,7 @@ def _gpu_lines(model: ConsoleState, view: GpuView, width: int) -> Text:
     line.append(" util " if medium else " ")
     line.append_text(fmt.bar(util, bar_w, style=fmt.BUSY))
     line.append(f" {fmt.pct(util):>4}")
-    owners = model.owners_on(g.index)
+    owners = model.owners_on(g.index) if owners is None else owners
     line.append("  mem " if medium else " ")
     total = g.mem_total or 0
     parts = [(b / total if total else 0.0, owner_style(o, r, k)) for k, (o, r, b) in enumerate(owners)]

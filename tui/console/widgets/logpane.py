@@ -117,6 +117,8 @@ class LogPane(Widget, can_focus=True):
         self.show_polls = False
         #: wrap every line (else only tracebacks, errors and marked lines)
         self.wrap = False
+        #: what the pane says instead of lines it does not have (a remote server's log)
+        self.note = ""
         #: only the lines containing this (any case); "" shows every line
         self.query_text = ""
         self._seen: tuple[int, int] = (-1, -1)
@@ -130,7 +132,19 @@ class LogPane(Widget, can_focus=True):
         return self.back == 0
 
     def show(self, model: ConsoleState, server: str | None) -> None:
-        """Follow ``server`` (None: the first that has lines); repaint when its lines or marks changed."""
+        """Follow ``server`` (None: the first that has lines); repaint when its lines or marks changed. A server of
+        another host (``host/name``) has no log here yet: the pane says so in one line."""
+        remote = model.server_at(server) if server is not None and server not in model.servers else None
+        if remote is not None and remote.host:
+            if server != self.server or self.view is not None:
+                self.server, self.view, self.back = server, None, 0
+                self.note = (f"{remote.name} runs on {remote.host}: its log is not streamed to this console yet "
+                             f"(ssh {remote.host}, then disagg-tui console there)")
+                self._strips.clear()
+                self._title()
+                self.refresh()
+            return
+        self.note = ""
         if server is None or server not in model.servers:
             server = next((n for n, v in model.servers.items() if v.logs and v.role != "proxy"), None) \
                 or next(iter(model.servers), None)
@@ -168,7 +182,11 @@ class LogPane(Widget, can_focus=True):
         return self._filtered[1]
 
     def _title(self) -> None:
-        parts = [f"Log {self.server}" if self.server else "Log"]
+        shown = self.server
+        if shown and self.note:  # a remote one: host/name
+            host, _, name = shown.partition("/")
+            shown = f"{name} on {host}"
+        parts = [f"Log {shown}" if shown else "Log"]
         view = self.view
         if self.query_text:
             parts.append(f"/{self.query_text}: {len(self.lines()):,} lines")
@@ -254,7 +272,9 @@ class LogPane(Widget, can_focus=True):
         rows = self._visible()
         if not rows:
             if y == 0:
-                if self.view is None:
+                if self.note:
+                    text = self.note
+                elif self.view is None:
                     text = "no server yet"
                 elif self.query_text:
                     text = f"no line contains {self.query_text!r} (Esc in the filter clears it)"

@@ -35,6 +35,14 @@ def fitted(schema: tuple[tuple[str, int], ...], width: int) -> tuple[tuple[str, 
     left = width - 2 - sum(w + 2 for _, w in schema[:-1]) - 2
     return (*schema[:-1], (name, max(13, min(most, left))))
 COMPACT = (("server", 10), ("GPU", 3), ("state", 20), ("r/w", 7), ("KV%", 5), ("gen t/s", 8))
+#: the host column (only with more than one host shown), after the server's name
+HOST_COLUMN = ("host", 9)
+#: "this host" in the host column
+HERE = "this host"
+
+
+def with_host(schema: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+    return (schema[0], HOST_COLUMN, *schema[1:])
 
 
 def metrics_reason(error: str) -> str:
@@ -61,8 +69,8 @@ def _state(model: ConsoleState, v: ServerView, width: int) -> Text:
         return Text(f"stalled {fmt.duration(v.stalled.silent_s)}", style=fmt.BAD)
     if v.waits_for and not v.started:
         return Text(f"held for {','.join(v.waits_for)}", style=fmt.DIM)
-    starting = model.layout is not None and model.layout.status == "starting" and v.phase != "ready" \
-        and v.role != "proxy"
+    starting = not v.host and model.layout is not None and model.layout.status == "starting" \
+        and v.phase != "ready" and v.role != "proxy"
     if starting:
         pct = fmt.pct(v.progress)
         label = fmt.cut_words(v.phase_label or "launching", width - len(pct) - 1)  # the share done stays in view
@@ -70,7 +78,8 @@ def _state(model: ConsoleState, v: ServerView, width: int) -> Text:
     h = v.health
     if h is None:
         return Text("—", style=fmt.DIM)
-    if v.role == "proxy" and h.state == "dead":  # the proxy answers 503 while a server behind it is not healthy
+    # the proxy answers 503 while a server behind it is not healthy
+    if v.role == "proxy" and h.state == "dead" and not v.host:
         return Text("waiting for servers" if model.starting() else "a server is down", style=fmt.WARN)
     style = {"up": fmt.OK, "starting": fmt.BUSY, "dead": fmt.BAD, "down": fmt.BAD, "error": fmt.BAD,
              "unresponsive": fmt.WARN}.get(h.state, "")
@@ -246,18 +255,26 @@ class ServerTable(Widget, can_focus=True):
     # --- the rows ----------------------------------------------------------------------------------------------
     def draw(self, model: ConsoleState) -> None:
         width = self.size.width or self.app.size.width
-        schema = COMPACT if width < WIDE_FROM else fitted(ROOMY if width >= 150 else WIDE, width)
+        hosts = bool(model.remotes)  # more than one host shown: a host column
+        narrow = width < WIDE_FROM + (HOST_COLUMN[1] + 2 if hosts else 0)
+        schema = COMPACT if narrow else ROOMY if width >= 150 else WIDE
         compact = schema is COMPACT
+        if hosts:
+            schema = with_host(schema)
+        if not compact:
+            schema = fitted(schema, width)
         state_w = dict(schema)["state"]
         kv_w = schema[-1][1]
         if schema != self._schema:
             self._schema, self._rows, self._strips = schema, {}, {}
             self.refresh()
-        names = list(model.servers)
+        rows = model.server_rows()
+        views = dict(rows)
+        names = [k for k, _ in rows]
         if names != self._names:
             before = self.selected
             self._names = names
-            self._rows = {n: r for n, r in self._rows.items() if n in model.servers}
+            self._rows = {n: r for n, r in self._rows.items() if n in views}
             self.refresh(layout=True)  # a row more or less: the table's height changes
             self.cursor_row = names.index(before) if before in names else min(self.cursor_row,
                                                                                max(len(names) - 1, 0))
@@ -265,7 +282,11 @@ class ServerTable(Widget, can_focus=True):
                 self.post_message(self.Highlighted(self, self.selected))
         changed = False
         for name in names:
-            row = row_for(model, model.servers[name], compact, state_w, kv_w)
+            v = views[name]
+            row = row_for(model, v, compact, state_w, kv_w)
+            if hosts:
+                down = v.host and model.remotes[v.host].down is not None
+                row.insert(1, Text(v.host or HERE, style="dim" if down else ""))
             if _key(row) != _key(self._rows.get(name)):
                 self._rows[name] = row
                 changed = True
