@@ -96,10 +96,10 @@ def test_the_live_line_keeps_its_ttft_once_every_request_has_started() -> None:
 
 def test_live_window_and_events_round_trip() -> None:
     lw = LiveWindow(run_id="c/r", total=10, window_s=1.0)
-    lw.update({"phase": "run", "el": 0.0, "chunks": 0, "ttfts": [0.2], "gaps": [], "req_gaps": []})
+    lw.update({"phase": "run", "el": 0.0, "chunks": 0, "ttfts": [0.2], "gaps": [], "req": []})
     lw.update({"phase": "run", "el": 0.5, "chunks": 500, "ttfts": [0.4], "gaps": [0.01, 0.02, 0.03],
-               "req_gaps": [0.02], "sent": 10, "done": 2, "inflight": 8})
-    tick = lw.update({"phase": "run", "el": 1.0, "chunks": 1000, "gaps": [0.01], "req_gaps": [0.01, 0.03],
+               "req": [[0, 0.02, 1]], "sent": 10, "done": 2, "inflight": 8})
+    tick = lw.update({"phase": "run", "el": 1.0, "chunks": 1000, "gaps": [0.01], "req": [[1, 0.01, 1], [2, 0.03, 1]],
                       "sent": 10, "done": 4, "inflight": 6})
     assert tick.output_tps == 1000.0
     assert tick.ttft_p50_ms == pytest.approx(300.0)

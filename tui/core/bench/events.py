@@ -12,8 +12,10 @@ from tui.core.events import Event
 class BenchTick(Event):
     """Live figures of a run, at ≥ 4 Hz. Windowed values cover the last ``window_s`` seconds; None = no data yet.
 
-    ``output_tps`` counts choice chunks (one token each unless the server bundles); the exact token count comes
-    from each request's ``usage`` at its end.
+    ``output_tps`` and ``output_tokens`` (received since the run began) count tokens as ``vllm bench serve`` does:
+    an ended request its ``usage``, one still streaming its chunks at the ended requests' tokens per chunk (under
+    speculative decoding a chunk carries several); TPOT is per request, (E2EL − TTFT)/(tokens − 1) for one that
+    ended; ITL is per chunk (``tui.core.bench.live``).
     """
 
     kind: ClassVar[str] = "bench_tick"
@@ -27,6 +29,7 @@ class BenchTick(Event):
     inflight: int
     waiting: int = 0
     output_tps: float | None = None
+    output_tokens: int | None = None
     ttft_p50_ms: float | None = None
     ttft_p99_ms: float | None = None
     tpot_p50_ms: float | None = None

@@ -43,6 +43,7 @@ class StreamResult:
     stream_error: str = ""  # an error event inside a 200 stream (vllm bench counts such a request by its chunks)
     seen_itl: int = 0  # ITL entries already shown in a live tick (the load generator's bookkeeping)
     seen_ttft: bool = False
+    tag: int = -1  # the load generator's request index (its live figures follow a request by it)
 
     @property
     def latency(self) -> float:

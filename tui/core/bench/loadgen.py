@@ -82,16 +82,20 @@ def request_body(settings: LoadSettings, prompt: Prompt) -> bytes:
 
 @dataclass
 class _Window:
-    """What arrived since the last tick (bounded)."""
+    """What arrived since the last tick (bounded ITL sample; one entry per request for TPOT)."""
 
     ttfts: list[float] = field(default_factory=list)
     gaps: list[float] = field(default_factory=list)
-    per_request: list[float] = field(default_factory=list)  # mean gap per request over the tick
+    #: [request index, sum of its chunk gaps, how many] of each request streaming in the tick: its TPOT over the
+    #: window is that sum over the tokens those chunks carried (the parent knows the tokens per chunk)
+    req: list[list[float]] = field(default_factory=list)
+    #: [request index, its TPOT as the summary counts it (None: none)] of each request that ended in the tick
+    ended: list[list[float | None]] = field(default_factory=list)
 
     def add_gaps(self, new: list[float]) -> None:
+        """Chunk gaps into the ITL sample (vllm bench's ITL: one gap per chunk, whatever it carries)."""
         if not new:
             return
-        self.per_request.append(math.fsum(new) / len(new))
         room = _MAX_GAPS_PER_TICK - len(self.gaps)
         if room <= 0:
             return
@@ -99,6 +103,12 @@ class _Window:
             step = max(1, len(new) // 64)
             new = new[::step]
         self.gaps.extend(new[:room])
+
+
+def _output_len(res: StreamResult) -> int:
+    """A successful request's output tokens as the summary counts them (``RequestRecord.output_len``): the
+    usage's completion_tokens, else one per choice chunk."""
+    return int(res.completion_tokens) if res.completion_tokens else max(res.chunks, 1)
 
 
 class LoadGenerator:
@@ -122,6 +132,13 @@ class LoadGenerator:
         #: live counter of tokens received, which never goes back (a request that fails after streaming took its
         #: chunks with it when only the successful ones were counted: the live figure went negative)
         self.chunks_ended = 0
+        #: output tokens of the requests that ended successfully, as the summary counts them (the usage's
+        #: completion_tokens), their chunks and their number: the parent scales the chunks still streaming (and
+        #: those of failed requests) by these requests' tokens per chunk
+        self.tokens_ok = self.chunks_ok = self.n_ok = 0
+        self.failed_with_chunks = 0
+        #: the same of the warm-up: its tokens per chunk stand in until a request of the run ends
+        self.warm_tokens = self.warm_chunks = self.warm_n = 0
         self.warm_done = 0
         self.window = _Window()
         self.lags: list[float] = []
@@ -194,6 +211,10 @@ class LoadGenerator:
                 async with sem:
                     res = await self.client.stream(req, timeout_s=self.s.timeout_s)
             self.warm_done += 1
+            if res.success:
+                self.warm_tokens += _output_len(res)
+                self.warm_chunks += res.chunks
+                self.warm_n += 1
             return res
 
         tasks = [asyncio.create_task(one(r)) for r in self.warmups]
@@ -246,9 +267,9 @@ class LoadGenerator:
             self.waiting += 1
             async with sem:
                 self.waiting -= 1
-                res = await self.client.stream(req, timeout_s=self.s.timeout_s)
+                res = await self.client.stream(req, timeout_s=self.s.timeout_s, tag=i)
         else:
-            res = await self.client.stream(req, timeout_s=self.s.timeout_s)
+            res = await self.client.stream(req, timeout_s=self.s.timeout_s, tag=i)
         self._finished(i, res)
 
     def _finished(self, i: int, res: StreamResult) -> None:
@@ -259,8 +280,16 @@ class LoadGenerator:
             if not res.seen_ttft:
                 w.ttfts.append(res.ttft)
             w.add_gaps(res.itl[res.seen_itl:])
+            n_out = _output_len(res)
+            self.tokens_ok += n_out
+            self.chunks_ok += res.chunks
+            self.n_ok += 1
+            # the summary's TPOT of this request (RequestRecord.tpot): it replaces its in-flight figures
+            w.ended.append([i, (res.latency - res.ttft) / (n_out - 1) if n_out > 1 else None])
         else:
             self.failed += 1
+            self.failed_with_chunks += res.chunks > 0
+            w.ended.append([i, None])  # no TPOT in the summary: its in-flight figures leave the window
         exp_in, exp_out = self.expected[i]
         prompt_tokens = res.prompt_tokens if res.prompt_tokens is not None else exp_in
         self.sink({
@@ -303,14 +332,21 @@ class LoadGenerator:
         w = self.window
         streaming = self.client.streaming() if self.phase == "run" else []
         in_flight_chunks = 0
+        with_chunks = 0
         for conn in streaming:
+            if not conn.chunks:
+                continue
             in_flight_chunks += conn.chunks
-            if conn.chunks and not conn.seen_ttft:
+            with_chunks += 1
+            if not conn.seen_ttft:
                 w.ttfts.append(conn.ttft)
                 conn.seen_ttft = True
             n = len(conn.itl)
             if n > conn.seen_itl:
-                w.add_gaps(conn.itl[conn.seen_itl:n])
+                new = conn.itl[conn.seen_itl:n]
+                w.add_gaps(new)
+                res = conn.res
+                w.req.append([res.tag if res is not None else -1, math.fsum(new), n - conn.seen_itl])
                 conn.seen_itl = n
         self.window = _Window()
         elapsed = _perf() - self.t0 if self.phase == "run" else 0.0
@@ -320,15 +356,23 @@ class LoadGenerator:
             warm_el = _perf() - self.warm_t0 if self.phase == "warmup" and self.warm_t0 else 0.0
             return {"t": "tick", "phase": self.phase, "el": warm_el, "sent": len(self.warmups),
                     "done": self.warm_done, "failed": 0, "inflight": len(self.warmups) - self.warm_done,
-                    "waiting": 0, "chunks": 0, "ttfts": [], "gaps": [], "req_gaps": [],
+                    "waiting": 0, "chunks": 0, "ttfts": [], "gaps": [],
                     "lag_max": max(self.lags[-20:], default=0.0)}
         return {
             "t": "tick", "phase": self.phase, "el": elapsed, "sent": self.sent, "done": self.done,
             "failed": self.failed, "inflight": self.sent - self.done - self.failed - self.waiting,
             "waiting": self.waiting, "chunks": self.chunks_ended + in_flight_chunks,
-            "ttfts": w.ttfts, "gaps": w.gaps, "req_gaps": w.per_request,
+            "tok_ok": self.tokens_ok, "ch_ok": self.chunks_ok, "n_ok": self.n_ok,
+            "n_other": self.failed_with_chunks + with_chunks, "prior": self._warm_ratio(),
+            "ttfts": w.ttfts, "gaps": w.gaps, "req": w.req, "ended": w.ended,
             "lag_max": max(self.lags[-20:], default=0.0),
         }
+
+    def _warm_ratio(self) -> float | None:
+        """Tokens per chunk after the first of the warm-up's requests (None: no chunk after a first one)."""
+        if self.warm_chunks <= self.warm_n:
+            return None
+        return (self.warm_tokens - self.warm_n) / (self.warm_chunks - self.warm_n)
 
     async def _lag_monitor(self) -> None:
         while True:

@@ -95,9 +95,10 @@ class StreamClient:
         if conn in self._idle:
             self._idle.remove(conn)
 
-    async def stream(self, request: bytes, *, timeout_s: float | None = None) -> StreamResult:
-        """Send one prepared request (``request_bytes``) and read its stream to the end."""
-        res = StreamResult(start=_perf())
+    async def stream(self, request: bytes, *, timeout_s: float | None = None, tag: int = -1) -> StreamResult:
+        """Send one prepared request (``request_bytes``) and read its stream to the end (``tag``: the caller's
+        name for it, on the result while it streams)."""
+        res = StreamResult(start=_perf(), tag=tag)
         try:
             conn = await self._acquire()
         except (OSError, ssl.SSLError) as exc:
@@ -118,7 +119,8 @@ class StreamClient:
         return res
 
     def streaming(self) -> list[StreamConnection]:
-        """Connections with a response in progress (for live figures: ``chunks``, ``ttft``, ``itl``, ``seen_*``)."""
+        """Connections with a response in progress (for live figures: ``chunks``, ``ttft``, ``itl``, ``seen_*``,
+        ``res.tag``)."""
         return [c for c in self._all if c.streaming]
 
     def close(self) -> None:
