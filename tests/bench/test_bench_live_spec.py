@@ -123,3 +123,26 @@ def test_in_flight_chunks_are_scaled_by_the_ended_requests_tokens_per_chunk() ->
     live = LiveWindow(run_id="r", total=10)
     t = live.update({**base, "el": 0.5, "chunks": 10, "n_other": 1, "prior": 2.0, "req": [[0, 0.09, 9]]})
     assert t.output_tokens == 1 + 9 * 2
+
+
+async def test_live_figures_against_the_simulated_server_with_mtp(sims) -> None:
+    """The simulated server streams an MTP step's accepted tokens in one chunk, as vLLM does."""
+    server = sims.start("--speculative-config", '{"method":"mtp","num_speculative_tokens":3}', startup_s=0.1,
+                        env={"DISAGG_SIM_SPEC_ACCEPTANCE": "0.85"})  # dummy weights would accept no draft
+    server.wait_ready()
+    wl = Workload(name="mtp", input_len=64, output_len=96, num_prompts=16, max_concurrency=8, seed=5)
+    ticks: list[BenchTick] = []
+    run = await run_bench(BenchOptions(workload=wl, model="dummy-qwen3-8b", tick_s=0.1),
+                          BenchTarget(endpoint=server.url, campaign="mtp"), on_tick=ticks.append)
+    s = run.summary
+    assert run.meta.status == "complete" and s["total_output_tokens"] == 16 * 96
+    recs = run.records()
+    assert sum(r.chunks for r in recs) < 0.6 * s["total_output_tokens"]  # several tokens per chunk
+    run_ticks = [t for t in ticks if t.phase == "run"]
+    assert run_ticks[-1].output_tokens == s["total_output_tokens"]
+    tpots = [t.tpot_p50_ms for t in run_ticks if t.tpot_p50_ms is not None]
+    assert tpots and statistics.median(tpots) == pytest.approx(s["median_tpot_ms"], rel=0.3)
+    rates = [t.output_tps for t in run_ticks if t.output_tps]
+    assert statistics.median(rates) == pytest.approx(s["output_throughput"], rel=0.3)
+    # before the fix the live TPOT was the chunk gap, i.e. the ITL: ~3× the TPOT here
+    assert statistics.median(tpots) < 0.6 * s["median_itl_ms"]
