@@ -1,5 +1,6 @@
 """Test hosts as network namespaces on this machine: each its own loopback and a veth pair to the root namespace
-(``10.X.N.2`` there, ``10.X.N.1`` here, X free on this host), an OpenSSH ``sshd`` on that address with a throwaway
+(``10.X.N.2`` there; every veth on one bridge here, ``10.X.0.1``, X free on this host, so the hosts reach
+each other too), an OpenSSH ``sshd`` on that address with a throwaway
 host key and a key made for the test, and the simulated host (``--sim``) with its own state, data and config dirs,
 run by this checkout's ``disagg-tui`` over SSH. Needs root, ``ip netns`` and ``sshd``; skipped otherwise, except
 under ``CI=true`` (then a missing piece fails, so CI cannot skip these silently). Everything made is torn down in
@@ -119,7 +120,7 @@ def _require() -> None:
         _unavailable(f"no {DISAGG_TUI} (make the venv)")
 
 
-HOSTS = (("a", 1, "0.24.0"), ("b", 2, "0.23.1"), ("c", 3, None))  # c: no sshd
+HOSTS = (("a", 1, "0.24.0"), ("b", 2, "0.23.1"), ("c", 3, None), ("d", 4, "0.24.0"))  # c: no sshd
 
 
 def _free_net() -> int:
@@ -143,7 +144,13 @@ def lab() -> Iterator[Lab]:
     # short: the SSH control sockets live under the local state dir (a unix socket path is at most 108 bytes)
     tmp = Path(tempfile.mkdtemp(prefix="dtmh"))
     made: list[NsHost] = []
+    bridge = f"dtb{tag}"
     try:
+        # one L2 segment: every namespace's veth on a bridge here (10.X.0.1), so the hosts reach each other (a layout
+        # across hosts) and this namespace reaches them, with no IP forwarding turned on in it
+        _sh("ip", "link", "add", bridge, "type", "bridge")
+        _sh("ip", "addr", "add", f"10.{net}.0.1/16", "dev", bridge)
+        _sh("ip", "link", "set", bridge, "up")
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation folder
         host_key = tmp / "host_key"
         client_key = tmp / "client_key"
@@ -167,9 +174,9 @@ def lab() -> Iterator[Lab]:
                 _unavailable(f"ip netns add failed: {exc.stderr.strip()}")
             made.append(h)
             _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _sh("ip", "addr", "add", f"10.{net}.{n}.1/24", "dev", veth)
+            _sh("ip", "link", "set", veth, "master", bridge)
             _sh("ip", "link", "set", veth, "up")
-            _sh("ip", "-n", ns, "addr", "add", f"10.{net}.{n}.2/24", "dev", "eth0")
+            _sh("ip", "-n", ns, "addr", "add", f"10.{net}.{n}.2/16", "dev", "eth0")
             _sh("ip", "-n", ns, "link", "set", "eth0", "up")
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
             for d in ("state", "data", "config"):
@@ -204,6 +211,7 @@ def lab() -> Iterator[Lab]:
             h.kill_all()
             _sh("ip", "netns", "del", h.ns, check=False)
             _sh("ip", "link", "del", h.veth, check=False)  # gone with the namespace; in case it is not
+        _sh("ip", "link", "del", bridge, check=False)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

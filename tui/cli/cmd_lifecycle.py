@@ -29,6 +29,7 @@ from tui.core.launch.events import (
 )
 from tui.core.launch.lifecycle import UpOptions, assess_layout, process_states, tear_down, timeouts_for
 from tui.core.launch.state import OWNER_KINDS, LayoutRecord, StateStore
+from tui.core.plan.launchargs import add_hosts_arguments
 from tui.core.plan.request import add_plan_arguments, add_up_arguments
 from tui.core.playbook import Diagnosis, load_playbook
 
@@ -41,6 +42,7 @@ def register(sub: Any) -> None:
     add_plan_arguments(up, required=False)  # --bundle carries them
     add_up_arguments(up)
     up.add_argument("--logs", action="store_true", help="print every server log line while starting")
+    add_hosts_arguments(up)
     add_force_option(up, "with --replace: replace a layout a running campaign or benchmark holds")
     # who starts the layout, as the state file records it (the console starts up detached: --started-by console)
     up.add_argument("--started-by", choices=[k for k in OWNER_KINDS if k != "campaign"], default="cli",
@@ -60,6 +62,7 @@ def register(sub: Any) -> None:
     down = sub.add_parser("down", help="stop the active layout (SIGINT, then SIGTERM, then SIGKILL)")
     down.add_argument("--all", action="store_true", help="every layout this host knows, failed ones too")
     add_force_option(down, "stop a layout a running campaign or benchmark holds")
+    add_hosts_arguments(down, proxy=False)
     add_global_options(down)
     down.set_defaults(handler=run_down)
 
@@ -140,6 +143,10 @@ def _bar(progress: float, width: int = 20) -> str:
 
 
 def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
+    if args.hosts:
+        from tui.cli.cmd_across import run_up as up_across
+
+        return up_across(args, ctx)
     request = launch_request(args, ctx)
     if request.bundle is not None:
         from tui.cli.cmd_bundle import up_plan
@@ -280,6 +287,10 @@ def _print_failures(ctx: CliContext, store: StateStore, as_json: bool) -> int:
 
 
 def run_down(args: argparse.Namespace, ctx: CliContext) -> int:
+    if args.hosts:
+        from tui.cli.cmd_across import run_down as down_across
+
+        return down_across(args, ctx)
     store = StateStore()
     layouts = list(store.read().values())
     if not args.all:

@@ -8,6 +8,7 @@ from typing import Any
 from tui.cli.common import launch_request, make_plan
 from tui.cli.context import CliContext, add_global_options
 from tui.core.errors import EXIT_OK
+from tui.core.plan.launchargs import add_hosts_arguments
 from tui.core.plan.planner import LaunchPlan
 from tui.core.plan.preflight import preflight
 from tui.core.plan.request import add_plan_arguments
@@ -20,11 +21,16 @@ def register(sub: Any) -> None:
     add_plan_arguments(p)
     p.add_argument("--json", action="store_true", help="print the plan and preflight as JSON")
     p.add_argument("--no-preflight", action="store_true", help="skip the preflight checks")
+    add_hosts_arguments(p)
     add_global_options(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, ctx: CliContext) -> int:
+    if args.hosts:
+        from tui.cli.cmd_across import run_plan
+
+        return run_plan(args, ctx)
     _profile, launch = make_plan(launch_request(args, ctx), ctx)
     checks = [] if args.no_preflight else preflight(launch, ctx.host.facts, ctx.nvml_or_none())
     if args.json:

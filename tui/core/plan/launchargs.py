@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tui.core.plan.ports import DEFAULT_HOST, DEFAULT_PORT, SERVER_BASE_PORT, SIDE_CHANNEL_BASE
+from tui.core.plan.ports import DEFAULT_HOST, DEFAULT_PORT, DP_RPC_PORT, SERVER_BASE_PORT, SIDE_CHANNEL_BASE
 
 
 def add_plan_arguments(p: argparse.ArgumentParser | Any, *, required: bool = True, topology_metavar: str = "T",
@@ -44,6 +44,22 @@ def add_plan_arguments(p: argparse.ArgumentParser | Any, *, required: bool = Tru
                    help="let servers of a disaggregated layout share a GPU (--gpus 0,0): a functional check only")
     p.add_argument("--knob", action="append", default=[], metavar=knob_metavar,
                    help=knob_help)
+    add_part_arguments(p)
+
+
+def add_part_arguments(p: argparse.ArgumentParser | Any) -> None:
+    """This host's part of a layout across hosts: what ``plan --hosts`` gives each host's own ``plan``/``up``."""
+    g = p.add_argument_group("a part of a layout across hosts (plan --hosts writes these for each host)")
+    g.add_argument("--dp-local", metavar="N", help="data parallel across hosts: the ranks this host runs")
+    g.add_argument("--dp-start-rank", metavar="R",
+                   help="the global rank of this host's first one (above 0: engines only, vLLM's --headless)")
+    g.add_argument("--dp-address", metavar="ADDR", help="the head host's address, which every host's engines reach")
+    g.add_argument("--dp-rpc-port", metavar="PORT", help=f"the head's RPC port (default {DP_RPC_PORT})")
+    g.add_argument("--roles", metavar="prefill|decode", help="P/D across hosts: the roles this host runs")
+    g.add_argument("--advertise", metavar="ADDR",
+                   help="the address other hosts reach this host at (its NIXL side channel)")
+    g.add_argument("--peer", action="append", default=[], metavar="ROLE=URL",
+                   help="another host's server for the proxy here (prefill=http://ADDR:PORT), repeatable")
 
 
 def add_bundle_arguments(p: argparse.ArgumentParser | Any) -> None:
@@ -77,3 +93,13 @@ def add_vllm_argument(p: argparse.ArgumentParser | Any, *, default: Any = None) 
     """``--vllm PATH`` (a global option of the CLI: ``default`` is argparse.SUPPRESS on a command's parser)."""
     p.add_argument("--vllm", default=default, metavar="PATH",
                    help="the vllm executable (default: found on PATH; it often lives in its own venv)")
+
+
+def add_hosts_arguments(p: argparse.ArgumentParser | Any, *, proxy: bool = True) -> None:
+    p.add_argument("--hosts", metavar="A,B",
+                   help="a layout across these inventory hosts (hosts.yaml), each part run by that host's own "
+                        "disagg-tui over SSH: dp<N> as vLLM's multi-node data parallel (the first host the head), "
+                        "<X>p<Y>d with prefill on the first and decode on the second")
+    if proxy:
+        p.add_argument("--proxy-on", metavar="HOST", help="with --hosts: the host that runs the proxy of a P/D "
+                                                          "layout (default the first)")

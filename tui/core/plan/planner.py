@@ -30,6 +30,7 @@ from tui.core.models import ModelProfile
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.ports import DEFAULT_HOST as DEFAULT_HOST  # the defaults live in ports (read by the CLI's help)
 from tui.core.plan.ports import DEFAULT_PORT as DEFAULT_PORT
+from tui.core.plan.ports import DP_RPC_PORT as DP_RPC_PORT
 from tui.core.plan.ports import SERVER_BASE_PORT as SERVER_BASE_PORT
 from tui.core.plan.ports import SERVER_PORT_STEP as SERVER_PORT_STEP
 from tui.core.plan.ports import SIDE_CHANNEL_BASE as SIDE_CHANNEL_BASE
@@ -58,6 +59,19 @@ class PlanOptions:
     #: let several servers share a GPU (e.g. 1P1D on one large GPU for a functional check); their
     #: gpu_memory_utilization must add up to at most MAX_SHARED_UTILIZATION on each GPU
     allow_shared_gpus: bool = False
+    # --- this host's part of a layout across hosts (tui.core.plan.cluster makes them; all default to a whole layout)
+    #: DP across hosts: the ranks on this host (None: all of them), the first one's global rank (> 0: engines only,
+    #: ``--headless``), the head's address and RPC port (vLLM's ``--data-parallel-address`` / ``-rpc-port``)
+    dp_local: int | None = None
+    dp_start_rank: int = 0
+    dp_address: str | None = None
+    dp_rpc_port: int = DP_RPC_PORT
+    #: P/D across hosts: the roles of the layout this host runs (empty: every role), the address other hosts reach
+    #: its NIXL side channel at (``VLLM_NIXL_SIDE_CHANNEL_HOST``), and the other hosts' servers the proxy here
+    #: sends to ((role, URL); a part with some roles and no peers runs no proxy)
+    roles: tuple[str, ...] = ()
+    advertise: str | None = None
+    peers: tuple[tuple[str, str], ...] = ()
 
 
 MAX_SHARED_UTILIZATION = 0.95
@@ -70,11 +84,12 @@ def _fmt_float(x: float) -> str:
     return f"{x:.2f}" if round(x, 2) == x else repr(x)
 
 
-def _select_gpus(topo: Topology, facts: HostFacts, wanted: tuple[int, ...] | None, shared: bool = False
-                 ) -> tuple[tuple[int, ...], list[str]]:
+def _select_gpus(topo: Topology, facts: HostFacts, wanted: tuple[int, ...] | None, shared: bool = False,
+                 need: int | None = None) -> tuple[tuple[int, ...], list[str]]:
+    """The GPUs of this host's servers (``need``: how many this host's part takes; default the whole layout's)."""
     warnings: list[str] = []
     present = [g.index for g in facts.gpus]
-    need = topo.gpus_needed
+    need = topo.gpus_needed if need is None else need
     if wanted is not None:
         if len(set(wanted)) != len(wanted) and not shared:
             raise InputError(f"GPU listed twice in {','.join(map(str, wanted))} (to run several servers on one "
@@ -84,14 +99,57 @@ def _select_gpus(topo: Topology, facts: HostFacts, wanted: tuple[int, ...] | Non
             raise PlanRefused(f"GPU {','.join(map(str, missing))} not present on this host "
                               f"(it has {len(present)}: {','.join(map(str, present)) or 'none'})")
         if len(wanted) < need:
-            raise PlanRefused(f"{topo.name} needs {need} GPUs; --gpus gives {len(wanted)}")
+            raise PlanRefused(f"{topo.name} needs {need} GPUs{_here(topo, need)}; --gpus gives {len(wanted)}")
         if len(wanted) > need:
-            warnings.append(f"{topo.name} uses {need} GPUs; using {','.join(map(str, wanted[:need]))} of --gpus")
+            warnings.append(f"{topo.name} uses {need} GPUs{_here(topo, need)}; using "
+                            f"{','.join(map(str, wanted[:need]))} of --gpus")
         return tuple(wanted[:need]), warnings
     if need > len(present):
         hint = " (the simulated host has --sim-gpus N)" if facts.simulated else ""
-        raise PlanRefused(f"{topo.name} needs {need} GPUs; this host has {len(present)}{hint}")
+        raise PlanRefused(f"{topo.name} needs {need} GPUs{_here(topo, need)}; this host has {len(present)}{hint}")
     return tuple(present[:need]), warnings
+
+
+def _here(topo: Topology, need: int) -> str:
+    return "" if need == topo.gpus_needed else " on this host (its part of the layout across hosts)"
+
+
+def _part_need(topo: Topology, opts: PlanOptions) -> int:
+    """The GPUs this host's part of the layout takes (the whole layout's when it is not a part)."""
+    if topo.kind == "dp" and opts.dp_local is not None:
+        return opts.dp_local
+    if topo.kind == "pd" and opts.roles:
+        return sum(n for r, n in (("prefill", topo.prefill), ("decode", topo.decode)) if r in opts.roles) * topo.tp
+    return topo.gpus_needed
+
+
+def _check_part(topo: Topology, opts: PlanOptions) -> None:
+    """A part of a layout across hosts that cannot be (PlanRefused, one line)."""
+    if topo.kind != "dp" and (opts.dp_local is not None or opts.dp_start_rank or opts.dp_address):
+        raise PlanRefused(f"--dp-local/--dp-start-rank/--dp-address are data parallel across hosts; {topo.name} "
+                          "is not dp<N>")
+    if topo.kind != "pd" and (opts.roles or opts.peers):
+        raise PlanRefused(f"--roles/--peer split a disaggregated layout across hosts; {topo.name} is not <X>p<Y>d")
+    if topo.kind == "dp" and opts.dp_local is not None:
+        local, start = opts.dp_local, opts.dp_start_rank
+        if not 1 <= local < topo.dp or topo.dp % local:
+            raise PlanRefused(f"--dp-local {local}: each host of {topo.name} runs the same number of ranks, a "
+                              f"divisor of {topo.dp} below it")
+        if start % local or start + local > topo.dp:
+            raise PlanRefused(f"--dp-start-rank {start}: with {local} rank(s) a host, {topo.name}'s hosts start at "
+                              f"{', '.join(str(k) for k in range(0, topo.dp, local))}")
+        if not opts.dp_address:
+            raise PlanRefused("--dp-local needs --dp-address: the head's address, which every host's engines reach")
+    elif opts.dp_start_rank:
+        raise PlanRefused("--dp-start-rank needs --dp-local (the ranks on this host)")
+    if topo.kind == "pd" and opts.roles:
+        if not set(opts.roles) <= {"prefill", "decode"} or len(set(opts.roles)) != len(opts.roles):
+            raise PlanRefused(f"--roles {','.join(opts.roles)}: prefill, decode or both, once each")
+        for role, _url in opts.peers:
+            if role in opts.roles:
+                raise PlanRefused(f"--peer {role}=...: this host runs the {role} servers itself")
+    elif opts.peers:
+        raise PlanRefused("--peer needs --roles: the roles this host runs (the peers run the others)")
 
 
 def _check_fit(profile: ModelProfile, topo: Topology, facts: HostFacts, gpus: tuple[int, ...], gmu: float,
@@ -136,7 +194,8 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
             raise InputError(f"{a.split('=', 1)[0]} would put a secret on vLLM's command line, which vLLM logs at "
                              "start-up: pass --api-key (it reaches the servers as VLLM_API_KEY) or set HF_TOKEN in "
                              "the environment", field="--arg")
-    gpus, warnings = _select_gpus(topo, facts, opts.gpus, opts.allow_shared_gpus)
+    _check_part(topo, opts)
+    gpus, warnings = _select_gpus(topo, facts, opts.gpus, opts.allow_shared_gpus, _part_need(topo, opts))
     workarounds: list[Workaround] = []
 
     fam_ov = profile.override_for(topo.family)
@@ -220,7 +279,9 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
     exe = opts.vllm_executable
     servers: list[ServerSpec] = []
     proxy: ProxySpec | None = None
-    if topo.kind in ("tp", "dp"):
+    if topo.kind == "dp" and opts.dp_local is not None:
+        servers.append(_dp_part(topo, opts, exe, model, gpus, tail_args(None), base_env(None)))
+    elif topo.kind in ("tp", "dp"):
         env = [("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus))), ("VLLM_ENGINE_READY_TIMEOUT_S", READY_TIMEOUT_ENV)]
         parallel = ["--tensor-parallel-size", str(topo.tp)] if topo.kind == "tp" else \
             ["--data-parallel-size", str(topo.dp)]
@@ -238,6 +299,9 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
         for role, count in (("prefill", topo.prefill), ("decode", topo.decode)):
             role_ov = profile.override_for(role)
             for k in range(count):
+                if opts.roles and role not in opts.roles:  # another host's part of the layout runs it
+                    idx += 1
+                    continue
                 sg = gpus[gi:gi + topo.tp]
                 gi += topo.tp
                 port = opts.server_base_port + SERVER_PORT_STEP * idx
@@ -246,6 +310,8 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
                 kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
                 env = [("CUDA_VISIBLE_DEVICES", ",".join(map(str, sg))),
                        ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side))]
+                if opts.advertise:
+                    env.append(("VLLM_NIXL_SIDE_CHANNEL_HOST", opts.advertise))
                 if profile.is_hybrid:
                     env.append(("VLLM_SSM_CONV_STATE_LAYOUT", "DS"))
                 kv_cfg = json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role}, separators=(",", ":"))
@@ -255,9 +321,12 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
                 servers.append(ServerSpec(name=f"{role}-{k}", role=role, argv=tuple(argv),
                                           env=tuple(env + base_env(role_ov)), gpus=sg, host=opts.host, port=port,
                                           tp=topo.tp, dp=1, side_channel_port=side, kv_role=kv_role))
-        proxy = ProxySpec(host=opts.host, port=opts.port,
-                          prefill=tuple(s.url for s in servers if s.role == "prefill"),
-                          decode=tuple(s.url for s in servers if s.role == "decode"))
+        if not opts.roles or opts.peers:
+            proxy = ProxySpec(host=opts.host, port=opts.port,
+                              prefill=(*(s.url for s in servers if s.role == "prefill"),
+                                       *(u for r, u in opts.peers if r == "prefill")),
+                              decode=(*(s.url for s in servers if s.role == "decode"),
+                                      *(u for r, u in opts.peers if r == "decode")))
     result = LaunchPlan(
         profile_id=profile.id, model=model, served_name=profile.served_name, topology=topo.name, gpus=gpus,
         servers=tuple(_dedupe_env(s) for s in servers), proxy=proxy, simulated=facts.simulated,
@@ -266,6 +335,26 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
     )
     check_plan(result)
     return result
+
+
+def _dp_part(topo: Topology, opts: PlanOptions, exe: str, model: str, gpus: tuple[int, ...], tail: list[str],
+             env_tail: list[tuple[str, str]]) -> ServerSpec:
+    """This host's ranks of data parallel across hosts (vLLM's multi-node DP): the head (start rank 0) runs the API
+    server and its local engines; another host runs engines only (``--headless``), which reach the head's RPC port.
+    A headless part has no HTTP endpoint of its own: its URL is the head's, whose ``/health`` answers once every
+    host's engines have joined."""
+    local, start = opts.dp_local or topo.dp, opts.dp_start_rank
+    address = opts.dp_address or opts.host
+    env = [("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus))), ("VLLM_ENGINE_READY_TIMEOUT_S", READY_TIMEOUT_ENV)]
+    dp = ["--data-parallel-size", str(topo.dp), "--data-parallel-size-local", str(local)]
+    rpc = ["--data-parallel-address", address, "--data-parallel-rpc-port", str(opts.dp_rpc_port)]
+    if start == 0:
+        argv = [exe, "serve", model, "--host", opts.host, "--port", str(opts.port), *dp, *rpc, *tail]
+        return ServerSpec(name="server", role="single", argv=tuple(argv), env=tuple(env + env_tail), gpus=gpus,
+                          host=opts.host, port=opts.port, tp=topo.tp, dp=local)
+    argv = [exe, "serve", model, "--headless", *dp, "--data-parallel-start-rank", str(start), *rpc, *tail]
+    return ServerSpec(name=f"engines-{start}", role="headless", argv=tuple(argv), env=tuple(env + env_tail),
+                      gpus=gpus, host=address, port=opts.port, tp=topo.tp, dp=local)
 
 
 def _dedupe_env(s: ServerSpec) -> ServerSpec:

@@ -9,6 +9,8 @@ SERVER_BASE_PORT = 8100
 SERVER_PORT_STEP = 100
 #: the first NIXL side-channel port; one per engine
 SIDE_CHANNEL_BASE = 5600
+#: data parallel across hosts: the head's RPC port the other hosts' engines reach (vLLM's default)
+DP_RPC_PORT = 29550
 
 
 def is_loopback(host: str) -> bool:

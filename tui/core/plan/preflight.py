@@ -77,11 +77,13 @@ def only_time_wait(port: int) -> bool:
 def check_ports(plan: LaunchPlan) -> list[Check]:
     out: list[Check] = []
     busy: list[str] = []
-    entries: list[tuple[str, str, int]] = [(s.name, s.host, s.port) for s in plan.servers]
+    # a headless part (engines of data parallel across hosts) binds no HTTP port here: its URL is the head's
+    entries: list[tuple[str, str, int]] = [(s.name, s.host, s.port) for s in plan.servers if s.role != "headless"]
     if plan.proxy is not None:
         entries.append(("proxy", plan.proxy.host, plan.proxy.port))
     for s in plan.servers:
-        entries += [(f"{s.name} NIXL side channel", "127.0.0.1", p) for p in s.side_channel_ports()]
+        side_host = s.env_dict().get("VLLM_NIXL_SIDE_CHANNEL_HOST", "127.0.0.1")
+        entries += [(f"{s.name} NIXL side channel", side_host, p) for p in s.side_channel_ports()]
     for name, host, port in entries:
         try:
             free = port_free(host, port)
@@ -146,7 +148,7 @@ def check_vllm(facts: HostFacts, plan: LaunchPlan | None = None) -> list[Check]:
                                        "may differ"))
     else:
         out.append(Check("vllm", PASS, f"{v.version} at {v.resolved}"))
-    if plan is not None and plan.proxy is not None:
+    if plan is not None and (plan.proxy is not None or any(s.kv_role for s in plan.servers)):
         if v.nixl:
             out.append(Check("nixl", PASS, f"nixl {v.nixl} in vLLM's environment"))
         else:

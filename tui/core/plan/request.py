@@ -30,7 +30,14 @@ from tui.core.plan.argtext import ENV_NAME, check_json_flags, parse_env, parse_g
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.launchargs import add_bundle_arguments, add_plan_arguments, add_up_arguments, add_vllm_argument
 from tui.core.plan.planner import PlanOptions, plan
-from tui.core.plan.ports import DEFAULT_HOST, DEFAULT_PORT, SERVER_BASE_PORT, SIDE_CHANNEL_BASE, is_loopback
+from tui.core.plan.ports import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DP_RPC_PORT,
+    SERVER_BASE_PORT,
+    SIDE_CHANNEL_BASE,
+    is_loopback,
+)
 from tui.core.plan.spec import LaunchPlan
 from tui.core.topology import parse_topology
 
@@ -43,11 +50,15 @@ FLAGS: dict[str, str] = {
     "bundle": "--bundle", "allow_env": "--allow-env", "trust_remote_code": "--trust-remote-code",
     "apply_fix": "--apply-fix", "replace": "--replace", "stagger": "--no-stagger",
     "ready_timeout_s": "--ready-timeout", "stall_timeout_s": "--stall-timeout", "knobs": "--knob",
+    "dp_local": "--dp-local", "dp_start_rank": "--dp-start-rank", "dp_address": "--dp-address",
+    "dp_rpc_port": "--dp-rpc-port", "roles": "--roles", "advertise": "--advertise", "peers": "--peer",
 }
 __all__ = ["FLAGS", "LaunchRequest", "RequestInvalid", "add_bundle_arguments", "add_plan_arguments",
            "add_up_arguments", "add_vllm_argument", "plan_request"]
 _KNOB_KEY = re.compile(r"(?:(?:prefill|decode)\.)?[a-z][a-z0-9_-]{0,31}\Z")
 _KNOB_VALUE = re.compile(r"[A-Za-z0-9_.-]{1,32}(?::\d{1,9})?\Z")
+#: a peer server of a layout across hosts: scheme, address (IPv4, [IPv6] or a host name) and port, nothing more
+_PEER_URL = re.compile(r"http://(?:\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}\Z")
 _HOST_NAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                         r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z")
 
@@ -92,6 +103,14 @@ class LaunchRequest:
     vllm: str | None = None  # the vllm executable (None: found on PATH)
     #: serve knobs from the catalogue (``profiles/knobs.yaml``), one value each: (``[ROLE.]NAME``, value)
     knobs: tuple[tuple[str, str], ...] = ()
+    # this host's part of a layout across hosts (``plan --hosts`` writes them for each host's own ``up``)
+    dp_local: int | None = None  # DP across hosts: the ranks on this host
+    dp_start_rank: int = 0  # the first one's global rank (> 0: engines only, --headless)
+    dp_address: str | None = None  # the head's address
+    dp_rpc_port: int = DP_RPC_PORT
+    roles: tuple[str, ...] = ()  # P/D across hosts: the roles this host runs
+    advertise: str | None = None  # the address other hosts reach this one's NIXL side channel at
+    peers: tuple[tuple[str, str], ...] = ()  # (role, URL) of the other hosts' servers, for the proxy here
     # what ``up`` adds
     bundle: str | None = None
     allow_env: tuple[str, ...] = ()
@@ -145,7 +164,25 @@ class LaunchRequest:
             elif any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in self.gpus):
                 bad("gpus", f"expected GPU indices like 0,1; got {self.gpus!r}")
         guard(_check_host, self.host)
-        for name in ("port", "server_port", "side_channel_port"):
+        for name in ("dp_address", "advertise"):
+            value = getattr(self, name)
+            if value is not None:
+                guard(_check_host, value, FLAGS[name])
+        if self.advertise is not None and is_loopback(self.advertise.strip()):
+            bad("advertise", f"{self.advertise} is this host's loopback: other hosts cannot reach it; give its "
+                             "address on the network the hosts share")
+        if self.dp_local is not None and (isinstance(self.dp_local, bool) or not 1 <= self.dp_local <= 4096):
+            bad("dp_local", f"expected 1 or more ranks, got {self.dp_local}")
+        if isinstance(self.dp_start_rank, bool) or not 0 <= self.dp_start_rank <= 4096:
+            bad("dp_start_rank", f"expected a rank 0 or above, got {self.dp_start_rank}")
+        for role in self.roles:
+            if role not in ("prefill", "decode"):
+                bad("roles", f"expected prefill, decode or prefill,decode; got {role[:40]!r}")
+        for role, url in self.peers:
+            if role not in ("prefill", "decode") or not _PEER_URL.match(url):
+                bad("peers", f"expected ROLE=http://ADDRESS:PORT (ROLE prefill or decode), got "
+                             f"{(role + '=' + url)[:80]!r}")
+        for name in ("port", "server_port", "side_channel_port", "dp_rpc_port"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
                 bad(name, f"port must be 1..65535, got {value}")
@@ -203,7 +240,9 @@ class LaunchRequest:
             side_channel_base=self.side_channel_port, vllm_executable=self.vllm or "vllm",
             extra_args=self.extra_args, extra_env=self.extra_env, model_path=self.model_path,
             gpu_memory_utilization=self.gpu_memory_utilization, max_model_len=self.max_model_len,
-            allow_shared_gpus=self.allow_shared_gpus,
+            allow_shared_gpus=self.allow_shared_gpus, dp_local=self.dp_local, dp_start_rank=self.dp_start_rank,
+            dp_address=self.dp_address.strip() if self.dp_address else None, dp_rpc_port=self.dp_rpc_port,
+            roles=self.roles, advertise=self.advertise.strip() if self.advertise else None, peers=self.peers,
         )
 
     # --- as a command line ---------------------------------------------------------------------------------------
@@ -229,6 +268,10 @@ class LaunchRequest:
                 out.extend(f"--env={k}={v}" for k, v in value)
             elif name == "knobs":
                 out.extend(f"--knob={k}={v}" for k, v in value)
+            elif name == "peers":
+                out.extend(f"--peer={k}={v}" for k, v in value)
+            elif name == "roles":
+                opt(name, ",".join(value))
             elif name == "allow_env":
                 out.extend(f"--allow-env={v}" for v in value)
             elif isinstance(value, bool):
@@ -280,13 +323,16 @@ class LaunchRequest:
             except InputError as err:
                 problems.append(err)
 
-        for dest in ("model", "topology", "host", "model_path", "vllm", "bundle", "apply_fix"):
+        for dest in ("model", "topology", "host", "model_path", "vllm", "bundle", "apply_fix", "dp_address",
+                     "advertise"):
             raw = text(dest)
             if raw is not None:
                 kw[dest] = raw
         convert("gpus", "gpus", parse_gpu_list)
         for dest, name in (("port", "port"), ("server_port", "server_port"),
-                           ("side_channel_port", "side_channel_port"), ("max_model_len", "max_model_len")):
+                           ("side_channel_port", "side_channel_port"), ("max_model_len", "max_model_len"),
+                           ("dp_local", "dp_local"), ("dp_start_rank", "dp_start_rank"),
+                           ("dp_rpc_port", "dp_rpc_port")):
             convert(dest, name, _whole)
         for dest, name in (("gpu_memory_utilization", "gpu_memory_utilization"), ("ready_timeout", "ready_timeout_s"),
                            ("stall_timeout", "stall_timeout_s")):
@@ -304,6 +350,15 @@ class LaunchRequest:
         if knob_items:
             try:
                 kw["knobs"] = _knob_pairs([knob_items] if isinstance(knob_items, str) else knob_items)
+            except InputError as err:
+                problems.append(err)
+        roles = text("roles")
+        if roles is not None:
+            kw["roles"] = tuple(r.strip() for r in roles.split(",") if r.strip()) or (roles,)
+        peer_items = values.get("peer")
+        if peer_items:
+            try:
+                kw["peers"] = _peer_pairs([peer_items] if isinstance(peer_items, str) else peer_items)
             except InputError as err:
                 problems.append(err)
         if values.get("allow_env"):
@@ -357,14 +412,25 @@ def _knob_pairs(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _check_host(text: str) -> None:
+def _peer_pairs(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``--peer ROLE=URL`` items as pairs (checked by the request's validation)."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        role, eq, url = str(item).partition("=")
+        if not eq:
+            raise InputError(f"expected ROLE=http://ADDRESS:PORT, got {str(item)[:80]!r}", field="--peer")
+        out.append((role.strip(), url.strip()))
+    return tuple(out)
+
+
+def _check_host(text: str, flag: str = "--host") -> None:
     """The address servers and the proxy bind: an IP address or a host name."""
     host = text.strip()
     try:
         ipaddress.ip_address(host)
     except ValueError:
         if not _HOST_NAME.match(host):
-            raise InputError(f"expected an IP address or a host name, got {text!r}", field="--host") from None
+            raise InputError(f"expected an IP address or a host name, got {text!r}", field=flag) from None
 
 
 def _whole(text: str, flag: str) -> int:
@@ -393,4 +459,5 @@ class _RaisingParser(argparse.ArgumentParser):
 _DESTS = frozenset({"model", "topology", "gpus", "host", "port", "server_port", "side_channel_port", "model_path",
                     "arg", "env", "gpu_memory_utilization", "max_model_len", "allow_shared_gpus", "vllm", "bundle",
                     "allow_env", "trust_remote_code", "apply_fix", "replace", "no_stagger", "ready_timeout",
-                    "stall_timeout", "knob"})
+                    "stall_timeout", "knob", "dp_local", "dp_start_rank", "dp_address", "dp_rpc_port", "roles",
+                    "advertise", "peer"})

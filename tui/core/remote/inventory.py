@@ -8,6 +8,8 @@
         ssh: gpu-a                      # a ~/.ssh/config alias, or user@host
       gpu-b:
         ssh: ops@10.0.0.12
+        address: 10.0.0.12              # what the other hosts reach it at (layouts across hosts); default: the
+                                        # ssh destination's host when it is an IP address
         port: 2222                      # optional
         jump: ops@bastion.example:22    # optional: ssh -J
         disagg_tui: /opt/disagg-tui/.venv/bin/disagg-tui   # default: disagg-tui on the remote PATH
@@ -23,6 +25,7 @@ refused: SSH keys and the agent are the way in.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +48,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 # user@host or an alias: no leading '-' (it would be an ssh option), no spaces, quotes, '$' or shell words
 _DEST = re.compile(r"(?:[A-Za-z0-9._][A-Za-z0-9._+-]{0,63}@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,252}|\[[0-9A-Fa-f:.]+\])")
 _JUMP = re.compile(_DEST.pattern + r"(?::[0-9]{1,5})?")
+_ADDRESS = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 _SECRET_KEYS = ("password", "passwd", "passphrase", "secret")
 
 
@@ -60,6 +64,21 @@ class HostEntry:
     vllm: str = "vllm"
     gpus: tuple[int, ...] | None = None  # None: every GPU
     sim: bool = False
+    address: str | None = None  # the address other hosts reach it at (None: the destination's, if an IP)
+
+    def routable_address(self) -> str:
+        """The address a layout across hosts binds and advertises on this host: ``address:``, else the SSH
+        destination's host when it is an IP address (InputError naming the field otherwise)."""
+        if self.address:
+            return self.address
+        host = self.ssh.rsplit("@", 1)[-1].strip("[]")
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise InputError(f"{self.name}: no address for a layout across hosts (its ssh destination {host!r} is "
+                             "an alias)", field=f"hosts.{self.name}.address",
+                             hint="add 'address: IP' (the address the other hosts reach it at) to hosts.yaml") from None
+        return host
 
     def remote_cli(self, *args: str) -> list[str]:
         """The remote argv of a ``disagg-tui`` command on this host (``--sim`` added for a simulated one)."""
@@ -164,8 +183,17 @@ def _entry(name: str, data: Any, source: Path, line: int | None) -> HostEntry:
             raise f.error("gpus", "an empty list; leave the key out to use every GPU")
         gpus = tuple(out)
     sim = bool(f.get("sim", bool, False))
+    address = f.get("address", str)
+    if address is not None:
+        address = _text(f, "address", address, what="an address").strip()
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            if not _ADDRESS.fullmatch(address):
+                raise f.error("address", f"not an IP address or a host name: {address[:80]!r}") from None
     f.done()
-    return HostEntry(name=name, ssh=dest, port=port, jump=jump, disagg_tui=cli, vllm=vllm, gpus=gpus, sim=sim)
+    return HostEntry(name=name, ssh=dest, port=port, jump=jump, disagg_tui=cli, vllm=vllm, gpus=gpus, sim=sim,
+                     address=address)
 
 
 def parse(data: Any, source: Path) -> Inventory:

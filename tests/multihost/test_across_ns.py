@@ -1,0 +1,81 @@
+"""Layouts across hosts, for real: each part planned, preflighted, started and stopped by its namespace host's own
+``disagg-tui`` over SSH, benchmarked from here through the one endpoint (conftest.py makes the hosts)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from tests.multihost.conftest import DISAGG_TUI, Lab
+
+MODEL = "dummy-qwen3-8b"
+
+
+def across_inventory(lab: Lab, names: tuple[str, ...] = ("a", "b", "d")) -> str:
+    lines = [f"ssh_config: {lab.ssh_config}", "hosts:"]
+    for name in names:
+        h = lab.hosts[name]
+        lines += [f"  {name}:", f"    ssh: ns-{name}", f"    address: {h.addr}", f"    disagg_tui: {DISAGG_TUI}",
+                  "    sim: true", f"    vllm: {h.root / 'vllm'}"]
+    return "\n".join(lines) + "\n"
+
+
+def _ok(res: subprocess.CompletedProcess[str]) -> str:
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res.stdout
+
+
+def _bench(lab: Lab, endpoint: str) -> dict[str, object]:
+    out = _ok(lab.cli("bench", "--endpoint", endpoint, "--input-len", "64", "--output-len", "16", "--num-prompts",
+                      "12", "--rate", "inf", "--warmup", "0", "--json", "--quiet", "--sim", timeout=120))
+    summary: dict[str, object] = json.loads(out)
+    return summary
+
+
+def _roles(lab: Lab, host: str) -> list[str]:
+    """The roles of the processes of the layout up on that host, as its own ``status --json`` says."""
+    res = subprocess.run(["ssh", "-F", str(lab.ssh_config), f"ns-{host}", f"{DISAGG_TUI} status --json --sim"],
+                         capture_output=True, text=True, timeout=30)
+    layouts = json.loads(_ok(res))["layouts"]
+    return sorted(p["role"] for lay in layouts for p in lay["processes"])
+
+
+def test_plan_across_hosts_shows_each_hosts_commands_and_refuses_a_different_vllm(lab: Lab) -> None:
+    lab.inventory(across_inventory(lab))
+    a, b = lab.hosts["a"], lab.hosts["b"]
+    res = lab.cli("plan", "--hosts", "a,b", "-m", MODEL, "-t", "1p1d", "--sim", timeout=90)
+    out = _ok(res)
+    # each host's own planner wrote its part: prefill (and the proxy) on a, decode on b, by their addresses
+    assert f"## on a ({a.addr}): prefill servers (1) and the proxy" in out, out
+    assert f"## on b ({b.addr}): decode servers (1)" in out, out
+    assert f"VLLM_NIXL_SIDE_CHANNEL_HOST={a.addr}" in out and f"--host {a.addr} --port 8100" in out, out
+    assert f"--prefill http://{a.addr}:8100 --decode http://{b.addr}:8200" in out, out
+    assert "[FAIL] vllm across hosts: vLLM differs: a 0.24.0, b 0.23.1" in res.stderr, res.stderr
+    assert f"KV: b pulls from a {a.addr}:5600" in res.stderr, res.stderr
+    # up refuses it before anything starts there
+    res = lab.cli("up", "--hosts", "a,b", "-m", MODEL, "-t", "1p1d", "--sim", timeout=90)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "error: preflight failed: vllm across hosts: vLLM differs: a 0.24.0, b 0.23.1" in res.stderr
+    # TP across hosts is refused with the reason, in one line
+    res = lab.cli("plan", "--hosts", "a,d", "-m", MODEL, "-t", "tp2", "--sim", timeout=60)
+    assert res.returncode == 2 and "needs vLLM's Ray backend" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1
+
+
+def test_1p1d_with_prefill_and_decode_on_two_hosts_up_bench_down(lab: Lab) -> None:
+    lab.inventory(across_inventory(lab))
+    a = lab.hosts["a"]
+    try:
+        res = lab.cli("up", "--hosts", "a,d", "-m", MODEL, "-t", "1p1d", "--sim", timeout=180)
+        out = _ok(res)
+        assert f"endpoint: http://{a.addr}:8000" in out, out
+        assert "[a] layout" in res.stderr and "[d] layout" in res.stderr, res.stderr
+        # each host runs its part: a the prefill server and the proxy, d the decode server
+        assert _roles(lab, "a") == ["prefill", "proxy"] and _roles(lab, "d") == ["decode"]
+        summary = _bench(lab, f"http://{a.addr}:8000")
+        assert summary["completed"] == 12 and summary["failed"] == 0, summary
+        assert summary["total_output_tokens"] == 12 * 16, summary
+    finally:
+        res = lab.cli("down", "--hosts", "a,d", "--sim", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "stopped on a, d" in res.stdout

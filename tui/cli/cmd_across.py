@@ -1,0 +1,134 @@
+"""``plan|up|down --hosts a,b``: a layout across inventory hosts, each part planned, checked, started and stopped by
+that host's own ``disagg-tui`` over SSH (``tui.core.plan.cluster`` says what each part is,
+``tui.core.remote.cluster`` carries it out)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+from typing import Any
+
+from tui.cli.context import CliContext
+from tui.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, InputError
+from tui.core.plan.cluster import ClusterPlan, plan_across
+from tui.core.plan.request import LaunchRequest
+from tui.core.remote import inventory
+from tui.core.remote.cluster import Hosts, RemotePlan, down_across, preflight_across, remote_plans, up_across
+
+
+def host_names(args: argparse.Namespace) -> list[str]:
+    text = str(args.hosts or "")
+    inv = inventory.load()
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        names = inv.names
+    if not names:
+        raise InputError("expected inventory host names, as in --hosts a,b", field="--hosts")
+    for n in names:
+        inv.get(n)  # an unknown name is one line naming hosts.yaml and the hosts it has
+    return names
+
+
+def _cluster(args: argparse.Namespace) -> tuple[Hosts, ClusterPlan]:
+    request = LaunchRequest.from_args(args)
+    hosts = Hosts(inventory.load(), host_names(args))
+    return hosts, plan_across(request, hosts.cluster_hosts(), proxy_on=getattr(args, "proxy_on", None))
+
+
+def _say(ctx: CliContext) -> Any:
+    def on_line(host: str, line: str) -> None:
+        print(f"[{host}] {line}", file=ctx.err, flush=True)
+    return on_line
+
+
+def _show(ctx: CliContext, plan: ClusterPlan, plans: dict[str, RemotePlan]) -> None:
+    ctx.print(f"# {plan.topology} across {len(plan.parts)} hosts ({', '.join(plan.hosts)}); endpoint {plan.endpoint}"
+              + (" (SIMULATED hosts)" if all(p.simulated for p in plans.values()) else ""))
+    for part in plan.parts:
+        rp = plans[part.host]
+        ctx.print("")
+        ctx.print(f"## on {part.host} ({part.address}): {part.does}")
+        ctx.print(f"#  disagg-tui up {' '.join(part.request.to_argv())}")
+        for s in rp.servers:
+            ctx.print(f"# {s.name} ({s.role})" + ("" if s.role == "headless" else f" on {s.url}"))
+            ctx.print(s.shell)
+        if rp.proxy_shell:
+            ctx.print(f"# proxy on {rp.proxy_url}")
+            ctx.print(rp.proxy_shell)
+        for w in rp.warnings:
+            ctx.warn(f"{part.host}: {w}")
+
+
+def _print_checks(ctx: CliContext, checks: list[tuple[str, str, str]]) -> None:
+    print("preflight:", file=ctx.err)
+    mark = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL"}
+    for name, status, reason in checks:
+        print(f"  [{mark[status]}] {name}: {reason}", file=ctx.err)
+
+
+def run_plan(args: argparse.Namespace, ctx: CliContext) -> int:
+    hosts, plan = _cluster(args)
+    try:
+        plans = remote_plans(hosts, plan, preflight=not args.no_preflight)
+        checks = [] if args.no_preflight else preflight_across(hosts, plan, plans)
+        if args.json:
+            ctx.print_json({"cluster": plan.to_dict(),
+                            "hosts": {h: {"servers": [dataclasses.asdict(s) for s in p.servers],
+                                          "proxy": p.proxy_shell} for h, p in plans.items()},
+                            "preflight": [{"name": n, "status": st, "reason": r} for n, st, r in checks]})
+        else:
+            _show(ctx, plan, plans)
+        if checks and not args.json:
+            _print_checks(ctx, checks)
+    finally:
+        hosts.close()
+    return EXIT_OK
+
+
+def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
+    hosts, plan = _cluster(args)
+    try:
+        plans = remote_plans(hosts, plan)
+        _show(ctx, plan, plans)
+        checks = preflight_across(hosts, plan, plans)
+        _print_checks(ctx, checks)
+        failed = [f"{n}: {r}" for n, st, r in checks if st == "fail"]
+        if failed and not args.force:
+            ctx.error(f"preflight failed: {failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1
+                                                           else ""))
+            return EXIT_BAD_INPUT
+        extra = ["--logs"] if args.logs else []
+        results = asyncio.run(up_across(hosts, plan, _say(ctx), extra=extra))
+    finally:
+        hosts.close()
+    bad = [r for r in results if r.rc != 0]
+    if bad:
+        for r in bad:
+            ctx.error(f"{r.host}: its part did not come up (exit {r.rc}): {r.last}")
+        ctx.print("every host's part was stopped (disagg-tui down on each)")
+        return EXIT_FAILED
+    ctx.print("")
+    ctx.print(f"{plan.topology} is up across {', '.join(plan.hosts)}")
+    ctx.print(f"endpoint: {plan.endpoint}")
+    return EXIT_OK
+
+
+def run_down(args: argparse.Namespace, ctx: CliContext) -> int:
+    hosts = Hosts(inventory.load(), host_names(args))
+    extra = [*(["--all"] if args.all else []), *(["--force"] if args.force else [])]
+    try:
+        results = asyncio.run(down_across(hosts, hosts.names, _say(ctx), extra=extra))
+    finally:
+        hosts.close()
+    code = EXIT_OK
+    for r in results:
+        if r.rc != 0:
+            ctx.error(f"{r.host}: down failed (exit {r.rc}): {r.last}")
+            code = EXIT_FAILED
+    if code == EXIT_OK:
+        ctx.print(f"stopped on {', '.join(hosts.names)}")
+    return code
+
+
+__all__ = ["run_down", "run_plan", "run_up"]
