@@ -22,6 +22,7 @@ from tui.sim.runtime import EngineRuntime, LiveRequest
 from tui.sim.scheduler import SimRequest
 
 if TYPE_CHECKING:
+    from tui.sim.dphead import AnyEngine
     from tui.sim.serverstate import ServerState
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"vary", b"Origin")]
@@ -103,9 +104,9 @@ class Completions:
         xrid = headers.get("x-request-id")
         base = ("chatcmpl-" if chat else "cmpl-") + (xrid or secrets.token_hex(8))
         pinned = headers.get("x-data-parallel-rank")
-        engine = st.pick_engine(int(pinned) if pinned and pinned.isdigit() else None)
         kvp = body.get("kv_transfer_params")
         nixl = st.cfg.kv_transfer is not None and st.cfg.kv_transfer.is_nixl and isinstance(kvp, dict)
+        engine = st.pick_engine(int(pinned) if pinned and pinned.isdigit() else None, local_only=nixl)
         producer = nixl and isinstance(kvp, dict) and bool(kvp.get("do_remote_decode"))
         consumer = (nixl and isinstance(kvp, dict) and bool(kvp.get("do_remote_prefill"))
                     and kvp.get("remote_host") is not None and kvp.get("remote_port") is not None)
@@ -116,7 +117,7 @@ class Completions:
                 rid = f"{base}-{i * n + j}-{secrets.token_hex(4)}"
                 sim = SimRequest(rid=rid, prompt_len=len(ids), max_tokens=mt, arrival=0.0,
                                  hold_after_finish=producer)
-                if consumer and isinstance(kvp, dict):
+                if consumer and isinstance(kvp, dict) and isinstance(engine, EngineRuntime):
                     await self._pull(sim, kvp, engine)
                 lives.append(LiveRequest(sim=sim, seed=zlib.crc32(rid.encode()), params_n=n, event=shared,
                                          hashes=block_hashes(ids) if st.cfg.enable_prefix_caching else []))
@@ -155,7 +156,7 @@ class Completions:
                                  None, 500, "InternalServerError")
             return
         nbytes = int(reply.get("bytes", 0))
-        same_gpu = bool(set(reply.get("gpus", [])) & set(st.started.engines[engine.index].gpus))
+        same_gpu = bool(set(reply.get("gpus", [])) & set(st.started.engine(engine.index).gpus))
         sim.external_tokens = external_tokens(sim.prompt_len, int(kvp.get("remote_num_tokens", sim.prompt_len)))
         xfer = st.cost.kv_transfer_time(nbytes, same_gpu=same_gpu)
         if st.fp.kv_slow_path:  # UCX found no GPU-to-GPU path: the blocks go over TCP loopback
@@ -182,7 +183,7 @@ class Completions:
         start = st.next_blocks(full_blocks)
         st.held[remote_id] = Held(engine=engine.index, rid=sim.rid, prompt_len=sim.prompt_len,
                                   nbytes=st.cost.kv_transfer_bytes(sim.prompt_len),
-                                  gpus=st.started.engines[engine.index].gpus)
+                                  gpus=st.started.engine(engine.index).gpus)
         return producer_params(engine_id=st.started.engine_ids[engine.index], request_id=remote_id,
                                block_ids=block_ids(start, full_blocks, engine.sched.total_blocks, hybrid),
                                host=st.cfg.env.side_channel_host, port=st.cfg.env.side_channel_port + engine.index,
@@ -190,7 +191,7 @@ class Completions:
 
     # --- answers --------------------------------------------------------------------------------------------
     async def _whole(self, lives: list[LiveRequest], body: dict[str, Any], model: str, base: str, created: int,
-                     chat: bool, send: Send, engine: EngineRuntime, producer: bool) -> None:
+                     chat: bool, send: Send, engine: AnyEngine, producer: bool) -> None:
         while not all(lv.done for lv in lives):
             await lives[0].event.wait()
             lives[0].event.clear()
@@ -213,7 +214,7 @@ class Completions:
                                 "finish_reason": lv.sim.finish_reason or "length", "stop_reason": None,
                                 "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None,
                                 "routed_experts": None})
-        kv_params = self._register_held(lives[0], engine) if producer else None
+        kv_params = self._register_held(lives[0], engine) if producer and isinstance(engine, EngineRuntime) else None
         usage = _usage(lives, details=True)
         obj: dict[str, Any] = {"id": base, "object": "chat.completion" if chat else "text_completion",
                                "created": created, "model": model, "choices": choices, "service_tier": None,
@@ -224,7 +225,7 @@ class Completions:
         await send_json(send, 200, obj)
 
     async def _stream(self, lives: list[LiveRequest], body: dict[str, Any], model: str, base: str, created: int,
-                      chat: bool, receive: Receive, send: Send, engine: EngineRuntime) -> None:
+                      chat: bool, receive: Receive, send: Send, engine: AnyEngine) -> None:
         opts = body.get("stream_options") or {}
         include_usage = bool(opts.get("include_usage")) if isinstance(opts, dict) else False
         continuous = bool(opts.get("continuous_usage_stats")) if isinstance(opts, dict) else False

@@ -63,6 +63,9 @@ DEFAULT_PROFILE: dict[str, Any] = {
 }
 
 
+DP_RPC_PORT = 29550  # ParallelConfig.data_parallel_rpc_port: the head's handshake port when engines are remote
+
+
 class ConfigError(Exception):
     """A configuration vLLM rejects before starting (argparse-style message, exit 2)."""
 
@@ -143,6 +146,26 @@ class ServeConfig:
     server_name: str
     vllm_env: dict[str, str]
     knobs: ServeKnobs = field(default_factory=ServeKnobs)  # what the performance model runs with
+    # --- data parallel across hosts (vLLM's multi-node DP): this process's ranks and the head's handshake address
+    headless: bool = False  # engines only, no API server (``--headless``)
+    dp_local: int = 1  # ranks this process runs (``--data-parallel-size-local``, default: all of them)
+    dp_start_rank: int = 0  # the first one's global rank (``--data-parallel-start-rank``)
+    dp_address: str = "127.0.0.1"  # the head's address (``--data-parallel-address``)
+    dp_rpc_port: int = DP_RPC_PORT  # the head's handshake port (``--data-parallel-rpc-port``)
+
+    @property
+    def local_ranks(self) -> range:
+        return range(self.dp_start_rank, self.dp_start_rank + self.dp_local)
+
+    @property
+    def remote_ranks(self) -> range:
+        """The ranks the head waits for over TCP (none unless this is the head of DP across hosts)."""
+        return range(0) if self.headless or self.dp_start_rank else range(self.dp_local, self.dp)
+
+    @property
+    def handshake_uri(self) -> str:
+        host = f"[{self.dp_address}]" if ":" in self.dp_address else self.dp_address
+        return f"tcp://{host}:{self.dp_rpc_port}"
 
     @property
     def hardware(self) -> Hardware:
@@ -173,7 +196,8 @@ class ServeConfig:
         return self.gpu.compute_capability >= 10.0
 
     def engine_gpus(self, dp_rank: int) -> tuple[int, ...]:
-        start = dp_rank * self.tp
+        """The GPUs of global rank ``dp_rank`` among this host's (each local rank T of them, in order)."""
+        start = (dp_rank - self.dp_start_rank) * self.tp
         return self.gpu_ids[start:start + self.tp]
 
 
@@ -252,6 +276,43 @@ def _non_default(ns: Any, order: list[str], typed: dict[str, Any]) -> dict[str, 
             continue
         out[dest] = value
     return out
+
+
+def _dp_layout(ns: Any, dp: int, is_moe: bool) -> tuple[bool, int, int, int]:
+    """(headless, local ranks, start rank, API server count) as vLLM 0.24 resolves them, refusing what it refuses
+    (``entrypoints/cli/serve.py``, ``engine/arg_utils.py``, ``config/parallel.py``; each a one-line ValueError)."""
+    headless = bool(getattr(ns, "headless", None))
+    asc_arg = getattr(ns, "api_server_count", None)
+    start_arg = getattr(ns, "data_parallel_start_rank", None)
+    hybrid = bool(getattr(ns, "data_parallel_hybrid_lb", None))
+    if headless:
+        if asc_arg is not None and int(asc_arg) > 0:
+            raise ValueError(f"--api-server-count={int(asc_arg)} cannot be used with --headless (no API servers are "
+                             "started in headless mode).")
+        if hybrid:
+            raise ValueError("data_parallel_hybrid_lb is not applicable in headless mode")
+    local_arg = getattr(ns, "data_parallel_size_local", None)
+    local = dp if local_arg is None else int(local_arg)
+    start = int(start_arg) if start_arg is not None else 0
+    if local > dp:
+        raise ValueError(f"data_parallel_size_local ({local}) must be <= data_parallel_size ({dp})")
+    if (dp > 1 or local == 0) and not 0 <= start < dp:
+        raise ValueError(f"data_parallel_rank ({start}) must be in the range [0, {dp})")
+    if headless:
+        if local <= 0:
+            raise ValueError("data_parallel_size_local must be > 0 in headless mode")
+        return True, local, start, 0
+    if start and local < dp:
+        # --data-parallel-start-rank without --headless: hybrid load balancing, with one local rank external
+        if local == 1 and not is_moe:
+            raise ValueError("Non-MoE models do not support external data parallel mode. For external load "
+                             "balancing, launch independent vLLM instances without --data-parallel-* arguments.")
+        raise ValueError("the simulated vLLM runs data parallel across hosts with internal load balancing only: "
+                         "an API server on the head (start rank 0), --headless engines elsewhere")
+    if local <= 0:
+        raise ValueError("the simulated vLLM needs data_parallel_size_local > 0 on the API server's host")
+    asc = int(asc_arg) if asc_arg is not None else (local if start_arg is not None else dp)
+    return False, local, start, asc
 
 
 def load_profile(env: dict[str, str]) -> ModelProfile:
@@ -348,7 +409,8 @@ def build(ns: Any, order: list[str], env: dict[str, str]) -> ServeConfig:
     non_default = _non_default(ns, order, typed)
     if kv is not None:
         non_default["kv_transfer_config"] = kv.describe()
-    asc = _int(ns, "api_server_count", dp)
+    headless, dp_local, dp_start, asc = _dp_layout(ns, dp, profile.is_moe)
+    rpc = getattr(ns, "data_parallel_rpc_port", None)
     unknown = tuple(sorted(k for k in env if k.startswith("VLLM_") and (k not in KNOWN_VLLM_ENV
                                                                          or k in REMOVED_VLLM_ENV)))
     sim_env = SimEnv(
@@ -382,4 +444,7 @@ def build(ns: Any, order: list[str], env: dict[str, str]) -> ServeConfig:
         startup_s=float(env.get("DISAGG_SIM_STARTUP_S", "4") or 0), clock=float(env.get("DISAGG_SIM_CLOCK", "1") or 1),
         state_dir=state_dir, server_name=env.get("DISAGG_SIM_SERVER_NAME", "server"),
         vllm_env={k: v for k, v in env.items() if k.startswith("VLLM_")}, knobs=knobs,
+        headless=headless, dp_local=dp_local, dp_start_rank=dp_start,
+        dp_address=getattr(ns, "data_parallel_address", None) or getattr(ns, "master_addr", None) or "127.0.0.1",
+        dp_rpc_port=int(rpc) if rpc is not None else DP_RPC_PORT,
     )

@@ -274,3 +274,43 @@ def side_channel_in_use(host: str, port: int) -> str:
         "    super().bind(addr)",
         f"zmq.error.ZMQError: Address already in use (addr='tcp://{host}:{port}')",
     ])
+
+
+def handshake_in_use(host: str, port: int) -> str:
+    """The head's DP handshake port (``--data-parallel-rpc-port``) held by another process."""
+    return "\n".join([
+        *_CLI_TRACEBACK_HEAD,
+        f'  File "{SITE}/vllm/v1/engine/utils.py", line 1139, in launch_core_engines',
+        "    with zmq_socket_ctx(handshake_address, zmq.ROUTER, bind=True) as handshake_socket:",
+        f'  File "{SITE}/zmq/sugar/socket.py", line 311, in bind',
+        "    super().bind(addr)",
+        f"zmq.error.ZMQError: Address already in use (addr='tcp://{host}:{port}')",
+    ])
+
+
+def head_lost(uri: str, name: str) -> str:
+    """A headless host's engine when the head's link drops (logged by core.py as one multi-line ERROR record)."""
+    return "\n".join([
+        "EngineCore encountered a fatal error.",
+        "Traceback (most recent call last):",
+        f'  File "{SITE}/vllm/v1/engine/core.py", line 1224, in run_engine_core',
+        "    engine_core.run_busy_loop()",
+        f'  File "{SITE}/vllm/v1/engine/core.py", line 1262, in run_busy_loop',
+        "    self._process_input_queue()",
+        f'  File "{SITE}/vllm/v1/engine/core.py", line 1301, in process_input_sockets',
+        "    raise RuntimeError(",
+        f"RuntimeError: {name}: lost the connection to the front-end process at {uri}.",
+    ])
+
+
+def no_front_end() -> str:
+    """A headless engine that never heard from the head (``core.py:1137``)."""
+    return "\n".join([
+        "EngineCore failed to start.",
+        "Traceback (most recent call last):",
+        f'  File "{SITE}/vllm/v1/engine/core.py", line 1200, in run_engine_core',
+        "    engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)",
+        f'  File "{SITE}/vllm/v1/engine/core.py", line 1137, in _perform_handshake',
+        "    raise RuntimeError(",
+        "RuntimeError: Did not receive response from front-end process within 5 minutes",
+    ])

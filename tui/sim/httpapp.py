@@ -164,8 +164,8 @@ class App:
                 "num_gpu_blocks": str(mem.kv_tokens // 16), "num_gpu_blocks_override": "None",
                 "prefix_caching_hash_algo": "sha256", "sliding_window": "None", "user_specified_block_size": "False",
                 "user_specified_mamba_block_size": "False"}
-        engines = [(str(e.index), e.metrics, e.gauges()) for e in st.engines]
-        pacing = [Pacing(str(e.index), e.clock, e.busy_v, e.lag_v, e.lag_max_v) for e in st.engines]
+        engines = [(str(e.index), e.metrics, e.gauges()) for e in st.all_engines]
+        pacing = [Pacing(str(e.index), e.clock, e.busy_v, e.lag_v, e.lag_max_v) for e in st.all_engines]
         text = (render(engines, st.cfg.served_name, info, single_process=st.cfg.api_server_count == 1)
                 + render_pacing(pacing)).encode()
         await send({"type": "http.response.start", "status": 200,

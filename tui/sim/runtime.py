@@ -85,6 +85,8 @@ class EngineRuntime:
         self.iv_prompt = 0
         self.iv_gen = 0
         self.spec_mark: list[float] | None = None  # spec counters at the last line
+        #: called after each step's tokens are delivered (a headless host forwards them to the head)
+        self.on_step: Callable[[StepResult], None] | None = None
 
     # --- clocks ---------------------------------------------------------------------------------------------
     def v_of_wall(self, wall: float) -> float:
@@ -169,6 +171,8 @@ class EngineRuntime:
             if res.stalled and self.jit_warning is not None:
                 self.jit_warning()
             self._deliver(res)
+            if self.on_step is not None:
+                self.on_step(res)
 
     def _measure_lag(self, v_end: float) -> None:
         """How much later than scheduled the step ending at virtual ``v_end`` ended; the wall-to-virtual mapping

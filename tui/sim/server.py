@@ -51,5 +51,6 @@ async def serve(state: ServerState) -> int:
     server = uvicorn.Server(config)
     state.uvicorn = server
     sock = state.started.http_sock
+    assert sock is not None  # a headless host serves no HTTP (tui.sim.headless)
     await server.serve(sockets=[sock])
     return state.exit_code

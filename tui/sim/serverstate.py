@@ -22,6 +22,7 @@ import uvicorn
 from tui.sim import faults
 from tui.sim.claims import ClaimWriter
 from tui.sim.config import VLLM_VERSION, ServeConfig
+from tui.sim.dphead import AnyEngine, HeadLink, RemoteEngine
 from tui.sim.faults import FaultPlan
 from tui.sim.logfmt import Proc, VllmLog
 from tui.sim.metrics import EngineMetrics
@@ -63,8 +64,8 @@ class ServerState:
         self.cost = cost
         nixl = cfg.kv_transfer is not None and cfg.kv_transfer.is_nixl
         lease = cfg.kv_transfer.lease_s if cfg.kv_transfer else 30.0
-        self.engines: list[EngineRuntime] = []
-        for rank in range(cfg.dp):
+        self.engines: list[EngineRuntime] = []  # this host's ranks
+        for rank in cfg.local_ranks:
             sched = EngineScheduler(cost, kv_tokens=started.kv_tokens, max_num_seqs=cfg.max_num_seqs,
                                     max_num_batched_tokens=cfg.max_num_batched_tokens,
                                     state_tokens_per_seq=started.memory.state_tokens_per_seq,
@@ -80,15 +81,39 @@ class ServerState:
         self.side = SideChannel(self.release_held) if nixl else None
         self.tasks: list[asyncio.Task[Any]] = []
         self._util_marks = [(0.0, 0.0, time.monotonic()) for _ in self.engines]
+        #: the head of DP across hosts: the other hosts' ranks, each served over its host's link
+        self.remote: list[RemoteEngine] = []
+        self.links: list[HeadLink] = []
+        for peer in [] if cfg.headless else started.peers:  # a headless host's one peer is its head
+            by_rank: dict[int, RemoteEngine] = {}
+            link = HeadLink(peer, by_rank, self.remote_lost)
+            for rank in peer.ranks:
+                by_rank[rank] = RemoteEngine(
+                    rank, link.send, EngineMetrics(cfg.max_model_len, spec_tokens=cost.spec.k if cost.spec else 0),
+                    clock=cfg.clock, kv_tokens=peer.kv_tokens.get(rank, started.kv_tokens),
+                    max_model_len=cfg.max_model_len)
+            self.remote += by_rank.values()
+            self.links.append(link)
+        self.remote.sort(key=lambda e: e.index)
+        self.exit_requested = asyncio.Event()  # a headless host has no uvicorn to stop: it waits on this
+
+    @property
+    def all_engines(self) -> list[AnyEngine]:
+        """Every DP rank this server balances over, local and remote, in rank order."""
+        return sorted([*self.engines, *self.remote], key=lambda e: e.index)
 
     # --- engines --------------------------------------------------------------------------------------------
-    def pick_engine(self, pinned: int | None = None) -> EngineRuntime:
-        if pinned is not None and 0 <= pinned < len(self.engines):
-            return self.engines[pinned]
-        return min(self.engines, key=lambda e: (e.load, e.index))
+    def pick_engine(self, pinned: int | None = None, *, local_only: bool = False) -> AnyEngine:
+        """The engine a request goes to: the pinned rank (``X-data-parallel-rank``) or the least loaded one, remote
+        ranks included unless ``local_only`` (a P/D request: its KV is on this host's GPUs)."""
+        engines: list[AnyEngine] = list(self.engines) if local_only else self.all_engines
+        for e in engines:
+            if e.index == pinned:
+                return e
+        return min(engines, key=lambda e: (e.load, e.index))
 
     def engine_proc(self, rank: int) -> Proc:
-        e = self.started.engines[rank]
+        e = self.started.engine(rank)
         return Proc(e.proc.name, e.proc.pid)
 
     def _jit_warning(self, rank: int) -> Any:
@@ -123,6 +148,8 @@ class ServerState:
         loop = asyncio.get_running_loop()
         for e in self.engines:
             self.tasks.append(asyncio.create_task(e.run()))
+        for link in self.links:
+            self.tasks.append(asyncio.create_task(link.run()))
         if self.side is not None:
             await self.side.start(self.started.side_socks)
         self.tasks.append(asyncio.create_task(self._utilisation()))
@@ -137,7 +164,7 @@ class ServerState:
         for child in self.started.children():
             with contextlib.suppress(Exception):
                 loop.remove_reader(child.life_fd)
-        for e in self.engines:
+        for e in self.all_engines:
             e.stop()
         for t in self.tasks:
             t.cancel()
@@ -232,7 +259,6 @@ class ServerState:
             self._engine_died(child)
 
     def _engine_died(self, child: Child) -> None:
-        loop = asyncio.get_running_loop()
         stopping = self.uvicorn is not None and self.uvicorn.should_exit
         if self.shutting_down or stopping or self.dead or child.role == "hog":
             return
@@ -242,7 +268,7 @@ class ServerState:
             self.log.error(Proc(None, os.getpid()), "utils.py:565", f"Exception occurred while running API servers: "
                            f"Process {child.name} (PID: {child.pid}) died with exit code {child.exit_code}")
         else:
-            engine = self.started.engines[child.dp_rank]
+            engine = self.started.engine(child.dp_rank)
             if child.role == "worker":
                 self.log.error(Proc(engine.proc.name, engine.proc.pid), "multiproc_executor.py:258",
                                f"Worker proc {child.name} died unexpectedly, shutting down executor.")
@@ -253,11 +279,34 @@ class ServerState:
             if self.cfg.api_server_count > 1:
                 self.log.error(Proc(None, os.getpid()), "utils.py:881",
                                f"Engine core process {engine.proc.name} died unexpectedly.")
-        for e in self.engines:
+        self._dead()
+
+    def remote_lost(self, ranks: list[int], why: str) -> None:
+        """The link to a headless host's engines dropped: to the head, those engine cores died."""
+        stopping = self.uvicorn is not None and self.uvicorn.should_exit
+        if self.shutting_down or stopping or self.dead:
+            return
+        self.dead = True
+        self.exit_code = 1
+        names = [f"EngineCore_DP{r}" for r in ranks]
+        self.log.error(self.api, "core_client.py:598", f"Lost the connection to remote engine core(s) "
+                                                       f"{', '.join(names)}: {why}")
+        for name in names:
+            self.log.error(self.api, "core_client.py:610", f"Engine core proc {name} died unexpectedly, shutting "
+                                                           "down client.")
+            if self.cfg.api_server_count > 1:
+                self.log.error(Proc(None, os.getpid()), "utils.py:881", f"Engine core process {name} died "
+                                                                        "unexpectedly.")
+        self._dead()
+
+    def _dead(self) -> None:
+        """Every request fails with EngineDeadError, /health answers 503, and (unless kept alive) the server exits."""
+        for e in self.all_engines:
             e.fail_all(ENGINE_DEAD_MESSAGE)
         if not self.cfg.env.keep_alive_on_death:
-            loop.call_later(min(5.0, max(0.5, 5.0 / self.cfg.clock)), self._exit_now)
+            asyncio.get_running_loop().call_later(min(5.0, max(0.5, 5.0 / self.cfg.clock)), self._exit_now)
 
     def _exit_now(self) -> None:
+        self.exit_requested.set()
         if self.uvicorn is not None:
             self.uvicorn.should_exit = True

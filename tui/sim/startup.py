@@ -12,12 +12,12 @@ import socket
 
 from tui.sim import faults
 from tui.sim.config import VLLM_VERSION
+from tui.sim.dphead import HandshakeServer
 from tui.sim.logfmt import Proc, banner
-from tui.sim.procs import Child, spawn
+from tui.sim.procs import spawn
 from tui.sim.startup_ctx import (
     CONTEXT_GIB,
     ROUTES,
-    Engine,
     StartContext,
     Started,
     StartFailed,
@@ -30,12 +30,14 @@ from tui.sim.timeline import architecture
 class Startup(StartContext):
     """The API server's side of a simulated start; the engine side is :class:`tui.sim.startup_engine.EnginePhases`."""
 
+    handshake: HandshakeServer | None = None  # the head of DP across hosts: its remote engines' handshake
+
     # --- the sequence ---------------------------------------------------------------------------------------
     def run(self) -> Started:
         cfg, t, fp = self.cfg, self.times, self.fp
         if fp.hog and not (self.claims.state is not None and self.claims.state.taken_share()):
             # a server started on its own: its hog is its own child (the simulated host's is there before it)
-            self.hog = spawn("hog", "python3", "python3", gpus=cfg.gpu_ids[: max(1, cfg.tp * cfg.dp)])
+            self.hog = spawn("hog", "python3", "python3", gpus=cfg.gpu_ids[: max(1, cfg.tp * cfg.dp_local)])
             total = cfg.hardware.torch_total_gib
             self.claims.set_memory(self.hog.pid, "python3", self.hog.gpus, total * faults.HOG_SHARE)
         self.pacer.at(t.imports)
@@ -94,7 +96,9 @@ class Startup(StartContext):
         if ngram:
             self.log.warning(api, "vllm.py:541", "Model Runner V2 does not yet support ngram/ngram_gpu speculative "
                              "decoding; using the V1 model runner instead.")
-        self._spawn_engines()
+        if cfg.remote_ranks:
+            self._listen_handshake()
+        self.spawn_engines()
         if self.dp_mode:
             for i in range(cfg.api_server_count):
                 self.api_children.append(spawn("api", f"ApiServer_{i}", f"VLLM::APIServer_{i}", dp_rank=i))
@@ -105,27 +109,29 @@ class Startup(StartContext):
         self.pacer.after(t.engine_spawn)
         phases = EnginePhases(self, arch)
         phases.run()
+        peers = []
+        if self.handshake is not None:  # the remote engines: the API server answers once every one has started
+            peers = self.handshake.wait(stop=lambda: self.api_failed is not None)
+            self.handshake.close()
         if self.api_failed is not None:
             c = self.api_failed
             self.log.error(api, "utils.py:565", f"Exception occurred while running API servers: Process {c.name} "
                                                 f"(PID: {c.pid}) died with exit code 1")
             raise StartFailed(1)
         self.pacer.ignore_deaths = False
-        return self._api_ready(http_sock, phases.side_socks)
+        started = self._api_ready(http_sock, phases.side_socks)
+        started.peers = peers
+        return started
 
-    def _spawn_engines(self) -> None:
+    def _listen_handshake(self) -> None:
+        """vLLM's head binds its handshake socket before it starts its own engines (``launch_core_engines``)."""
         cfg = self.cfg
-        for r in range(cfg.dp):
-            name = f"EngineCore_DP{r}" if cfg.dp > 1 else "EngineCore"
-            gpus = cfg.engine_gpus(r)
-            proc = spawn("engine", name, f"VLLM::{name}", gpus=gpus if cfg.tp == 1 else (), dp_rank=r)
-            workers: list[Child] = []
-            if cfg.tp > 1:
-                for k in range(cfg.tp):
-                    wname = f"Worker_DP{r}_TP{k}" if cfg.dp > 1 else f"Worker_TP{k}"
-                    g = gpus[k:k + 1]
-                    workers.append(spawn("worker", wname, f"VLLM::{wname}", gpus=g, dp_rank=r))
-            self.engines.append(Engine(rank=r, proc=proc, workers=workers, gpus=gpus))
+        try:
+            self.handshake = HandshakeServer(self)
+        except OSError:
+            self.pacer.after(0.5)
+            self.log.raw(self.api, faults.handshake_in_use(cfg.dp_address, cfg.dp_rpc_port))
+            raise StartFailed(1) from None
 
     def _ready_timeout(self) -> None:
         for c in self.api_children:
@@ -155,6 +161,8 @@ class Startup(StartContext):
                        hog=self.hog, engine_ids=self.engine_ids)
 
     def cleanup(self) -> None:
+        if self.handshake is not None:
+            self.handshake.close()
         for c in self.all_children():
             c.stop()
             self.claims.drop(c.pid)

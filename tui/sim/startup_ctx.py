@@ -21,7 +21,7 @@ from tui.sim.config import ServeConfig
 from tui.sim.faults import FaultPlan
 from tui.sim.logfmt import Proc, VllmLog
 from tui.sim.perfmodel import MemoryPlan, ModelCost
-from tui.sim.procs import Child
+from tui.sim.procs import Child, spawn
 from tui.sim.timeline import Times, cold_start
 
 ROUTES = (("/openapi.json", "HEAD, GET"), ("/docs", "HEAD, GET"), ("/docs/oauth2-redirect", "HEAD, GET"),
@@ -64,16 +64,34 @@ class Engine:
 
 
 @dataclass
+class DpPeer:
+    """A host's engines of data parallel across hosts, over its TCP link (:mod:`tui.sim.dplink`): on the head one
+    per headless process that joined, on a headless host the link to the head. ``leftover``: bytes already read
+    past the handshake."""
+
+    sock: socket.socket
+    address: str
+    ranks: list[int]
+    kv_tokens: dict[int, int] = field(default_factory=dict)
+    leftover: bytes = b""
+
+
+@dataclass
 class Started:
     engines: list[Engine]
     api_children: list[Child]
     memory: MemoryPlan
     kv_tokens: int
-    http_sock: socket.socket
+    http_sock: socket.socket | None
     side_socks: list[socket.socket]
     api: Proc
     hog: Child | None = None
     engine_ids: list[str] = field(default_factory=list)
+    peers: list[DpPeer] = field(default_factory=list)
+
+    def engine(self, rank: int) -> Engine:
+        """The local engine of global DP rank ``rank``."""
+        return next(e for e in self.engines if e.rank == rank)
 
     def children(self) -> list[Child]:
         out = [c for e in self.engines for c in (e.proc, *e.workers)] + self.api_children
@@ -90,36 +108,56 @@ class Pacer:
         self.children = children
         self.alarms: list[tuple[float, Callable[[], None]]] = []
         self.ignore_deaths = False
+        #: sockets served while the start goes on (the DP handshake): fd -> what to do when it is readable
+        self.watch: dict[int, Callable[[], None]] = {}
 
-    def at(self, t: float) -> None:
+    def at(self, t: float, until: Callable[[], bool] | None = None) -> None:
+        """Wait until virtual time ``t`` (or, with ``until``, until that holds, whichever comes first)."""
         while True:
             due = [a for a in self.alarms if a[0] <= t]
             if not due:
                 break
             first = min(due, key=lambda a: a[0])
             self.alarms.remove(first)
-            self._wait(first[0])
+            if self._wait(first[0], until):
+                return
             first[1]()
-        self._wait(t)
+        self._wait(t, until)
 
     def after(self, dt: float) -> None:
         self.at(self.now + dt)
 
-    def _wait(self, t: float) -> None:
+    def wait_wall(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
+        """Wait ``seconds`` of wall time (not scaled: a peer's pace is not ours), firing alarms on the way."""
+        self.at(max(self.now, self.virtual_now()) + seconds / max(self.scale, 1e-9), until)
+
+    def virtual_now(self) -> float:
+        return (time.monotonic() - self.t0) / max(self.scale, 1e-9)
+
+    def _wait(self, t: float, until: Callable[[], bool] | None = None) -> bool:
+        """True when ``until`` came true before ``t`` (``now`` is then the virtual time it did)."""
+        before = self.now
         self.now = max(self.now, t)
         target = self.t0 + t * self.scale if math.isfinite(t) else math.inf
         while True:
+            if until is not None and until():
+                self.now = min(self.now, max(before, self.virtual_now()))
+                return True
             remaining = target - time.monotonic()
             if remaining <= 0:
-                return
+                return False
             watched = [c for c in self.children() if c.exit_code is None and not c.extra.get("exiting")]
-            fds = [c.life_fd for c in watched]
+            fds = [c.life_fd for c in watched] + list(self.watch)
             ready, _, _ = select.select(fds, [], [], min(remaining, 1.0)) if fds else ([], [], [])
             if not fds:
                 time.sleep(min(remaining, 1.0))
             for c in watched:
                 if c.life_fd in ready and not c.alive() and not self.ignore_deaths:
                     raise ChildDied(c)
+            for fd in ready:
+                handler = self.watch.get(fd)
+                if handler is not None:
+                    handler()
 
 
 def _hash(*parts: object) -> str:
@@ -168,6 +206,20 @@ class StartContext:
         self.memory = cfg.memory()
         self.engine_ids = [(cfg.kv_transfer.engine_id if cfg.kv_transfer else _hash(os.getpid())[:8])
                            + (f"_dp{r}" if cfg.dp > 1 else "") for r in range(cfg.dp)]
+
+    def spawn_engines(self) -> None:
+        """Fork this host's engines (its ranks of the DP size), each with its TP workers and its local GPUs."""
+        cfg = self.cfg
+        for r in cfg.local_ranks:
+            name = f"EngineCore_DP{r}" if cfg.dp > 1 else "EngineCore"
+            gpus = cfg.engine_gpus(r)
+            proc = spawn("engine", name, f"VLLM::{name}", gpus=gpus if cfg.tp == 1 else (), dp_rank=r)
+            workers: list[Child] = []
+            if cfg.tp > 1:
+                for k in range(cfg.tp):
+                    wname = f"Worker_DP{r}_TP{k}" if cfg.dp > 1 else f"Worker_TP{k}"
+                    workers.append(spawn("worker", wname, f"VLLM::{wname}", gpus=gpus[k:k + 1], dp_rank=r))
+            self.engines.append(Engine(rank=r, proc=proc, workers=workers, gpus=gpus))
 
     def all_children(self) -> list[Child]:
         out = [c for e in self.engines for c in (e.proc, *e.workers)] + self.api_children

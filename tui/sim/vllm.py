@@ -19,6 +19,7 @@ from tui.core.procs import reset_ignored_sigint
 from tui.sim import cli, faults
 from tui.sim.claims import ClaimWriter
 from tui.sim.config import ConfigError, build, load_profile
+from tui.sim.headless import HeadlessStartup
 from tui.sim.logfmt import Proc, VllmLog
 from tui.sim.startup import Startup
 from tui.sim.startup_ctx import ChildDied, StartFailed
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     log = VllmLog()
     fp = faults.plan(cfg)
     claims = ClaimWriter(cfg.state_dir, cfg.server_name, cfg.port)
-    startup = Startup(cfg, log, fp, claims, t0=t0)
+    startup: Startup | HeadlessStartup = (HeadlessStartup if cfg.headless else Startup)(cfg, log, fp, claims, t0=t0)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     try:
@@ -79,18 +80,20 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + (exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    from tui.sim import headless
     from tui.sim.server import serve
     from tui.sim.serverstate import ServerState
 
     state = ServerState(cfg, started, log, fp, claims)
     code = 0
     try:
-        code = asyncio.run(serve(state))
+        code = asyncio.run(headless.serve(state, log) if cfg.headless else serve(state))
     except KeyboardInterrupt:
         code = 130
     finally:
         startup.cleanup()
-        started.http_sock.close()
+        for sock in ([started.http_sock] if started.http_sock else []) + [p.sock for p in started.peers]:
+            sock.close()
     return code
 
 
