@@ -225,11 +225,17 @@ def run_add(args: argparse.Namespace, ctx: CliContext) -> int:
     else:
         line = args.text
         origin = ""
-    learned = learn_line(
-        line, title=args.title, entry_id=args.entry_id, explain=args.explain, severity=args.severity,
-        set_env=parse_pairs(args.set_env, "--set-env"), unset_env=args.unset_env, add_args=args.add_arg,
-        remove_args=args.remove_arg, not_fixable=args.not_fixable, auto=args.auto, origin=origin,
-        priority=args.priority)
+    try:
+        learned = learn_line(
+            line, title=args.title, entry_id=args.entry_id, explain=args.explain, severity=args.severity,
+            set_env=parse_pairs(args.set_env, "--set-env"), unset_env=args.unset_env, add_args=args.add_arg,
+            remove_args=args.remove_arg, not_fixable=args.not_fixable, auto=args.auto, origin=origin,
+            priority=args.priority)
+    except InputError as err:
+        if not args.from_ref or err.file is not None or err.field not in ("--text", None):
+            raise
+        # the line came from a log: the error names that log and line, not the --text it stands for
+        raise InputError(err.message, file=path_text, line=int(num), field="--from", hint=err.hint) from None
     for w in learned.warnings:
         ctx.warn(w)
     entry, target, claimer = learned.entry, learned.path, learned.claimer

@@ -223,6 +223,7 @@ def weights_info(folder: Path) -> WeightsInfo | None:
                 b, n = header_bytes(folder / s)
                 total += b
                 tensors += n
+            _some_bytes(total, folder / shards[0] if shards else index)
             return WeightsInfo(total_bytes=total, files=tuple(shards), how="headers", tensors=tensors)
         return WeightsInfo(total_bytes=total, files=tuple(shards), how="index")
     files = [folder / n for n in names if n.endswith(".safetensors")]
@@ -234,7 +235,16 @@ def weights_info(folder: Path) -> WeightsInfo | None:
         b, n = header_bytes(f)
         total += b
         tensors += n
+    _some_bytes(total, files[0])
     return WeightsInfo(total_bytes=total, files=tuple(f.name for f in files), how="headers", tensors=tensors)
+
+
+def _some_bytes(total: int, first: Path) -> None:
+    """Weights whose headers describe no tensor data (an empty header, only zero-sized tensors) are no weights: the
+    error names the file, not the model's config.json."""
+    if total <= 0:
+        raise InputError("the safetensors header describes no tensor data: not a checkpoint", file=first,
+                         field="header")
 
 
 def _bin_weights(folder: Path, names: list[str]) -> WeightsInfo | None:
