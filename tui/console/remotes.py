@@ -13,16 +13,17 @@ session streaming the remote ``watch --json``), or a fake in the tests. No Textu
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from tui.console import fmt
 from tui.console.remotetick import HostTick, TickError, read_tick
+from tui.console.views import GPUS, HEADER, SERVERS, GpuView, ServerView
 from tui.core.events import Event
 from tui.core.remote.events import HostReconnected, HostUnreachable, RemoteTick
 
-if TYPE_CHECKING:
-    from tui.console.state import ConsoleState, GpuView, ServerView
+Notes = deque[tuple[str, str, str]]
 
 #: the remote hosts one console follows (the inventory's own limit)
 MAX_HOSTS = 64
@@ -34,6 +35,15 @@ class RemoteSource(Protocol):
     """What the console follows a remote host through: ``RemoteWatch`` (``RemoteHost.watch()``) or a test's fake."""
 
     def events(self, seconds: float | None = None) -> AsyncIterator[Event]: ...
+
+
+class ConsoleState(Protocol):
+    """What of the console's state the hosts are folded into (``state.ConsoleState``)."""
+
+    clock: Callable[[], float]
+    remotes: dict[str, RemoteView]
+    host_notes: Notes
+    dirty: set[str]
 
 
 @dataclass
@@ -67,8 +77,6 @@ def view_of(state: ConsoleState, host: str) -> RemoteView | None:
 
 
 def apply_tick(state: ConsoleState, ev: RemoteTick) -> None:
-    from tui.console.state import GPUS, HEADER, SERVERS, GpuView, ServerView
-
     view = view_of(state, ev.host)
     if view is None:
         return
@@ -107,8 +115,6 @@ def apply_tick(state: ConsoleState, ev: RemoteTick) -> None:
 
 
 def apply_unreachable(state: ConsoleState, ev: HostUnreachable) -> None:
-    from tui.console.state import GPUS, SERVERS
-
     view = view_of(state, ev.host)
     if view is None:
         return
@@ -119,9 +125,6 @@ def apply_unreachable(state: ConsoleState, ev: HostUnreachable) -> None:
 
 
 def apply_reconnected(state: ConsoleState, ev: HostReconnected) -> None:
-    from tui.console import fmt
-    from tui.console.state import GPUS, SERVERS
-
     view = view_of(state, ev.host)
     if view is None:
         return
@@ -137,6 +140,6 @@ def declare(state: ConsoleState, names: tuple[str, ...] | list[str]) -> None:
         view_of(state, n)
 
 
-def notes() -> deque[tuple[str, str, str]]:
+def notes() -> Notes:
     """What the app tells the operator once: (title, message, severity)."""
     return deque(maxlen=32)

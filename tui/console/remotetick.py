@@ -216,7 +216,7 @@ def _read(cls: type[Any], data: Any, where: str) -> Any:
     try:
         return typedread.read(cls, data)
     except typedread.FieldError as exc:
-        field = f"{where}.{exc.field}" if exc.field else where
+        field = ".".join(p for p in (where, exc.field) if p)
         raise TickError(f"field '{field}': {exc.reason}" if field else exc.reason) from None
 
 

@@ -29,12 +29,27 @@ class GpuPanel(TextPanel):
 
     def draw(self, model: ConsoleState) -> None:
         width = max(self.size.width or (self.app.size.width - 4), 40)
-        self.set_text(render_gpus(model, width))
+        self.set_text(render_gpus(model, width, short=hosts_too_tall(model, width, self.app.size.height)))
 
 
-def render_gpus(model: ConsoleState, width: int) -> Text:
+#: the share of the terminal's lines the GPU panel may take before each remote host's GPUs go on one line
+SHARE_OF_HEIGHT = 0.35
+
+
+def hosts_too_tall(model: ConsoleState, width: int, height: int) -> bool:
+    """Every host's GPUs a line (two from 96 columns) and a header each would take more than
+    :data:`SHARE_OF_HEIGHT` of the terminal: the servers and the log would not fit (80×24 with two remote hosts,
+    160×48 with eight)."""
+    if not model.remotes:
+        return False
+    per = 2 if width >= 96 else 1
+    lines = 1 + per * len(model.gpus) + sum(1 + per * len(rv.gpus) for rv in model.remotes.values())
+    return lines > SHARE_OF_HEIGHT * height
+
+
+def render_gpus(model: ConsoleState, width: int, *, short: bool = False) -> Text:
     if model.remotes:
-        return render_hosts(model, width)
+        return render_hosts(model, width, short=short)
     return _local_gpus(model, width)
 
 
@@ -55,22 +70,57 @@ def _local_gpus(model: ConsoleState, width: int) -> Text:
     return out
 
 
-def render_hosts(model: ConsoleState, width: int) -> Text:
+def render_hosts(model: ConsoleState, width: int, *, short: bool = False) -> Text:
     """Several hosts: a header line a host (this one first, as the console's header names it; then each remote
     host in the order asked for), its GPUs under it; a host that cannot be reached says why and when it is tried
-    again, its last figures greyed with their age."""
+    again, its last figures greyed with their age. ``short``: a remote host's GPUs in one line (on its header's
+    line while it is reachable)."""
     out = Text()
     out.append_text(_local_header(model, width))
     out.append("\n")
     out.append_text(_local_gpus(model, width))
     for rv in model.remotes.values():
         out.append("\n")
-        out.append_text(_remote_header(model, rv, width))
+        head = _remote_header(model, rv, width)
         down = rv.down is not None
+        if short:
+            summary = _gpus_in_one_line(rv)
+            if down:
+                out.append_text(head)
+                if summary.plain:
+                    summary.stylize("dim")
+                    line = Text("  ") + summary
+                    line.truncate(width, overflow="ellipsis")
+                    out.append("\n")
+                    out.append_text(line)
+            else:
+                line = head + Text(" · ") + summary if summary.plain else head
+                line.truncate(width, overflow="ellipsis")
+                out.append_text(line)
+            continue
+        out.append_text(head)
         for _, view in sorted(rv.gpus.items()):
             out.append("\n")
             out.append_text(_gpu_lines(model, view, width, owners=owners_of(view.sample), dim=down))
     return out
+
+
+def _gpus_in_one_line(rv: RemoteView) -> Text:
+    """``util ▄▆ 55% · mem 326/358 GiB · prefill-0 decode-0``: a host's GPUs (one bar a GPU), their memory, who is
+    on them."""
+    views = [v for _, v in sorted(rv.gpus.items())]
+    if not views:
+        return Text()
+    utils = [v.sample.util_gpu or 0.0 for v in views]
+    used = sum(v.sample.mem_used or 0 for v in views)
+    total = sum(v.sample.mem_total or 0 for v in views)
+    owners = sorted({o for v in views for o, _, _ in owners_of(v.sample) if not o.startswith("pid")})
+    t = Text("util ")
+    t.append(fmt.sparkline(utils, len(utils)), style=fmt.BUSY)
+    t.append(f" {sum(utils) / len(utils):.0f}% · mem {fmt.gib(used, 0)}/{fmt.gib(total, 0)} GiB")
+    if owners:
+        t.append(" · " + " ".join(owners), style=fmt.DIM)
+    return t
 
 
 def _local_header(model: ConsoleState, width: int) -> Text:
@@ -123,7 +173,8 @@ def _remote_header(model: ConsoleState, rv: RemoteView, width: int) -> Text:
 def _gpu_lines(model: ConsoleState, view: GpuView, width: int,
                owners: list[tuple[str, str, int]] | None = None, dim: bool = False) -> Text:
     g = view.sample
-    stale = model.gpu_stale(view) or dim
+    old = model.gpu_stale(view)
+    stale = old or dim  # greyed: old, or its host unreachable (its header says since when)
     wide = width >= 120
     medium = width >= 96
     name = g.name.replace("NVIDIA ", "").split(" ")[0] if g.name else "?"
@@ -160,6 +211,7 @@ def _gpu_lines(model: ConsoleState, view: GpuView, width: int,
             line.append("  " + ",".join(reasons), style=fmt.WARN)
     if stale:
         line.stylize("dim")
+    if old:
         line.append(f"  stale {fmt.duration(model.age(view.received))}", style=fmt.WARN)
     if not medium:  # 80 columns: one line a GPU, its owners at the end
         tail = " ".join(o for o, _, _ in owners) or "idle"
