@@ -20,7 +20,9 @@ from textual.binding import Binding, BindingType
 
 from tui.console.app import ConsoleApp
 from tui.console.context import ConsoleContext
+from tui.console.remotes import MAX_HOSTS, declare
 from tui.console.state import ConsoleState
+from tui.core.errors import printable
 from tui.core.host.base import HostOptions
 from tui.core.launch.state import StateStore
 from tui.core.models import Catalog
@@ -59,6 +61,16 @@ class ReplayConsoleApp(ConsoleApp, inherit_bindings=False):
         #: until when (monotonic) a notice other than a jump's shows: a jump clears only its own kind
         self._other_notice_until = 0.0
         super().__init__(ctx, clock=self._now)
+        declare(self.state, self.recorded_hosts)
+
+    @property
+    def recorded_hosts(self) -> list[str]:
+        """The other hosts the recorded console showed (its header's ``extra.hosts``; checked: a file from
+        outside), in their order; a host whose events come without being named there is shown as they come."""
+        raw = self.recording.header.extra.get("hosts") if isinstance(self.recording.header.extra, dict) else None
+        if not isinstance(raw, list):
+            return []
+        return [printable(h[:32]) for h in raw[:MAX_HOSTS] if isinstance(h, str) and h]
 
     def _now(self) -> float:
         return self.source.now() if self.source is not None else self.recording.start
@@ -183,10 +195,12 @@ class ReplayConsoleApp(ConsoleApp, inherit_bindings=False):
     @work(exclusive=True, group="replay-seek", thread=True, exit_on_error=False, description="seeking")
     def _fold_until(self, t: float) -> None:
         state = ConsoleState(self._now)
+        declare(state, self.recorded_hosts)
         for ev in self.recording.events():
             if ev.ts >= t:  # the pump goes on from t, these included: folded here too, a run would count twice
                 break
             state.apply(ev)
+        state.host_notes.clear()  # what was told before the jump is not told again at once
         self.call_from_thread(self._swap, state)
 
     def _swap(self, state: ConsoleState) -> None:

@@ -12,4 +12,5 @@ def load_event_kinds() -> None:
     import tui.core.guided
     import tui.core.launch.events
     import tui.core.playbook.events
+    import tui.core.remote.events  # another host's ticks, unreachable and reconnected (the console's --hosts)
     import tui.core.telemetry.events  # noqa: F401 - imported for their registrations

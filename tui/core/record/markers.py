@@ -32,6 +32,7 @@ class MarkerFinder:
 
     def __init__(self) -> None:
         self._phase: dict[str, str] = {}
+        self._down: set[str] = set()  # remote hosts unreachable now
 
     def __call__(self, d: dict[str, Any]) -> Marker | None:
         kind = d.get("kind")
@@ -62,6 +63,16 @@ class MarkerFinder:
             return Marker(ts, FAILURE, str(d.get("text", ""))[:200])
         if kind == "notice" and d.get("level") == "error":
             return Marker(ts, FAILURE, str(d.get("message", ""))[:200])
+        if kind == "host_unreachable":  # another host's stream (the console's --hosts): once per outage
+            host = str(d.get("host", ""))
+            if host in self._down:
+                return None
+            self._down.add(host)
+            return Marker(ts, FAILURE, f"host {host}: unreachable ({d.get('reason')})")
+        if kind == "host_reconnected":
+            host = str(d.get("host", ""))
+            self._down.discard(host)
+            return Marker(ts, PHASE, f"host {host}: reconnected after {float(d.get('down_s') or 0):.1f} s")
         if kind == "operator_action":
             detail = d.get("detail")
             servers = detail.get("servers") if isinstance(detail, dict) else None  # a quit: what became of them

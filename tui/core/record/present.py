@@ -7,10 +7,10 @@ follower's first look), before its recorder, started in a worker, has subscribed
 
 :class:`SessionPresent` subscribes to the bus when the session starts and keeps the events that say what is shown
 (the latest layout and plan, each server's launch, phases, sub-phases, deferral, ready, exit and stall, the
-diagnoses and applied fixes, the last benchmark's start, last tick and end, and the last ``log_lines`` lines of each
-server). :meth:`attach` hands them to a new consumer (a recorder) and then every later event, under one lock: none
-is lost between the two and none comes twice. Periodic figures (GPU samples, health, metrics) are not kept: the next
-sample comes within a second.
+diagnoses and applied fixes, the last benchmark's start, last tick and end, the last ``log_lines`` lines of each
+server, and each remote host's last tick and, while it is down, why). :meth:`attach` hands them to a new consumer
+(a recorder) and then every later event, under one lock: none is lost between the two and none comes twice.
+Periodic figures (GPU samples, health, metrics) are not kept: the next sample comes within a second.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ PHASES = 64
 DIAGNOSES = 100
 #: servers of one layout followed (a layout has a handful; a hostile state file may name more)
 SERVERS = 64
+#: other hosts followed (the inventory's limit)
+HOSTS = 64
 
 #: what is kept of each server: the latest of each kind
 SERVER_KINDS = frozenset({"server_launched", "server_ready", "server_exited", "server_stalled", "server_deferred",
@@ -48,6 +50,8 @@ class SessionPresent:
         self._sinks: list[Subscriber] = []
         self._reset()
         self._bench: dict[str, _Seq] = {}
+        #: each remote host's last tick, and its unreachable event while it is down (not a layout's: kept across)
+        self._hosts: dict[str, dict[str, _Seq]] = {}
         self._unsubscribe = bus.subscribe(self._on_event)
 
     def _reset(self) -> None:
@@ -82,6 +86,8 @@ class SessionPresent:
         """What is kept, in the order it was published."""
         kept: list[_Seq] = [*self._layout.values(), *self._subphases.values(), *self._diagnoses,
                             *self._bench.values()]
+        for per_host in self._hosts.values():
+            kept.extend(per_host.values())
         for per in self._servers.values():
             kept.extend(per.values())
         for phases in self._phases.values():
@@ -124,3 +130,11 @@ class SessionPresent:
             self._bench = {kind: item}
         elif kind in ("bench_tick", "bench_done"):
             self._bench[kind] = item
+        elif kind in ("remote_tick", "host_unreachable", "host_reconnected"):
+            host = str(getattr(ev, "host", ""))
+            if host in self._hosts or len(self._hosts) < HOSTS:
+                per = self._hosts.setdefault(host, {})
+                if kind == "host_reconnected":
+                    per.pop("host_unreachable", None)
+                else:
+                    per[kind] = item
