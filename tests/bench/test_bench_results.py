@@ -121,6 +121,20 @@ def test_runs_measured_differently_are_never_averaged_together(tmp_path: Path) -
     assert "setup" not in table.comparison_frame(cells).columns
 
 
+def test_a_run_over_two_hosts_is_never_averaged_with_one_hosts(tmp_path: Path) -> None:
+    """A run measured on a layout across hosts keeps each host's fingerprint; the setup column tells it from a run
+    of the same cell on one host, and the two are never averaged (issue 26)."""
+    import_vllm_result(BENCH2, topology="dp2", workload="prefill-heavy", campaign="a", root=tmp_path)
+    import_vllm_result(RERUN2, topology="dp2", workload="prefill-heavy", campaign="b", root=tmp_path)
+    runs = [load_run(p) for p in find_runs(["a", "b"], root=tmp_path)]
+    runs[1].meta.fingerprint = {"hostname": "here", "simulated": True, "cluster": "x",
+                                "hosts": [{"name": "gpu-a", "does": "head"}, {"name": "gpu-b", "does": "engines"}]}
+    runs[0].meta.fingerprint = {"hostname": "here", "simulated": True}
+    cells = table.build_cells(runs)
+    assert sorted(c.setup for c in cells) == ["simulated", "simulated 2 hosts (gpu-a, gpu-b)"]
+    assert all(len(c.runs) == 1 for c in cells)
+
+
 def test_writer_journal_parts_and_finish(tmp_path: Path) -> None:
     meta = RunMeta(campaign="c", name="r", topology="tp1", workload="w")
     w = RunWriter(tmp_path / "c" / "r", meta, workload={"name": "w"})

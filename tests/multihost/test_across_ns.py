@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import httpx
+
 from tests.multihost.conftest import DISAGG_TUI, Lab
 
 MODEL = "dummy-qwen3-8b"
@@ -25,8 +27,9 @@ def _ok(res: subprocess.CompletedProcess[str]) -> str:
     return res.stdout
 
 
-def _bench(lab: Lab, endpoint: str) -> dict[str, object]:
-    out = _ok(lab.cli("bench", "--endpoint", endpoint, "--input-len", "64", "--output-len", "16", "--num-prompts",
+def _bench(lab: Lab, endpoint: str | None) -> dict[str, object]:
+    where = ["--endpoint", endpoint] if endpoint else []
+    out = _ok(lab.cli("bench", *where, "--input-len", "64", "--output-len", "16", "--num-prompts",
                       "12", "--rate", "inf", "--warmup", "0", "--json", "--quiet", "--sim", timeout=120))
     summary: dict[str, object] = json.loads(out)
     return summary
@@ -72,10 +75,51 @@ def test_1p1d_with_prefill_and_decode_on_two_hosts_up_bench_down(lab: Lab) -> No
         assert "[a] layout" in res.stderr and "[d] layout" in res.stderr, res.stderr
         # each host runs its part: a the prefill server and the proxy, d the decode server
         assert _roles(lab, "a") == ["prefill", "proxy"] and _roles(lab, "d") == ["decode"]
-        summary = _bench(lab, f"http://{a.addr}:8000")
+        status = _ok(lab.cli("status", "--sim", timeout=60))
+        assert "1p1d of dummy-qwen3-8b across a, d SIMULATED, endpoint http://" in status, status
+        # nothing is up here: bench finds the layout across hosts, and its run keeps both hosts' fingerprints
+        summary = _bench(lab, None)
         assert summary["completed"] == 12 and summary["failed"] == 0, summary
         assert summary["total_output_tokens"] == 12 * 16, summary
+        metas = list((lab.tmp / "local" / "data").rglob("run.json"))
+        assert len(metas) == 1, metas
+        fp = json.loads(metas[0].read_text())["fingerprint"]
+        assert [h["name"] for h in fp["hosts"]] == ["a", "d"] and fp["simulated"] is True, fp
+        assert fp["hosts"][1]["does"] == "decode servers (1)" and fp["hosts"][1]["gpu_count"] == 2, fp
+        plan = json.loads((metas[0].parent / "plan.json").read_text())  # both hosts' servers: its serve flags
+        assert [s["name"] for s in plan["servers"]] == ["a/prefill-0", "d/decode-0"], plan
     finally:
         res = lab.cli("down", "--hosts", "a,d", "--sim", timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "stopped on a, d" in res.stdout
+
+
+def test_dp2_across_two_hosts_head_and_headless_engines_up_bench_down(lab: Lab) -> None:
+    lab.inventory(across_inventory(lab))
+    a = lab.hosts["a"]
+    try:
+        res = lab.cli("up", "--hosts", "a,d", "-m", MODEL, "-t", "dp2", "--sim", timeout=180)
+        out = _ok(res)
+        assert "## on a" in out and "head: the API server and DP rank 0" in out, out
+        assert "--headless --data-parallel-size 2 --data-parallel-size-local 1 --data-parallel-start-rank 1 " \
+               f"--data-parallel-address {a.addr} --data-parallel-rpc-port 29550" in out, out
+        assert f"endpoint: http://{a.addr}:8000" in out, out
+        assert _roles(lab, "a") == ["single"] and _roles(lab, "d") == ["headless"]
+        summary = _bench(lab, f"http://{a.addr}:8000")
+        assert summary["completed"] == 12 and summary["failed"] == 0, summary
+        # both ranks served: rank 1's engines run on d, and the head's /metrics counts each engine's requests
+        done = _success_by_engine(httpx.get(f"http://{a.addr}:8000/metrics", timeout=10).text)
+        assert set(done) == {"0", "1"} and all(n > 0 for n in done.values()) and sum(done.values()) >= 12, done
+    finally:
+        res = lab.cli("down", "--hosts", "a,d", "--sim", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _success_by_engine(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:request_success_total{"):
+            labels, value = line.rsplit(" ", 1)
+            engine = labels.split('engine="', 1)[1].split('"', 1)[0]
+            out[engine] = out.get(engine, 0.0) + float(value)
+    return out

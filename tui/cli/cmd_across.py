@@ -7,14 +7,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import time
 from typing import Any
 
 from tui.cli.context import CliContext
 from tui.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, InputError
 from tui.core.plan.cluster import ClusterPlan, plan_across
+from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.request import LaunchRequest
-from tui.core.remote import inventory
-from tui.core.remote.cluster import Hosts, RemotePlan, down_across, preflight_across, remote_plans, up_across
+from tui.core.record.fingerprint import host_fingerprint
+from tui.core.remote import inventory, record
+from tui.core.remote.cluster import (
+    Hosts,
+    RemotePlan,
+    combined_plan,
+    down_across,
+    preflight_across,
+    remote_plans,
+    up_across,
+)
 
 
 def host_names(args: argparse.Namespace) -> list[str]:
@@ -91,7 +102,8 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
     try:
         plans = remote_plans(hosts, plan)
         _show(ctx, plan, plans)
-        checks = preflight_across(hosts, plan, plans)
+        facts = hosts.facts()
+        checks = preflight_across(hosts, plan, plans, facts)
         _print_checks(ctx, checks)
         failed = [f"{n}: {r}" for n, st, r in checks if st == "fail"]
         if failed and not args.force:
@@ -108,10 +120,26 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
             ctx.error(f"{r.host}: its part did not come up (exit {r.rc}): {r.last}")
         ctx.print("every host's part was stopped (disagg-tui down on each)")
         return EXIT_FAILED
+    rec = _record(plan, facts, args, combined_plan(plan, plans))
     ctx.print("")
-    ctx.print(f"{plan.topology} is up across {', '.join(plan.hosts)}")
+    ctx.print(f"{plan.topology} is up across {', '.join(plan.hosts)} (recorded as {rec.id})")
     ctx.print(f"endpoint: {plan.endpoint}")
+    ctx.print(f"bench it with 'disagg-tui bench' here; stop it with 'disagg-tui down --hosts {','.join(plan.hosts)}'")
     return EXIT_OK
+
+
+def _record(plan: ClusterPlan, facts: dict[str, HostFacts], args: argparse.Namespace, served: dict[str, Any]
+            ) -> record.ClusterRecord:
+    """The layout across hosts as this host keeps it: what ``bench`` finds and the fingerprint its runs keep."""
+    sim = all(f.simulated for f in facts.values())
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    rec = record.ClusterRecord(
+        id=f"{stamp}-{args.model}-{plan.topology}-x{len(plan.parts)}"[:120], topology=plan.topology,
+        model=str(args.model), endpoint=plan.endpoint, simulated=sim, plan=served,
+        hosts=[record.HostPartRecord(name=p.host, address=p.address, does=p.does, argv=p.request.to_argv(),
+                                     fingerprint=host_fingerprint(facts.get(p.host))) for p in plan.parts])
+    record.add(rec)
+    return rec
 
 
 def run_down(args: argparse.Namespace, ctx: CliContext) -> int:
@@ -127,6 +155,8 @@ def run_down(args: argparse.Namespace, ctx: CliContext) -> int:
             ctx.error(f"{r.host}: down failed (exit {r.rc}): {r.last}")
             code = EXIT_FAILED
     if code == EXIT_OK:
+        for rec in record.mark_stopped(hosts.names):
+            ctx.print(f"{rec.id} ({rec.topology} across {', '.join(rec.names)}) is stopped")
         ctx.print(f"stopped on {', '.join(hosts.names)}")
     return code
 

@@ -199,6 +199,13 @@ def active_target(args: argparse.Namespace, ctx: CliContext) -> tuple[BenchTarge
         return BenchTarget(endpoint=ep.url, topology="endpoint"), None
     layout: LayoutRecord | None = StateStore().active()
     if layout is None:
+        from tui.core.remote import record
+
+        across = record.active()
+        if across is not None:  # a layout across hosts this host started (up --hosts): its endpoint, its hosts
+            target = BenchTarget(endpoint=across.endpoint, topology=across.topology, plan=across.plan)
+            target.fingerprint_extra = across.fingerprint()
+            return target, profile_vocab(ctx, across.model)
         raise InputError("nothing is up to benchmark", field="--endpoint",
                          hint="start a layout with 'disagg-tui up --model M --topology T' or give --endpoint URL")
     if not layout.endpoint:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import shlex
 import time
 from typing import Any
@@ -220,9 +221,18 @@ def run_status(args: argparse.Namespace, ctx: CliContext) -> int:
     active = store.active()
     host = host_for_layout(ctx.host_options(), active is not None and active.simulated, ctx.host)
     snapshot = collect_snapshot_sync(host, store, api_key=ctx.api_key)
+    from tui.core.remote import record
+
+    across = [r for r in record.load_all() if r.status == "up"]
     if args.json:
-        ctx.print_json({"layouts": report, "snapshot": snapshot})
+        ctx.print_json({"layouts": report, "snapshot": snapshot,
+                        **({"across_hosts": [dataclasses.asdict(r) for r in across]} if across else {})})
         return EXIT_OK
+    for r in across:  # layouts across hosts started from here: each host's own 'status' has its part
+        ctx.print(f"{r.id}: {r.topology} of {r.model} across {', '.join(r.names)}"
+                  + (" SIMULATED" if r.simulated else "") + f", endpoint {r.endpoint}")
+        for h in r.hosts:
+            ctx.print(f"  {h.name:<10} {h.address:<16} {h.does}")
     if not report:
         ctx.print("no layout is up on this host")
     for lay in report:

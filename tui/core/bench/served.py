@@ -59,7 +59,10 @@ KV_CONFIG_PER_SERVER = frozenset({"kv_role", "kv_rank", "kv_ip", "kv_port", "eng
 #: flags the planner sets from the topology (``dp2`` is ``--data-parallel-size 2``; a 1P1D layout has a KV
 #: connector): compared between runs of one topology only
 TOPOLOGY_FLAGS = frozenset({"--tensor-parallel-size", "--data-parallel-size", "--data-parallel-size-local",
-                            "--pipeline-parallel-size", "--kv-transfer-config"})
+                            "--pipeline-parallel-size", "--kv-transfer-config",
+                            # data parallel across hosts: which ranks a host's part runs, and its head's RPC
+                            "--headless", "--data-parallel-start-rank", "--data-parallel-address",
+                            "--data-parallel-rpc-port"})
 #: variables the planner sets from the topology (a hybrid model behind NIXL needs the DS conv-state layout)
 TOPOLOGY_ENV = frozenset({"VLLM_SSM_CONV_STATE_LAYOUT"})
 #: short forms vLLM takes for its long flags

@@ -41,6 +41,10 @@ def run_setup(run: Run) -> tuple[str, str, str, str]:
     server's vLLM version."""
     fp = run.meta.fingerprint or {}
     host = "simulated" if fp.get("simulated") else str(fp.get("hostname") or "")
+    hosts = fp.get("hosts")
+    if isinstance(hosts, list) and len(hosts) > 1:  # a layout across hosts: never like for like with one host's
+        names = ", ".join(str(h.get("name") or "?") for h in hosts if isinstance(h, dict))
+        host = f"{'simulated ' if fp.get('simulated') else ''}{len(hosts)} hosts ({names})"
     server = fp.get("server") if isinstance(fp.get("server"), dict) else {}
     version = str((server or {}).get("server_version") or "")
     return (run.meta.model or "", _CLIENTS.get(run.meta.runner, run.meta.runner), host,

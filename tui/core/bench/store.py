@@ -196,7 +196,8 @@ _META_PARTS: dict[str, dict[str, Any]] = {
                "achieved_rate": _F, "send_lag_mean_ms": _F, "send_lag_max_ms": _F, "connections_opened": int,
                "client_limited": bool, "reasons": list[str]},
     "fingerprint": {"hostname": str | None, "simulated": bool | None, "server": dict[str, Any] | None,
-                    "gpus": list[dict[str, Any]] | None},
+                    "gpus": list[dict[str, Any]] | None, "hosts": list[dict[str, Any]] | None,
+                    "cluster": str | None},
 }
 
 
@@ -210,6 +211,8 @@ def _check_parts(meta: RunMeta) -> None:
                 raise exc.inside(name) from None
     fp = meta.fingerprint
     typedread.check_text(fp.get("hostname"), ("fingerprint", "hostname"), limit=255)  # the setup column's
+    for i, h in enumerate(fp.get("hosts") or []):  # a layout across hosts: each host's name is the setup column's
+        typedread.check_text(h.get("name"), ("fingerprint", f"hosts[{i}]", "name"), limit=64)
     server = fp.get("server")
     if isinstance(server, dict):
         typedread.check_text(server.get("server_version"), ("fingerprint", "server", "server_version"), limit=100)

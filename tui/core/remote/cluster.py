@@ -32,8 +32,10 @@ from tui.core.remote.ssh import MAX_STDERR, SshTransport, Unreachable, last_line
 
 #: the longest line of a remote ``up``'s progress kept
 MAX_LINE = 4096
-#: servers one host's plan may list
+#: servers one host's plan may list, words of a server's argv, variables of its environment
 MAX_SERVERS = 256
+MAX_WORDS = 4096
+MAX_VARS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,8 @@ class RemoteServer:
     role: str
     url: str
     shell: str
+    argv: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # as that host's plan --json gives it: secrets redacted
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +131,16 @@ def read_remote_plan(host: str, text: str) -> RemotePlan:
     for s in servers_raw:
         if not isinstance(s, dict):
             raise InputError("a server is not an object", file=source, field="plan.servers")
+        argv, env = s.get("argv"), s.get("env")
+        if not isinstance(argv, list) or not 1 <= len(argv) <= MAX_WORDS or \
+                not all(isinstance(w, str) and len(w) <= 2000 for w in argv):
+            raise InputError(f"a server's argv is 1 to {MAX_WORDS} words", file=source, field="plan.servers.argv")
+        if not isinstance(env, dict) or len(env) > MAX_VARS or \
+                not all(isinstance(k, str) and isinstance(v, str) and len(k) + len(v) <= 4000 for k, v in env.items()):
+            raise InputError(f"a server's env is at most {MAX_VARS} variables", file=source, field="plan.servers.env")
         servers.append(RemoteServer(name=_text(s, "name", source, limit=64), role=_text(s, "role", source, limit=16),
-                                    url=_text(s, "url", source, limit=300), shell=_text(s, "shell", source)))
+                                    url=_text(s, "url", source, limit=300), shell=_text(s, "shell", source),
+                                    argv=tuple(argv), env=tuple(env.items())))
     proxy = plan.get("proxy")
     proxy_shell = _text(proxy, "shell", source) if isinstance(proxy, dict) else None
     proxy_url = _text(proxy, "url", source, limit=300) if isinstance(proxy, dict) else None
@@ -143,6 +155,14 @@ def read_remote_plan(host: str, text: str) -> RemotePlan:
     return RemotePlan(host=host, servers=tuple(servers), proxy_shell=proxy_shell, proxy_url=proxy_url,
                       warnings=tuple(safeio.shown(w, 400) for w in warnings[:32]), preflight=tuple(checks),
                       simulated=bool(plan.get("simulated")))
+
+
+def combined_plan(plan: ClusterPlan, plans: dict[str, RemotePlan]) -> dict[str, Any]:
+    """Every host's servers in one plan document (named ``HOST/NAME``): what a run measured on the layout keeps
+    as its plan, so its serve flags are compared like a one-host layout's."""
+    return {"topology": plan.topology, "endpoint": plan.endpoint, "simulated": all(p.simulated for p in plans.values()),
+            "servers": [{"name": f"{h}/{s.name}", "role": s.role, "argv": list(s.argv), "env": dict(s.env), "host": h,
+                         "url": s.url} for h, p in plans.items() for s in p.servers]}
 
 
 def remote_plans(hosts: Hosts, plan: ClusterPlan, *, preflight: bool = True, timeout_s: float = 60.0
@@ -161,11 +181,11 @@ def remote_plans(hosts: Hosts, plan: ClusterPlan, *, preflight: bool = True, tim
         return dict(zip(plan.hosts, pool.map(one, plan.hosts), strict=True))
 
 
-def preflight_across(hosts: Hosts, plan: ClusterPlan, plans: dict[str, RemotePlan]
-                     ) -> list[tuple[str, str, str]]:
+def preflight_across(hosts: Hosts, plan: ClusterPlan, plans: dict[str, RemotePlan],
+                     facts: dict[str, HostFacts] | None = None) -> list[tuple[str, str, str]]:
     """Each host's own checks (named with the host) and the checks across hosts (versions, the network path)."""
     out = [(f"{h}: {name}", status, reason) for h, p in plans.items() for name, status, reason in p.preflight]
-    return out + cross_checks(plan, hosts.facts(), hosts.vllm_versions())
+    return out + cross_checks(plan, facts if facts is not None else hosts.facts(), hosts.vllm_versions())
 
 
 @dataclass
@@ -248,5 +268,5 @@ async def down_across(hosts: Hosts, names: Sequence[str], on_line: Callable[[str
     return list(await asyncio.gather(*(one(n) for n in names)))
 
 
-__all__ = ["MAX_STDERR", "Hosts", "PartResult", "RemotePlan", "down_across", "preflight_across",
+__all__ = ["MAX_STDERR", "Hosts", "PartResult", "RemotePlan", "combined_plan", "down_across", "preflight_across",
            "read_remote_plan", "remote_plans", "up_across"]

@@ -1,0 +1,115 @@
+"""The layouts across hosts this console started: ``clusters.json`` in the state dir.
+
+Each host keeps its own part's state file, supervisor and logs; this file keeps only what ties the parts
+together: the topology and model, the one endpoint, each host's part (its address, what it runs, the ``up``
+arguments it was given) and each host's fingerprint as it reported it at the start. ``bench`` benchmarks the
+layout across hosts that is up when no layout is up here, and writes those fingerprints into the run, so a
+result says it was measured over two hosts. The file is read as from outside (strict JSON, bounded, typed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tui.core import paths, safeio, typedread
+from tui.core.errors import InputError
+
+FILE_NAME = "clusters.json"
+FORMAT = 1
+#: layouts across hosts kept (the oldest stopped ones go first)
+MAX_KEPT = 50
+
+
+@dataclass(frozen=True, slots=True)
+class HostPartRecord:
+    name: str
+    address: str
+    does: str
+    argv: list[str] = field(default_factory=list)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRecord:
+    id: str
+    topology: str
+    model: str
+    endpoint: str
+    hosts: list[HostPartRecord] = field(default_factory=list)
+    status: str = "up"  # up | stopped | failed
+    created: float = field(default_factory=time.time)
+    simulated: bool = False
+    #: every host's servers in one plan document (``combined_plan``): a run's plan, for its serve flags
+    plan: dict[str, Any] | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return [h.name for h in self.hosts]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a run measured on it keeps of its hosts (``fingerprint.hosts``)."""
+        return {"hosts": [{"name": h.name, "address": h.address, "does": h.does, **h.fingerprint}
+                          for h in self.hosts],
+                "simulated": self.simulated, "cluster": self.id}
+
+
+def _file() -> Path:
+    return paths.state_dir() / FILE_NAME
+
+
+def load_all(path: Path | None = None) -> list[ClusterRecord]:
+    path = path or _file()
+    if not path.exists() and not path.is_symlink():
+        return []
+    data = safeio.load_json(path, "state")
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("clusters"), list):
+        raise InputError("not a clusters file of this version", file=path, field="format")
+    out = []
+    for i, item in enumerate(data["clusters"][:MAX_KEPT]):
+        try:
+            out.append(typedread.read(ClusterRecord, item))
+        except typedread.FieldError as exc:
+            raise InputError(exc.reason, file=path, field=f"clusters[{i}]" + (f".{exc.field}" if exc.field else "")
+                             ) from None
+    return out
+
+
+def _save_all(records: list[ClusterRecord], path: Path | None = None) -> None:
+    path = path or _file()
+    paths.make_dirs(path.parent)
+    kept = sorted(records, key=lambda r: (r.status == "up", r.created))[-MAX_KEPT:]
+    tmp = path.with_name(f".clusters.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"format": FORMAT, "clusters": [asdict(r) for r in kept]}, indent=1),
+                   encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def add(record: ClusterRecord) -> None:
+    records = [r for r in load_all() if r.id != record.id]
+    _save_all([*records, record])
+
+
+def mark_stopped(names: list[str]) -> list[ClusterRecord]:
+    """Every layout across hosts that is up on one of ``names`` is stopped now (``down --hosts``): the records."""
+    records = load_all()
+    stopped = [r for r in records if r.status == "up" and set(r.names) & set(names)]
+    if stopped:
+        ids = {r.id for r in stopped}
+        _save_all([_with_status(r, "stopped") if r.id in ids else r for r in records])
+    return stopped
+
+
+def _with_status(r: ClusterRecord, status: str) -> ClusterRecord:
+    return dataclasses.replace(r, status=status)
+
+
+def active() -> ClusterRecord | None:
+    """The newest layout across hosts that is up."""
+    up = [r for r in load_all() if r.status == "up"]
+    return max(up, key=lambda r: r.created) if up else None
