@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import time
 
 import httpx
+import polars
 
-from tests.multihost.conftest import DISAGG_TUI, Lab
+from tests.multihost.conftest import DISAGG_TUI, REPO, Lab
 
 MODEL = "dummy-qwen3-8b"
 
@@ -65,7 +68,7 @@ def test_plan_across_hosts_shows_each_hosts_commands_and_refuses_a_different_vll
     assert res.stderr.count("\n") == 1
 
 
-def test_1p1d_with_prefill_and_decode_on_two_hosts_up_bench_down(lab: Lab) -> None:
+def test_1p1d_with_prefill_and_decode_on_two_hosts_up_bench_cut_down(lab: Lab) -> None:
     lab.inventory(across_inventory(lab))
     a = lab.hosts["a"]
     try:
@@ -88,6 +91,7 @@ def test_1p1d_with_prefill_and_decode_on_two_hosts_up_bench_down(lab: Lab) -> No
         assert fp["hosts"][1]["does"] == "decode servers (1)" and fp["hosts"][1]["gpu_count"] == 2, fp
         plan = json.loads((metas[0].parent / "plan.json").read_text())  # both hosts' servers: its serve flags
         assert [s["name"] for s in plan["servers"]] == ["a/prefill-0", "d/decode-0"], plan
+        _cut_mid_benchmark(lab)
     finally:
         res = lab.cli("down", "--hosts", "a,d", "--sim", timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -123,3 +127,36 @@ def _success_by_engine(text: str) -> dict[str, float]:
             engine = labels.split('engine="', 1)[1].split('"', 1)[0]
             out[engine] = out.get(engine, 0.0) + float(value)
     return out
+
+
+def _cut_mid_benchmark(lab: Lab) -> None:
+    """Decode's host loses its link for 5 s while a benchmark runs through the proxy on the other host: its watch
+    stream reports it unreachable (with the reason) and reconnected, and the benchmark's records are all kept."""
+    d = lab.hosts["d"]
+    env, cmd = lab.local_env, [sys.executable, "-m", "tui"]
+    watch = subprocess.Popen([*cmd, "hosts", "watch", "d", "--json", "--rate", "5", "--seconds", "20", "--sim"],
+                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    bench = subprocess.Popen([*cmd, "bench", "--input-len", "64", "--output-len", "48", "--num-prompts", "28",
+                              "--rate", "4", "--warmup", "0", "--json", "--quiet", "--sim", "--campaign", "cut"],
+                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.0)
+        subprocess.run(["ip", "link", "set", d.veth, "down"], check=True, timeout=10)
+        time.sleep(5.0)
+        subprocess.run(["ip", "link", "set", d.veth, "up"], check=True, timeout=10)
+        out, err = bench.communicate(timeout=120)
+        assert bench.returncode in (0, 1), err[-2000:]
+        summary = json.loads(out)
+        records = polars.read_parquet(next((lab.tmp / "local" / "data" / "runs" / "cut").rglob("requests.parquet")))
+        # every request that ended is kept, finished or failed, and the summary counts the same ones
+        assert len(records) == summary["completed"] + summary["failed"] == 28, (summary, len(records))
+        assert summary["completed"] >= 20, summary
+        w_out, _ = watch.communicate(timeout=40)
+        kinds = [json.loads(line).get("kind") for line in w_out.splitlines() if line.startswith("{")]
+        assert "host_unreachable" in kinds, kinds
+        assert kinds.index("host_unreachable") < kinds.index("host_reconnected") < len(kinds) - 1, kinds
+    finally:
+        subprocess.run(["ip", "link", "set", d.veth, "up"], check=False, timeout=10)
+        for p in (bench, watch):
+            if p.poll() is None:
+                p.kill()
