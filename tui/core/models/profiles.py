@@ -33,6 +33,8 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 #: a profile or workload id (it names files and run folders: at most MAX_ID characters)
 MAX_ID = 96
 _ID = re.compile(rf"^[a-z0-9][a-z0-9._-]{{0,{MAX_ID - 1}}}\Z")
+#: a vLLM version a profile was run with (0.24.0, 0.24.1rc1, 0.24.0+cu130)
+_VERSION_TEXT = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,39}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +282,10 @@ def parse_model_profile(data: Any, source: str | Path, *, expand_env: bool = Tru
     if min_cc is None and quant == "nvfp4":
         min_cc = 10.0
     checked = tuple(f.str_list("checked_with_vllm"))
+    if len(checked) > 64 or any(not _VERSION_TEXT.fullmatch(c) for c in checked):
+        bad = next((c for c in checked if not _VERSION_TEXT.fullmatch(c)), "")
+        raise f.error("checked_with_vllm", f"at most 64 vLLM versions like 0.24.0, each at most 40 characters; got "
+                                           f"{shown(repr(bad), 60) if bad else f'{len(checked)} of them'}")
     v = f.sub("vllm", required=True)
     assert v is not None
     gmu = v.number("gpu_memory_utilization", 0.9, lo=0.05, hi=0.99)
