@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +14,12 @@ import httpx
 import polars
 
 from tests.multihost.conftest import DISAGG_TUI, REPO, Lab
+from tui.core.launch.events import LayoutChanged, LogLine
+from tui.core.playbook import Diagnosis
+from tui.core.remote import inventory
+from tui.core.remote.events import RemoteEvent
+from tui.core.remote.ssh import SshTransport
+from tui.core.remote.stream import RemoteFollow
 
 MODEL = "dummy-qwen3-8b"
 
@@ -114,9 +122,48 @@ def test_dp2_across_two_hosts_head_and_headless_engines_up_bench_down(lab: Lab) 
         # both ranks served: rank 1's engines run on d, and the head's /metrics counts each engine's requests
         done = _success_by_engine(httpx.get(f"http://{a.addr}:8000/metrics", timeout=10).text)
         assert set(done) == {"0", "1"} and all(n > 0 for n in done.values()) and sum(done.values()) >= 12, done
+        _follow_headless_logs(lab)
     finally:
         res = lab.cli("down", "--hosts", "a,d", "--sim", timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _follow_headless_logs(lab: Lab) -> None:
+    """d's layout as its own follower sees it, over SSH: the headless engines' log from its first line; after the
+    session is cut and made again, no line comes twice."""
+    old = dict(os.environ)
+    os.environ.update({k: v for k, v in lab.local_env.items() if k.startswith("DISAGG_TUI_")})
+    try:  # the transport's control dir chosen while the lab's state dir is the environment's
+        inv = inventory.load()
+        transport = SshTransport(inv.get("d"), ssh_config=inv.ssh_config)
+        transport._control_path()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    follow = RemoteFollow(transport, backoff_first_s=0.2, backoff_max_s=0.5)
+    got: list[RemoteEvent] = []
+
+    async def scenario() -> None:
+        cut = False
+        async for ev in follow.events(seconds=20):
+            if isinstance(ev, RemoteEvent):
+                got.append(ev)
+            logs = [e for e in got if e.event["kind"] == "log_line"]
+            if not cut and any("headless mode" in e.event["text"] for e in logs):
+                assert follow._proc is not None
+                follow._proc.kill()  # the session ends: the stream reconnects, d sends its logs again
+                cut = True
+            elif cut and follow.connects >= 2 and isinstance(ev, RemoteEvent) and ev.event["kind"] == "server_ready":
+                return
+
+    asyncio.run(scenario())
+    inner = [e.inner() for e in got]
+    assert all(e.host == "d" for e in got) and follow.connects >= 2
+    assert follow.skipped == 0, follow.last_skipped
+    lines = [(ev.server, ev.lineno) for ev in inner if isinstance(ev, LogLine)]
+    assert lines and len(lines) == len(set(lines)), lines[:20]  # every line once, across the reconnect
+    assert any(isinstance(ev, LayoutChanged) and ev.status == "ready" for ev in inner)
+    assert any(isinstance(ev, Diagnosis) for ev in inner)  # the playbook's, as d's follower matched its log
 
 
 def _success_by_engine(text: str) -> dict[str, float]:

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "up": "tui.cli.cmd_lifecycle", "status": "tui.cli.cmd_lifecycle", "down": "tui.cli.cmd_lifecycle",
     "proxy": "tui.cli.cmd_proxy",
     "watch": "tui.cli.cmd_watch",
+    "follow": "tui.cli.cmd_follow",
     "bench": "tui.cli.cmd_bench",
     "run": "tui.cli.cmd_run",
     "results": "tui.cli.cmd_results",

@@ -38,3 +38,18 @@ class HostReconnected(Event):
     kind: ClassVar[str] = "host_reconnected"
     host: str
     down_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteEvent(Event):
+    """A lifecycle event of another host's layout (a line of its ``follow --json``: a log line, a phase, ready, a
+    diagnosis), checked as a recording's event is; :meth:`inner` is the event itself."""
+
+    kind: ClassVar[str] = "remote_event"
+    host: str
+    event: dict[str, Any] = field(default_factory=dict)
+
+    def inner(self) -> Event:
+        from tui.core.events import event_from_dict
+
+        return event_from_dict(self.event)

@@ -1,10 +1,11 @@
 """A :class:`~tui.core.host.base.Host` on another machine, reached over SSH: what the remote side says of itself.
 
-Sound today: ``facts`` (the remote ``disagg-tui hosts facts --json``: the very ``HostFacts`` its own planner and
-preflight see, read back through ``typedread``), and telemetry as the remote ``watch --json`` stream
-(:meth:`RemoteHost.watch`). Not yet: ``server_command`` and ``nvml`` — a server on another host is started by that
-host's own ``disagg-tui up`` (its supervisor, state file and logs stay there), which comes with plans across hosts;
-until then both refuse in one line rather than pretend.
+``facts`` (the remote ``disagg-tui hosts facts --json``: the very ``HostFacts`` its own planner and preflight see,
+read back through ``typedread``), telemetry as the remote ``watch --json`` stream (:meth:`RemoteHost.watch`), and
+its layout's launches, logs and diagnoses as the remote ``follow --json`` stream (:meth:`RemoteHost.follow`).
+Servers there are started and stopped by that host's own ``disagg-tui up``/``down`` (``tui.core.remote.cluster``:
+its supervisor, state file and logs stay there), so ``server_command`` and ``nvml`` refuse in one line: nothing
+here spawns a process on another host or reads its GPUs but through its own commands.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tui.core.host.base import Command, Host
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.planner import LaunchPlan, ServerSpec
 from tui.core.remote.ssh import SshTransport, last_line
-from tui.core.remote.stream import RemoteWatch
+from tui.core.remote.stream import RemoteFollow, RemoteWatch
 
 #: the version of the ``hosts facts --json`` document
 FACTS_FORMAT = 1
@@ -65,10 +66,15 @@ class RemoteHost(Host):
         """Its telemetry: the remote ``watch --json``, one SSH session, reconnected with backoff."""
         return RemoteWatch(self.transport, rate_hz=rate_hz, **kwargs)
 
+    def follow(self, **kwargs: Any) -> RemoteFollow:
+        """Its layout's lifecycle: the remote ``follow --json`` (launches, every log line, phases, diagnoses), one
+        SSH session, reconnected with backoff, each log line once."""
+        return RemoteFollow(self.transport, **kwargs)
+
     def server_command(self, spec: ServerSpec, plan: LaunchPlan, profile_json: dict[str, Any] | None = None
                        ) -> Command:
         raise AppError(f"{self.name}: servers on another host are started by its own 'disagg-tui up'",
-                       "plans across hosts are not built yet (issue 26)")
+                       "plan and start a layout across hosts with 'disagg-tui up --hosts A,B'")
 
     def nvml(self) -> Any:
         raise AppError(f"{self.name}: another host's GPUs are read by its own watch stream, not over NVML here",

@@ -18,12 +18,15 @@ from typing import Any
 
 from tui.core import safeio
 from tui.core.errors import InputError
-from tui.core.events import Event
-from tui.core.remote.events import HostReconnected, HostUnreachable, RemoteTick
+from tui.core.events import Event, event_from_dict
+from tui.core.launch.events import LayoutChanged, LogLine
+from tui.core.remote.events import HostReconnected, HostUnreachable, RemoteEvent, RemoteTick
 from tui.core.remote.ssh import MAX_STDERR, SshTransport, Unreachable, classify, last_line
 
 #: the longest line of a remote watch read (a tick of 72 GPUs and their processes is ~100 kB)
 MAX_LINE = 4 * 1024 * 1024
+#: (layout, server) logs a follow stream remembers the last line of
+MAX_FOLLOWED = 1024
 #: first and longest wait between tries
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 10.0
@@ -50,6 +53,10 @@ class RemoteWatch:
 
     def remote_argv(self) -> list[str]:
         return self.transport.entry.remote_cli("watch", "--json", "--rate", f"{self.rate_hz:g}", *self.extra_args)
+
+    def event_of(self, host: str, data: dict[str, Any]) -> Event | None:
+        """The event one line of the remote stream is (None: nothing to publish)."""
+        return RemoteTick(host=host, tick=data)
 
     async def _start(self) -> asyncio.subprocess.Process:
         argv = self.transport.argv(self.remote_argv(), shared=False)
@@ -124,7 +131,9 @@ class RemoteWatch:
                         yield HostReconnected(host=name, down_s=round(time.monotonic() - down_since, 3))
                         down_since = None
                     backoff = self.backoff_first_s
-                    yield RemoteTick(host=name, tick=data)
+                    ev = self.event_of(name, data)
+                    if ev is not None:
+                        yield ev
             finally:
                 rc, err = await self._stop(proc)
                 self._proc = None
@@ -152,3 +161,44 @@ async def first_tick(transport: SshTransport, timeout_s: float = 15.0) -> dict[s
         if isinstance(ev, HostUnreachable):
             raise Unreachable(transport.name, ev.reason, ev.detail)
     raise Unreachable(transport.name, "timeout", f"no tick within {timeout_s:g} s")
+
+
+class RemoteFollow(RemoteWatch):
+    """Follow one host's layout: its ``follow --json`` (launches, every log line, phases, ready, exits, diagnoses)
+    over one SSH session, reconnected like the telemetry stream. Yields :class:`RemoteEvent` (each line checked
+    as a recording's event is, :func:`event_from_dict`; one that is not, or of a kind this process has not loaded
+    — the playbook's ``diagnosis`` is known once ``tui.core.playbook`` is imported, as every front end does — is
+    skipped and counted in ``skipped``).
+    After a reconnect the remote side sends its logs again from the first line: lines already yielded are not
+    yielded twice."""
+
+    def __init__(self, transport: SshTransport, **kwargs: Any) -> None:
+        kwargs.setdefault("stall_s", 4.0)  # heartbeats each second
+        super().__init__(transport, **kwargs)
+        self.skipped = 0
+        self.last_skipped = ""  # the kind and why of the last line skipped
+        self._layout = ""
+        self._seen: dict[tuple[str, str], int] = {}  # (layout id, server) → the last line number yielded
+
+    def remote_argv(self) -> list[str]:
+        return self.transport.entry.remote_cli("follow", "--json", *self.extra_args)
+
+    def event_of(self, host: str, data: dict[str, Any]) -> Event | None:
+        if data.get("kind") == "heartbeat":
+            return None
+        try:
+            ev = event_from_dict(data)
+        except ValueError as exc:
+            self.skipped += 1
+            self.last_skipped = f"{str(data.get('kind'))[:40]}: {str(exc)[:200]}"
+            return None
+        if isinstance(ev, LayoutChanged):
+            self._layout = ev.layout_id
+        elif isinstance(ev, LogLine):
+            key = (self._layout, ev.server)
+            if ev.lineno <= self._seen.get(key, 0):
+                return None
+            if key not in self._seen and len(self._seen) >= MAX_FOLLOWED:
+                self._seen.pop(next(iter(self._seen)))
+            self._seen[key] = ev.lineno
+        return RemoteEvent(host=host, event=data)
