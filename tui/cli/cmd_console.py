@@ -13,18 +13,11 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from tui.cli.context import CliContext, add_global_options, split_list
+from tui.cli.context import CliContext, add_global_options, add_hosts_option, split_list
 from tui.core.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
 
 if TYPE_CHECKING:
     from tui.core.remote.host import RemoteHost
-
-
-def add_hosts_option(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
-    """``--hosts NAME,NAME|all`` (the console's; bare ``disagg-tui --hosts a,b`` opens the console with them)."""
-    parser.add_argument("--hosts", default=None if top_level else argparse.SUPPRESS, metavar="NAMES",
-                        help="the console also shows these hosts of hosts.yaml (comma-separated, or 'all'), each "
-                             "over SSH")
 
 
 def register(sub: Any) -> None:

@@ -67,6 +67,13 @@ def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool = Fal
     add_vllm_argument(g, default=default)
 
 
+def add_hosts_option(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
+    """``--hosts NAME,NAME|all`` (the console's; bare ``disagg-tui --hosts a,b`` opens the console with them)."""
+    parser.add_argument("--hosts", default=None if top_level else argparse.SUPPRESS, metavar="NAMES",
+                        help="the console also shows these hosts of hosts.yaml (comma-separated, or 'all'), each "
+                             "over SSH")
+
+
 def split_list(text: str, flag: str) -> list[str]:
     """A comma-separated flag value's items, stripped; an empty item (``a,,b``, a trailing comma) is refused, not
     skipped, and so is an empty value."""

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from tui import __version__
-from tui.cli.context import CliContext, add_global_options
+from tui.cli.context import CliContext, add_global_options, add_hosts_option
 from tui.core.errors import EXIT_BAD_INPUT, AppError
 from tui.core.procs import reset_ignored_sigint
 
@@ -65,8 +65,6 @@ def _top_parser(**kwargs: Any) -> OneLineParser:
     )
     parser.add_argument("--version", action="version", version=f"disagg-tui {__version__}")
     add_global_options(parser, top_level=True)
-    from tui.cli.cmd_console import add_hosts_option
-
     add_hosts_option(parser, top_level=True)  # bare ``disagg-tui --hosts a,b``: the console with them
     return parser
 
