@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -75,6 +76,10 @@ def _read_object(path: Path) -> dict[str, Any] | None:
     return data
 
 
+#: a profile id or a topology as a run's plan.json may name it
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
 def _read_plan(path: Path) -> dict[str, Any]:
     """A run's plan.json as the plan it describes (a damaged one is a one-line error naming it)."""
     data = _read_object(path)
@@ -82,8 +87,9 @@ def _read_plan(path: Path) -> dict[str, Any]:
         return {}
     plan: dict[str, Any] = guarded(lambda: LaunchPlan.from_dict(data).to_dict(), path, "plan")
     for key in ("profile_id", "topology"):
-        if not isinstance(plan.get(key), str) or not plan[key]:
-            raise InputError(f"expected a name, got {shown(repr(plan.get(key)), 60)}", file=path, field=key)
+        if not isinstance(plan.get(key), str) or not _NAME.fullmatch(plan[key]):
+            raise InputError(f"expected a name (letters, digits, '.', '_', '-'; at most 128), got "
+                             f"{shown(repr(plan.get(key)), 60)}", file=path, field=key)
     return plan
 
 
