@@ -207,3 +207,27 @@ def _cut_mid_benchmark(lab: Lab) -> None:
         for p in (bench, watch):
             if p.poll() is None:
                 p.kill()
+
+
+def test_a_campaign_across_two_hosts_compares_dp2_with_1p1d_and_recommends(lab: Lab) -> None:
+    """``run --hosts a,d``: each topology brought up across both hosts in turn, benchmarked, torn down; the table
+    and the recommendation of a one-host campaign, every run with both hosts' fingerprints."""
+    lab.inventory(across_inventory(lab))
+    wl = lab.tmp / "local" / "small.yaml"
+    wl.write_text("name: small\ninput_len: 64\noutput_len: 32\nnum_prompts: 8\n")
+    res = lab.cli("run", "--hosts", "a,d", "-m", MODEL, "-t", "dp2,1p1d", "--workload", str(wl), "--campaign",
+                  "across", "--json", "--quiet", "--sim", timeout=240)
+    data = json.loads(_ok(res))
+    rows = data["rows"]
+    assert {r["topology"] for r in rows} == {"dp2", "1p1d"}, rows
+    assert all(r["completed"] == 8 and r["failed"] == 0 for r in rows), rows
+    assert data["host"] == "2 hosts: a,d" and data["recommendation"]["objectives"]
+    runs = sorted((lab.tmp / "local" / "data" / "runs" / "across").glob("*/run.json"))
+    assert len(runs) == 2
+    for f in runs:
+        fp = json.loads(f.read_text())["fingerprint"]
+        assert [h["name"] for h in fp["hosts"]] == ["a", "d"], fp
+    # nothing is left up on either host, and the campaign's records say so
+    assert _roles(lab, "a") == [] and _roles(lab, "d") == []
+    status = _ok(lab.cli("status", "--sim", timeout=60))
+    assert "across a, d" not in status, status

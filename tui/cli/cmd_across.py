@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from tui.cli.context import CliContext
-from tui.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, InputError
+from tui.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, AppError, InputError
 from tui.core.plan.cluster import ClusterPlan, plan_across
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.request import LaunchRequest
@@ -128,14 +128,14 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
     return EXIT_OK
 
 
-def _record(plan: ClusterPlan, facts: dict[str, HostFacts], args: argparse.Namespace, served: dict[str, Any]
-            ) -> record.ClusterRecord:
+def _record(plan: ClusterPlan, facts: dict[str, HostFacts], args: argparse.Namespace, served: dict[str, Any],
+            *, owner: str = "cli") -> record.ClusterRecord:
     """The layout across hosts as this host keeps it: what ``bench`` finds and the fingerprint its runs keep."""
     sim = all(f.simulated for f in facts.values())
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rec = record.ClusterRecord(
         id=f"{stamp}-{args.model}-{plan.topology}-x{len(plan.parts)}"[:120], topology=plan.topology,
-        model=str(args.model), endpoint=plan.endpoint, simulated=sim, plan=served,
+        model=str(args.model), endpoint=plan.endpoint, simulated=sim, plan=served, owner=owner,
         hosts=[record.HostPartRecord(name=p.host, address=p.address, does=p.does, argv=p.request.to_argv(),
                                      fingerprint=host_fingerprint(facts.get(p.host))) for p in plan.parts])
     record.add(rec)
@@ -162,3 +162,102 @@ def run_down(args: argparse.Namespace, ctx: CliContext) -> int:
 
 
 __all__ = ["run_down", "run_plan", "run_up"]
+
+
+# --- campaigns across hosts (run --hosts) ------------------------------------------------------------------------
+
+
+class AcrossCampaign:
+    """What ``run --hosts`` gives the campaign runner: a planner whose plan of a topology is every host's servers
+    (each host's own plan of its part, preflighted on every host and across them), and a lifecycle that brings the
+    layout up and down with every host's own ``disagg-tui`` (``tui.core.bench.campaign.Lifecycle``)."""
+
+    def __init__(self, args: argparse.Namespace, ctx: CliContext, request: LaunchRequest, campaign: str) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.owner = f"campaign {campaign}"
+        self.hosts = Hosts(inventory.load(), host_names(args))
+        self.proxy_on = getattr(args, "proxy_on", None)
+        #: each (topology, knobs) planned: its parts, every host's plan of its part and every host's facts
+        self._parts: dict[tuple[str, tuple[tuple[str, str], ...]],
+                          tuple[ClusterPlan, dict[str, RemotePlan], dict[str, HostFacts]]] = {}
+
+    @property
+    def label(self) -> str:
+        return f"{len(self.hosts.names)} hosts: {','.join(self.hosts.names)}"
+
+    def plan(self, topology: str, knobs: tuple[tuple[str, str], ...] | None = None) -> tuple[Any, Any]:
+        """(profile, plan) of ``topology`` across the hosts; AppError (one line) when a host refuses its part or a
+        check fails: the campaign records the cells of that layout as failed with it and goes on."""
+        from tui.core.errors import PlanRefused
+        from tui.core.plan.spec import LaunchPlan, ProxySpec, ServerSpec
+
+        request = dataclasses.replace(self.request, topology=topology,
+                                      **({"knobs": knobs} if knobs is not None else {}))
+        cplan = plan_across(request, self.hosts.cluster_hosts(), proxy_on=self.proxy_on)
+        plans = remote_plans(self.hosts, cplan)
+        facts = self.hosts.facts()
+        failed = [f"{n}: {r}" for n, st, r in preflight_across(self.hosts, cplan, plans, facts) if st == "fail"]
+        if failed:
+            raise PlanRefused(f"preflight failed: {failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1
+                                                                   else ""))
+        self._parts[(topology, tuple(request.knobs))] = (cplan, plans, facts)
+        profile = self.ctx.catalog.model(str(request.model))
+        servers = []
+        for h, rp in plans.items():
+            for s in rp.servers:
+                host, _, port = s.url.removeprefix("http://").rpartition(":")
+                servers.append(ServerSpec(name=f"{h}/{s.name}", role=s.role, argv=s.argv, env=s.env, gpus=s.gpus,
+                                          host=host.strip("[]"), port=int(port) if port.isdigit() else 0))
+        proxy = None
+        if cplan.proxy_on is not None:
+            proxy_host, _, proxy_port = cplan.endpoint.removeprefix("http://").rpartition(":")
+            proxy = ProxySpec(host=proxy_host.strip("[]"), port=int(proxy_port),
+                              prefill=tuple(s.url for s in servers if s.role == "prefill"),
+                              decode=tuple(s.url for s in servers if s.role == "decode"))
+        launch = LaunchPlan(profile_id=profile.id, model=str(request.model), served_name=profile.served_name,
+                            topology=topology, gpus=(), servers=tuple(servers), proxy=proxy,
+                            simulated=all(f.simulated for f in facts.values()), vllm_executable="vllm",
+                            host_label=self.label, knobs=request.knobs)
+        return profile, launch
+
+    def gpu_count(self, topology: str) -> int | None:
+        """The GPUs one layout takes on all its hosts (what the recommendation's per-GPU figures divide by)."""
+        try:
+            _profile, launch = self.plan(topology)
+        except AppError:
+            return None
+        return sum(len(s.gpus) for s in launch.servers) or None
+
+    async def bring_up(self, profile: Any, plan: Any, host: Any, bus: Any) -> Any:
+        from tui.core.launch.state import LayoutRecord, ProcessRecord
+
+        cplan, plans, facts = self._parts[(plan.topology, tuple(plan.knobs))]
+        for old in record.load_all():  # what a killed run of this campaign left up on these hosts
+            if old.status == "up" and old.owner == self.owner and set(old.names) & set(cplan.hosts):
+                await down_across(self.hosts, old.names, lambda h, line: None)
+                record.mark_stopped(old.names)
+        lines: list[str] = []
+        results = await up_across(self.hosts, cplan, lambda h, line: lines.append(f"{h}: {line}"))
+        bad = [r for r in results if r.rc != 0]
+        if bad:
+            raise AppError(f"{bad[0].host}: its part did not come up (exit {bad[0].rc}): {bad[0].last}",
+                           "every host's part was stopped")
+        rec = _record(cplan, facts, argparse.Namespace(model=plan.profile_id), combined_plan(cplan, plans),
+                      owner=self.owner)
+        procs = [ProcessRecord(name=s.name, role=s.role, pid=0, pgid=0, create_time=0.0, log="", url=s.url,
+                               gpus=list(s.gpus)) for s in plan.servers]
+        return LayoutRecord(id=rec.id, created=rec.created, simulated=rec.simulated, plan=plan.to_dict(),
+                            processes=procs, status="ready", endpoint=cplan.endpoint)
+
+    async def tear_down(self, layout: Any, bus: Any) -> None:
+        names = [h.name for r in record.load_all() if r.id == layout.id for h in r.hosts] or self.hosts.names
+        await down_across(self.hosts, names, lambda h, line: None)
+        record.mark_stopped(names)
+
+    def fingerprint(self, layout: Any) -> dict[str, Any]:
+        rec = next((r for r in record.load_all() if r.id == layout.id), None)
+        return rec.fingerprint() if rec is not None else {}
+
+    def close(self) -> None:
+        self.hosts.close()

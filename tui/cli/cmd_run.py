@@ -39,6 +39,7 @@ from tui.core.launch import ownership
 from tui.core.models import Workload, parse_rate
 from tui.core.plan import knobs as knobs_mod
 from tui.core.plan.knobs import KnobCatalog
+from tui.core.plan.launchargs import add_hosts_arguments
 from tui.core.plan.request import LaunchRequest, add_plan_arguments
 from tui.core.topology import parse_topologies
 
@@ -62,6 +63,7 @@ def register(sub: Any) -> None:
     p.add_argument("--fresh", action="store_true", help="start a new campaign even if this one exists")
     add_traffic_options(p, single=False)
     add_record_options(p, default_on=True)
+    add_hosts_arguments(p)
     add_global_options(p)
     p.set_defaults(handler=run)
 
@@ -97,14 +99,24 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
                         simulated=bool(getattr(args, "sim", False)), client=args.runner,
                         knobs=[a.text for a in axes])
     host = ctx.host
-    if host.simulated:
+    across = None
+    if args.hosts:  # a campaign across hosts: each layout planned, started and stopped by every host's disagg-tui
+        from tui.cli.cmd_across import AcrossCampaign
+
+        across = AcrossCampaign(args, ctx, request, args.campaign or "")
+        spec.host = across.label
+        spec.simulated = all(e.sim for e in across.hosts.inventory.hosts if e.name in across.hosts.names)
+    elif host.simulated:
         o = ctx.host_options()
         spec.host = (f"sim:{host.facts.gpus[0].name if host.facts.gpus else '?'}x{len(host.facts.gpus)} "
                      f"clock {o.sim_clock or 1.0:g}")
+        spec.simulated = True
     else:
         spec.host = host.facts.hostname
-    spec.simulated = host.simulated
+        spec.simulated = False
     spec.name = args.campaign or default_name(spec)
+    if across is not None:
+        across.owner = f"campaign {spec.name}"
     if args.fresh and not args.campaign:
         spec.name = f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     vocab = profile.shape.vocab_size
@@ -119,14 +131,17 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
         return options_from_args(args, wl, vocab, ctx.api_key)
 
     spec.goodput = options(next(iter(workloads.values()))).goodput
-    gpus = _gpu_count(request, ctx, topologies)
+    gpus = _gpu_count(request, ctx, topologies) if across is None else \
+        next((n for n in map(across.gpu_count, topologies) if n), None)
 
     def configs(topo: str) -> list[knobs_mod.Configuration]:
         return knobs_mod.configurations(axes, topo)
 
     def knob_planner(topo: str, config: knobs_mod.Configuration) -> Any:
-        knobbed = dataclasses.replace(request, knobs=tuple((s.key, s.choice.value) for s in config.settings))
-        return make_plan(knobbed, ctx, topo)
+        settings = tuple((s.key, s.choice.value) for s in config.settings)
+        if across is not None:
+            return across.plan(topo, settings)
+        return make_plan(dataclasses.replace(request, knobs=settings), ctx, topo)
 
     if axes:
         refused = _refused_layouts(topologies, configs, knob_planner)
@@ -138,6 +153,8 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
                              f"{' × '.join(a.text for a in axes)} is refused here (above)", field="--knob")
 
     def energy_for(gpu_ids: Sequence[int]) -> EnergyReader | None:
+        if across is not None:  # another host's GPUs: no NVML counter here
+            return None
         try:
             return nvml_energy_reader(host.nvml(), list(gpu_ids))
         except Exception:  # noqa: BLE001 - energy is optional: no NVML (or no counter), no energy figure
@@ -148,17 +165,22 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
 
     bus = EventBus()
     with SessionRecording(ctx, args, "run", bus) as session:
-        runner = CampaignRunner(spec=spec, lifecycle=lifecycle, host=host,
-                                planner=lambda topo: make_plan(request, ctx, topo), workloads=workloads,
+        runner = CampaignRunner(spec=spec, lifecycle=lifecycle if across is None else across, host=host,
+                                planner=(lambda topo: make_plan(request, ctx, topo)) if across is None else
+                                across.plan, workloads=workloads,
                                 options=options, bus=bus, notify=lambda s: progress.text(s), on_tick=progress.tick,
                                 energy_for=energy_for, bench=bench, configs=configs if axes else None,
-                                knob_planner=knob_planner if axes else None)
+                                knob_planner=knob_planner if axes else None,
+                                fingerprint_for=across.fingerprint if across is not None else None)
         try:
             result: CampaignResult = run_async(session.around(runner.run()))
         except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (run_async cancels the campaign)
             progress.end()
             ctx.error(f"interrupted: run the same command again to resume campaign {spec.name}")
             return 130
+        finally:
+            if across is not None:
+                across.close()
         progress.end()
         return report(args, ctx, result, workloads, gpus, session)
 

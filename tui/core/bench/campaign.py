@@ -367,6 +367,8 @@ class CampaignRunner:
     #: the knob configurations of each topology (``run --knob``) and the planner of one; None: no knobs
     configs: Callable[[str], Sequence[Configuration]] | None = None
     knob_planner: KnobPlanner | None = None
+    #: what each run measured on a layout adds to its fingerprint (a layout across hosts: every host's); None: nothing
+    fingerprint_for: Callable[[LayoutRecord], dict[str, Any]] | None = None
 
     _outcomes: dict[Cell, CellOutcome] = field(default_factory=dict, init=False, repr=False)
     _total: int = field(default=0, init=False, repr=False)
@@ -509,6 +511,8 @@ class CampaignRunner:
                                  plan=plan.to_dict(), campaign=self.spec.name, name=cell.name(wl),
                                  repeat=cell.repeat, energy=energy, runs_root=store.root,
                                  knobs=config_values(cell.config) if cell.config else None)
+            if self.fingerprint_for is not None:
+                target.fingerprint_extra = self.fingerprint_for(record)
             where: dict[str, Any] = {"topology": cell.topology, "workload": cell.workload,
                                      "request_rate": rate_label(wl.request_rate), "repeat": cell.repeat}
             self._step("cell", f"{cell.layout} × {cell.workload} @ {rate_label(wl.request_rate)} req/s"

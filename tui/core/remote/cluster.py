@@ -46,6 +46,7 @@ class RemoteServer:
     shell: str
     argv: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # as that host's plan --json gives it: secrets redacted
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +139,13 @@ def read_remote_plan(host: str, text: str) -> RemotePlan:
         if not isinstance(env, dict) or len(env) > MAX_VARS or \
                 not all(isinstance(k, str) and isinstance(v, str) and len(k) + len(v) <= 4000 for k, v in env.items()):
             raise InputError(f"a server's env is at most {MAX_VARS} variables", file=source, field="plan.servers.env")
+        gpus = s.get("gpus") or []
+        if not isinstance(gpus, list) or len(gpus) > 72 or \
+                not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 72 for g in gpus):
+            raise InputError("a server's GPUs are at most 72 indices 0-71", file=source, field="plan.servers.gpus")
         servers.append(RemoteServer(name=_text(s, "name", source, limit=64), role=_text(s, "role", source, limit=16),
                                     url=_text(s, "url", source, limit=300), shell=_text(s, "shell", source),
-                                    argv=tuple(argv), env=tuple(env.items())))
+                                    argv=tuple(argv), env=tuple(env.items()), gpus=tuple(gpus)))
     proxy = plan.get("proxy")
     proxy_shell = _text(proxy, "shell", source) if isinstance(proxy, dict) else None
     proxy_url = _text(proxy, "url", source, limit=300) if isinstance(proxy, dict) else None

@@ -47,6 +47,9 @@ class ClusterRecord:
     simulated: bool = False
     #: every host's servers in one plan document (``combined_plan``): a run's plan, for its serve flags
     plan: dict[str, Any] | None = None
+    #: who started it: "cli" (``up --hosts``) or "campaign NAME" (``run --hosts``: a run of it killed and run again
+    #: stops what the first one left up)
+    owner: str = "cli"
 
     @property
     def names(self) -> list[str]:
