@@ -8,13 +8,12 @@ apart. Histories are bounded (``deque(maxlen=...)``): memory does not grow with 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tui.console import loglines, remotes
+from tui.console import remotes
 from tui.console.views import (  # noqa: F401 - what was imported from this module before the views moved
     BAND,
     BENCH,
@@ -32,6 +31,8 @@ from tui.console.views import (  # noqa: F401 - what was imported from this modu
     STALE_PERIODS,
     GpuView,
     ServerView,
+    fold_server,
+    printable_diagnosis,
 )
 from tui.core.bench.events import BenchDone, BenchLine, BenchStarted, BenchTick, CampaignStep
 from tui.core.errors import printable
@@ -49,7 +50,7 @@ from tui.core.launch.events import (
     ServerSubPhase,
 )
 from tui.core.playbook import Diagnosis
-from tui.core.remote.events import HostReconnected, HostUnreachable, RemoteTick
+from tui.core.remote.events import HostReconnected, HostUnreachable, RemoteEvent, RemoteTick
 from tui.core.telemetry.events import GpuSampled, ServerHealth, ServerMetrics
 from tui.core.telemetry.gpu import GpuSample
 
@@ -236,80 +237,26 @@ class ConsoleState:
 
     def _launched(self, ev: ServerLaunched) -> None:
         self._gone.discard(ev.server)
-        v = self.server(ev.server)
-        v.role, v.url, v.pid, v.gpus = ev.role, ev.url, ev.pid, ev.gpus
-        v.gpus_named = bool(ev.gpus)
-        v.log_path = ev.log
-        v.started = ev.started or ev.ts
-        v.expected_s, v.expected_source = ev.expected_s, ev.expected_source
-        v.exited = None
-        v.stalled = None
-        v.waits_for = ()
-        self.dirty.update((SERVERS, BAND))
+        self._server_event(ev)
 
     def _log(self, ev: LogLine) -> None:
-        v = self.server(ev.server)
-        # an escape sequence in a log line (a recording's, too) never reaches the terminal
-        text = printable(ev.text.expandtabs())
-        v.logs.append((ev.lineno, text, None))
-        v.log_serial += 1
-        if loglines.is_own_poll(text):
-            v.polls += 1
-        else:
-            v.quiet.append((ev.lineno, text, None))
-            v.quiet_serial += 1
-        if text.strip():
-            v.last_line = text
+        self.server(ev.server).add_line(ev.lineno, ev.text)
         self.dirty.add(LOG)
 
-    def _phase(self, ev: ServerPhase) -> None:
-        v = self.server(ev.server)
-        v.phase, v.phase_label, v.progress, v.detail = ev.phase, ev.label, ev.progress, ev.detail
-        self.dirty.update((SERVERS, BAND))
-
-    def _ready(self, ev: ServerReady) -> None:
-        v = self.server(ev.server)
-        v.ready_s = ev.startup_s
-        v.phase, v.progress = "ready", 1.0
-        v.subphase = None
-        self.dirty.update((SERVERS, BAND))
-
-    def _deferred(self, ev: ServerDeferred) -> None:
-        v = self.server(ev.server)
-        v.waits_for = ev.waits_for
-        v.gpus = v.gpus or ev.gpus
-        self.dirty.update((SERVERS, BAND))
-
-    def _subphase(self, ev: ServerSubPhase) -> None:
-        v = self.server(ev.server)
-        v.subphase = ev if ev.state == "running" else None
-        self.dirty.update((SERVERS, BAND))
-
-    def _exited(self, ev: ServerExited) -> None:
-        v = self.server(ev.server)
-        v.exited = ev
-        self.dirty.update((SERVERS, BAND))
-
-    def _stalled(self, ev: ServerStalled) -> None:
-        self.server(ev.server).stalled = ev
+    def _server_event(self, ev: ServerPhase | ServerReady | ServerDeferred | ServerSubPhase | ServerExited
+                      | ServerStalled | ServerLaunched) -> None:
+        fold_server(self.server(ev.server), ev)
         self.dirty.update((SERVERS, BAND))
 
     def _diagnosis(self, ev: Diagnosis) -> None:
         if any(d.server == ev.server and d.entry_id == ev.entry_id and d.line_no == ev.line_no
                for d in self.diagnoses):
             return
-        if not all(t.isprintable() for t in (ev.line, ev.title, ev.fix, ev.explanation.replace("\n", ""))):
-            ev = dataclasses.replace(ev, line=printable(ev.line), title=printable(ev.title), fix=printable(ev.fix),
-                                     explanation="\n".join(printable(x) for x in ev.explanation.split("\n")))
+        ev = printable_diagnosis(ev)
         self.diagnoses.append(ev)
         v = self.servers.get(ev.server)
         if v is not None and ev.line_no is not None:  # mark the line in the log pane
-            for lines in (v.logs, v.quiet):
-                for i, (n, text, _) in enumerate(lines):
-                    if n == ev.line_no:
-                        lines[i] = (n, text, ev.entry_id)
-                        v.marks += 1
-                        break
+            v.mark_line(ev.line_no, ev.entry_id)
         self.dirty.update((BAND, LOG))
 
     def _bench_started(self, ev: BenchStarted) -> None:
@@ -415,12 +362,12 @@ _HANDLERS: dict[type[Event], Callable[[ConsoleState, Event], None]] = {
     PlanLaunched: ConsoleState._plan_launched,  # type: ignore[dict-item]
     ServerLaunched: ConsoleState._launched,  # type: ignore[dict-item]
     LogLine: ConsoleState._log,  # type: ignore[dict-item]
-    ServerPhase: ConsoleState._phase,  # type: ignore[dict-item]
-    ServerReady: ConsoleState._ready,  # type: ignore[dict-item]
-    ServerExited: ConsoleState._exited,  # type: ignore[dict-item]
-    ServerStalled: ConsoleState._stalled,  # type: ignore[dict-item]
-    ServerSubPhase: ConsoleState._subphase,  # type: ignore[dict-item]
-    ServerDeferred: ConsoleState._deferred,  # type: ignore[dict-item]
+    ServerPhase: ConsoleState._server_event,  # type: ignore[dict-item]
+    ServerReady: ConsoleState._server_event,  # type: ignore[dict-item]
+    ServerExited: ConsoleState._server_event,  # type: ignore[dict-item]
+    ServerStalled: ConsoleState._server_event,  # type: ignore[dict-item]
+    ServerSubPhase: ConsoleState._server_event,  # type: ignore[dict-item]
+    ServerDeferred: ConsoleState._server_event,  # type: ignore[dict-item]
     Diagnosis: ConsoleState._diagnosis,  # type: ignore[dict-item]
     BenchStarted: ConsoleState._bench_started,  # type: ignore[dict-item]
     BenchTick: ConsoleState._bench_tick,  # type: ignore[dict-item]
@@ -431,4 +378,5 @@ _HANDLERS: dict[type[Event], Callable[[ConsoleState, Event], None]] = {
     RemoteTick: remotes.apply_tick,  # type: ignore[dict-item]
     HostUnreachable: remotes.apply_unreachable,  # type: ignore[dict-item]
     HostReconnected: remotes.apply_reconnected,  # type: ignore[dict-item]
+    RemoteEvent: remotes.apply_event,  # type: ignore[dict-item]
 }

@@ -3,10 +3,23 @@ since the last draw: plain data, no Textual (``state`` folds the events into the
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 
-from tui.core.launch.events import ServerExited, ServerStalled, ServerSubPhase
+from tui.console import loglines
+from tui.core.errors import printable
+from tui.core.launch.events import (
+    LogLine,
+    ServerDeferred,
+    ServerExited,
+    ServerLaunched,
+    ServerPhase,
+    ServerReady,
+    ServerStalled,
+    ServerSubPhase,
+)
+from tui.core.playbook import Diagnosis
 from tui.core.telemetry.derive import ServerFigures
 from tui.core.telemetry.events import ServerHealth
 from tui.core.telemetry.gpu import GpuSample
@@ -84,3 +97,71 @@ class ServerView:
     def port(self) -> str:
         tail = self.url.rsplit(":", 1)[-1] if self.url else ""
         return tail if tail.isdigit() else ""
+
+    def add_line(self, lineno: int, raw: str) -> None:
+        """One line of its log (this host's follower's, or another host's follow stream's): kept printable (an
+        escape sequence never reaches the terminal), sorted into the console's own polls or not."""
+        text = printable(raw.expandtabs())
+        self.logs.append((lineno, text, None))
+        self.log_serial += 1
+        if loglines.is_own_poll(text):
+            self.polls += 1
+        else:
+            self.quiet.append((lineno, text, None))
+            self.quiet_serial += 1
+        if text.strip():
+            self.last_line = text
+
+    def mark_line(self, line_no: int, entry_id: str) -> None:
+        """The playbook entry that matched its line ``line_no``, marked in the log pane."""
+        for lines in (self.logs, self.quiet):
+            for i, (n, text, _) in enumerate(lines):
+                if n == line_no:
+                    lines[i] = (n, text, entry_id)
+                    self.marks += 1
+                    break
+
+
+#: the lifecycle events of one server folded into its view (this host's and another host's alike)
+LIFECYCLE = (ServerLaunched, LogLine, ServerPhase, ServerReady, ServerDeferred, ServerSubPhase, ServerExited,
+             ServerStalled)
+
+
+def fold_server(v: ServerView, ev: object) -> bool:
+    """Fold one lifecycle event of a server into its view; True when the band and table change (not a log line)."""
+    if isinstance(ev, LogLine):
+        v.add_line(ev.lineno, ev.text)
+        return False
+    if isinstance(ev, ServerLaunched):
+        v.role, v.url, v.pid, v.gpus = ev.role, ev.url, ev.pid, ev.gpus
+        v.gpus_named = bool(ev.gpus)
+        v.log_path = ev.log
+        v.started = ev.started or ev.ts
+        v.expected_s, v.expected_source = ev.expected_s, ev.expected_source
+        v.exited = None
+        v.stalled = None
+        v.waits_for = ()
+    elif isinstance(ev, ServerPhase):
+        v.phase, v.phase_label, v.progress, v.detail = ev.phase, ev.label, ev.progress, ev.detail
+    elif isinstance(ev, ServerReady):
+        v.ready_s = ev.startup_s
+        v.phase, v.progress = "ready", 1.0
+        v.subphase = None
+    elif isinstance(ev, ServerDeferred):
+        v.waits_for = ev.waits_for
+        v.gpus = v.gpus or ev.gpus
+    elif isinstance(ev, ServerSubPhase):
+        v.subphase = ev if ev.state == "running" else None
+    elif isinstance(ev, ServerExited):
+        v.exited = ev
+    elif isinstance(ev, ServerStalled):
+        v.stalled = ev
+    return True
+
+
+def printable_diagnosis(ev: Diagnosis) -> Diagnosis:
+    """A diagnosis whose texts reach the terminal as they are only when printable (a recording's, another host's)."""
+    if all(t.isprintable() for t in (ev.line, ev.title, ev.fix, ev.explanation.replace("\n", ""))):
+        return ev
+    return dataclasses.replace(ev, line=printable(ev.line), title=printable(ev.title), fix=printable(ev.fix),
+                               explanation="\n".join(printable(x) for x in ev.explanation.split("\n")))
