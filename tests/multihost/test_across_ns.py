@@ -197,7 +197,7 @@ def _cut_mid_benchmark(lab: Lab) -> None:
         records = polars.read_parquet(next((lab.tmp / "local" / "data" / "runs" / "cut").rglob("requests.parquet")))
         # every request that ended is kept, finished or failed, and the summary counts the same ones
         assert len(records) == summary["completed"] + summary["failed"] == 28, (summary, len(records))
-        assert summary["completed"] >= 20, summary
+        assert summary["completed"] >= 14, summary  # (most finish; on a loaded machine fewer before the cut)
         w_out, _ = watch.communicate(timeout=40)
         kinds = [json.loads(line).get("kind") for line in w_out.splitlines() if line.startswith("{")]
         assert "host_unreachable" in kinds, kinds
