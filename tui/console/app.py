@@ -15,6 +15,7 @@ operator as one notification with a title and a hint.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -30,7 +31,7 @@ from textual.screen import Screen
 from textual.widgets import Input, Select, TextArea
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from tui.console import fmt
+from tui.console import across, fmt
 from tui.console.argv import down_argv, launch_argv, run_argv
 from tui.console.benchjob import BenchJob, running_benches, start_bench
 from tui.console.campaigns import campaigns
@@ -71,7 +72,7 @@ from tui.core.models import Catalog, Workload
 from tui.core.plan.request import LaunchRequest
 from tui.core.playbook import Playbook, load_playbook
 from tui.core.record.present import SessionPresent
-from tui.core.remote.events import RemoteTick
+from tui.core.remote.events import HostReconnected, HostUnreachable, RemoteEvent, RemoteTick
 
 FLUSH_S = 0.25
 FREEZE_AFTER_S = 2.0
@@ -80,6 +81,10 @@ JOB_POLL_S = 0.25
 #: how often the ended ones are reaped
 REAP_S = 2.0
 LAYOUT_RECHECK_S = 2.0
+#: a host's layout events held for the next flush at most (a burst past it is published at once)
+PENDING_EVENTS = 512
+#: a burst of a host's layout events gives the loop back this often
+YIELD_EVERY = 64
 
 
 #: a layout in one of these states is up (what stop, the quit dialog and "one layout at a time" look at)
@@ -90,10 +95,14 @@ __all__ = ["ConsoleApp", "ConsoleContext", "make_console"]
 def make_console(options: HostOptions | None = None, *, live: bool = True, clock: Callable[[], float] | None = None,
                  host: Host | None = None, catalog: Catalog | None = None, book: Playbook | None = None,
                  events: Iterable[Event] = (), ports: tuple[int, int, int] | None = None,
-                 record: bool = True, remotes: Mapping[str, RemoteSource] | None = None) -> ConsoleApp:
+                 record: bool = True, remotes: Mapping[str, RemoteSource] | None = None,
+                 follows: Mapping[str, RemoteSource] | None = None,
+                 connect: Callable[[str], across.Connected] | None = None) -> ConsoleApp:
     """The console on the host ``options`` select (``live``), or fed only by ``events`` (tests, replay).
     ``remotes``: the other hosts shown, each followed through its source of ``RemoteTick``/``HostUnreachable``/
-    ``HostReconnected`` events (``RemoteHost.watch()``; a test's fake), live or not."""
+    ``HostReconnected`` events (``RemoteHost.watch()``; a test's fake), live or not. ``follows``: each one's
+    layout stream (``RemoteEvent``s: ``RemoteHost.follow()``; by default made from its watch stream's transport).
+    ``connect``: both streams of a host a launch across hosts adds (default: from the inventory)."""
     opts = options or HostOptions()
     if host is None and live:
         from tui.hosts import select_host
@@ -102,7 +111,7 @@ def make_console(options: HostOptions | None = None, *, live: bool = True, clock
     ctx = ConsoleContext(options=opts, host=host, catalog=catalog or Catalog.load(), store=StateStore(),
                          book=book if book is not None else (load_playbook() if live else None), live=live,
                          ports=ports, record=record and live, remote_hosts=tuple(remotes or ()))
-    app = ConsoleApp(ctx, clock=clock, remotes=remotes)
+    app = ConsoleApp(ctx, clock=clock, remotes=remotes, follows=follows, connect=connect)
     for ev in events:
         app.state.apply(ev)
     return app
@@ -138,7 +147,9 @@ class ConsoleApp(App[int]):
     ]
 
     def __init__(self, ctx: ConsoleContext, *, clock: Callable[[], float] | None = None,
-                 remotes: Mapping[str, RemoteSource] | None = None) -> None:
+                 remotes: Mapping[str, RemoteSource] | None = None,
+                 follows: Mapping[str, RemoteSource] | None = None,
+                 connect: Callable[[str], across.Connected] | None = None) -> None:
         super().__init__()
         self.ctx = ctx
         self.clock = clock or time.time
@@ -147,6 +158,17 @@ class ConsoleApp(App[int]):
         #: the other hosts' streams, and the newest tick of each not yet published (coalesced to the flush)
         self._remote_sources: dict[str, RemoteSource] = dict(remotes or {})
         self._pending_ticks: dict[str, RemoteTick] = {}
+        #: each host's layout stream (its follow --json), and its events not yet published (a batch a flush)
+        self._follow_sources: dict[str, RemoteSource] = dict(follows or {})
+        for name, source in self._remote_sources.items():
+            if name not in self._follow_sources and (made := across.follow_of(source)) is not None:
+                self._follow_sources[name] = made
+        self._pending_events: dict[str, list[RemoteEvent]] = {}
+        #: which of a host's streams are down now ("watch", "follow"): one unreachable state a host
+        self._streams_down: dict[str, set[str]] = {}
+        self._connect = connect or across.connect
+        #: what closes the connections of the hosts this console added (a launch across them)
+        self._closers: list[Callable[[], None]] = []
         self._unsubscribe = ctx.bus.subscribe(self.state.apply)
         self.follower: LayoutFollower | None = None
         self.telemetry: Any = None
@@ -192,6 +214,10 @@ class ConsoleApp(App[int]):
             self.start_sources()
         for name, source in self._remote_sources.items():
             self.follow_remote(name, source)
+        for name, source in self._follow_sources.items():
+            self.follow_remote_layout(name, source)
+        if self.ctx.live:
+            self.find_layout_across()
 
     async def on_event(self, event: events.Event) -> None:
         """A key goes first to the screen shown, which takes what is typed where the operator types (a search
@@ -315,13 +341,88 @@ class ConsoleApp(App[int]):
             pending = self._pending_ticks.pop(name, None)
             if pending is not None:
                 self.ctx.bus.publish(pending)
+            down = self._streams_down.setdefault(name, set())
+            if isinstance(ev, HostUnreachable):
+                down.add("watch")
+            elif isinstance(ev, HostReconnected):
+                down.discard("watch")
             self.ctx.bus.publish(ev)
 
+    @work(group="remote-follow", exit_on_error=False, description="another host's layout stream")
+    async def follow_remote_layout(self, name: str, source: RemoteSource) -> None:
+        """One remote host's layout stream (its ``follow --json`` over one more SSH session: ``RemoteFollow``), read
+        in this worker. A start's log is thousands of lines: its events are kept in order and published in a batch
+        at the next flush (or at once past ``PENDING_EVENTS``), and the loop is given back every
+        ``YIELD_EVERY`` events of a burst (a reconnect sends the log again; the stream drops what it had sent)."""
+        n = 0
+        async for ev in source.events():
+            if isinstance(ev, RemoteEvent):
+                pending = self._pending_events.setdefault(name, [])
+                pending.append(ev)
+                if len(pending) >= PENDING_EVENTS:
+                    self._publish_remote_events(name)
+                n += 1
+                if n % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+            elif isinstance(ev, HostUnreachable | HostReconnected):
+                self._publish_remote_events(name)
+                self._follow_connection(name, ev)
+
+    def _follow_connection(self, name: str, ev: Event) -> None:
+        """The layout stream's own outages are the host's one unreachable state: told when the host was reachable
+        (its watch stream says the rest; its next tick shows it reachable again), its reconnect only when it ends
+        the host's outage (never a second 'reconnected'). One that stays down while the ticks flow (a remote
+        disagg-tui without ``follow``) is told once, as a notification."""
+        down = self._streams_down.setdefault(name, set())
+        view = self.state.remotes.get(name)
+        if isinstance(ev, HostUnreachable):
+            first = "follow" not in down
+            was_reachable = not down and (view is None or view.down is None)
+            down.add("follow")
+            if first and was_reachable:
+                self.ctx.bus.publish(ev)
+                self.state.host_notes.append((f"{name}: its log stream is down ({ev.reason})",
+                                              f"{ev.detail or ev.reason}; retried in {ev.retry_in_s:.0f} s: its "
+                                              "servers' logs and phases resume then", "warning"))
+        elif isinstance(ev, HostReconnected):
+            down.discard("follow")
+            if not down and view is not None and view.down is not None:
+                self.ctx.bus.publish(ev)
+
+    def _publish_remote_events(self, name: str | None = None) -> None:
+        names = [name] if name is not None else list(self._pending_events)
+        for n in names:
+            pending = self._pending_events.pop(n, None)
+            for ev in pending or ():
+                self.ctx.bus.publish(ev)
+
     def _publish_remote_ticks(self) -> None:
+        if self._pending_events:
+            self._publish_remote_events()
         if self._pending_ticks:
             pending, self._pending_ticks = self._pending_ticks, {}
             for ev in pending.values():
                 self.ctx.bus.publish(ev)
+
+    def add_hosts(self, names: Iterable[str]) -> None:
+        """Follow these inventory hosts too (a launch across them), each not followed yet: both its streams."""
+        for name in names:
+            if name in self._remote_sources:
+                continue
+            try:
+                watch, follow, close = self._connect(name)
+            except AppError as err:
+                self.notify(err.hint or "", title=err.one_line(), severity="error", timeout=8)
+                continue
+            self._closers.append(close)
+            self._remote_sources[name] = watch
+            self.ctx.remote_hosts = (*self.ctx.remote_hosts, name)
+            declare(self.state, [name])
+            self.follow_remote(name, watch)
+            if follow is not None:
+                self._follow_sources[name] = follow
+                self.follow_remote_layout(name, follow)
+            self.state.dirty.update(("gpus", "servers", "header"))
 
     def _tell_host_notes(self) -> None:
         """What the remote hosts' events said once (reconnected after a time down, a tick skipped): notifications."""
@@ -532,6 +633,9 @@ class ConsoleApp(App[int]):
     def on_launch_requested(self, message: LaunchRequested) -> None:
         if self.refuse_in_replay():
             return
+        if message.hosts:
+            self._launch_across(message.request, message.hosts)
+            return
         lay = self.state.layout
         if lay is not None and self._layout_up() and not message.request.replace:
             self.notify(f"{lay.topology} of {lay.profile_id} is {lay.status}: stop it first (s on the dashboard)",
@@ -557,13 +661,44 @@ class ConsoleApp(App[int]):
         else:
             self._launch(request)
 
-    def on_stop_requested(self, _: StopRequested) -> None:
+    def _launch_across(self, request: LaunchRequest, hosts: tuple[str, ...]) -> None:
+        """``disagg-tui up --hosts A,B ...`` started detached (each host's part by its own disagg-tui, as the CLI
+        does), and each of those hosts followed from now on (both streams) if it was not."""
+        self.ctx.across = hosts
+        self.run_job("up", across.up_argv(request, hosts), f"the layout across {', '.join(hosts)} is up")
+        self.add_hosts(hosts)
+        self.action_mode("dashboard")
+
+    def on_stop_requested(self, message: StopRequested) -> None:
         if self.refuse_in_replay():
+            return
+        hosts = self.ctx.across
+        if hosts and (self.state.layout is None or message.host in hosts):
+            names = ", ".join(hosts)
+            self._confirm(f"Stop the layout across {names}?",
+                          f"disagg-tui down --hosts {','.join(hosts)}: every host's part is stopped by its own "
+                          "disagg-tui over SSH.", "Stop it", lambda: self.stop_across(hosts))
             return
         if self.state.layout is None:
             self.notify("no layout is up", timeout=3)
             return
         self._stop()
+
+    def stop_across(self, hosts: tuple[str, ...]) -> None:
+        """``disagg-tui down --hosts A,B`` started detached (it goes on if the console quits)."""
+        self.run_job("down", across.down_argv(hosts), f"every part on {', '.join(hosts)} stopped")
+        if self.ctx.across == hosts:
+            self.ctx.across = ()
+
+    @work(exclusive=True, group="across", exit_on_error=False, description="the layout across hosts started here")
+    async def find_layout_across(self) -> None:
+        """The layout across hosts up in ``clusters.json`` (started here by this console or the CLI): ``s`` stops it
+        (the console opened later reattaches to it as to a local layout)."""
+        from tui.core.remote import record
+
+        rec = await asyncio.to_thread(record.active)
+        if rec is not None and not self.ctx.across:
+            self.ctx.across = tuple(rec.names)
 
     @work(exclusive=True, group="layout-guard", exit_on_error=False, description="who holds the layout")
     async def _stop(self) -> None:
@@ -781,6 +916,9 @@ class ConsoleApp(App[int]):
 
     def on_unmount(self) -> None:
         self._unsubscribe()
+        for close in self._closers:
+            with contextlib.suppress(Exception):
+                close()
         if self.follower is not None:
             self.follower.stop()
         if self.recorder is not None:

@@ -37,6 +37,9 @@ class ConsoleContext:
     watch_only: str | None = None
     #: the other hosts shown (``--hosts``), in order; their streams are the app's (``make_console(remotes=...)``)
     remote_hosts: tuple[str, ...] = ()
+    #: the hosts of the layout across hosts this console started (or found up in ``clusters.json``): what ``s``
+    #: stops with ``down --hosts`` when no layout of this host is up, or a server of one of them is selected
+    across: tuple[str, ...] = ()
 
     def watch_only_refusal(self) -> str | None:
         """What a watch-only console says when it is asked to act (None: it acts)."""

@@ -23,15 +23,22 @@ class LaunchRequested(Message):
     """Launch the plan a request describes (``disagg-tui up`` with ``request.to_argv()``), started detached.
 
     Posted by the launch screen (ctrl+l); the app refuses it in a replay or while a layout is up, remembers it as
-    the last launch (what restart and apply-fix repeat), starts ``up`` and shows the dashboard."""
+    the last launch (what restart and apply-fix repeat), starts ``up`` and shows the dashboard. ``hosts``: a layout
+    across these inventory hosts (``up --hosts A,B``), the console then following each of them."""
 
-    def __init__(self, request: LaunchRequest) -> None:
+    def __init__(self, request: LaunchRequest, hosts: tuple[str, ...] = ()) -> None:
         self.request = request
+        self.hosts = hosts
         super().__init__()
 
 
 class StopRequested(Message):
-    """Stop every server of the layout that is up (``disagg-tui down``): the dashboard's ``s``, the palette."""
+    """Stop every server of the layout that is up (``disagg-tui down``): the dashboard's ``s``, the palette.
+    ``host``: the remote host of the server selected (its layout across hosts is the one stopped)."""
+
+    def __init__(self, host: str = "") -> None:
+        self.host = host
+        super().__init__()
 
 
 class RestartRequested(Message):

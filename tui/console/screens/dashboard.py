@@ -46,7 +46,7 @@ class DashboardScreen(ConsoleScreen):
         super().__init__(ctx, state)
         self._tick = 0
         self._diag_key: tuple[str, str] | None = None
-        self._layout_status: str | None = None
+        self._layout_status: tuple[str | None, tuple[str, ...]] | None = None
 
     async def action_quit_console(self) -> None:
         await self.app.run_action("quit_console")  # the app's: it asks first
@@ -54,9 +54,9 @@ class DashboardScreen(ConsoleScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "quit_console" and self.replaying:
             return False
-        if action == "stop":  # offered only when there is a layout to stop
+        if action == "stop":  # offered only when there is a layout to stop (here, or across hosts)
             lay = self.state.layout
-            if lay is None or lay.status == "stopping":
+            if (lay is None or lay.status == "stopping") and not self.ctx.across:
                 return False
         return super().check_action(action, parameters)
 
@@ -83,7 +83,7 @@ class DashboardScreen(ConsoleScreen):
         self._tick += 1
         second = self._tick % 4 == 0
         dirty = model.dirty
-        status = model.layout.status if model.layout is not None else None
+        status = (model.layout.status if model.layout is not None else None, self.ctx.across)
         if status != self._layout_status:  # what the footer offers follows the layout (s only with one up)
             self._layout_status = status
             self.refresh_bindings()
@@ -120,7 +120,8 @@ class DashboardScreen(ConsoleScreen):
 
     # --- actions -----------------------------------------------------------------------------------------------
     def action_stop(self) -> None:
-        self.post_message(StopRequested())
+        view = self.state.server_at(self.query_one(ServerTable).selected)
+        self.post_message(StopRequested(view.host if view is not None else ""))
 
     def action_apply_fix(self) -> None:
         d = self.state.active_diagnosis()
@@ -180,7 +181,7 @@ class DashboardScreen(ConsoleScreen):
         if self.refuse_watch_only():
             return
         name = self.query_one(LogPane).server
-        view = self.state.servers.get(name) if name else None
+        view = self.state.server_at(name) if name else None  # another host's server: the lines its host sent
         lines, pick = candidate_lines(view.logs, self.ctx.book) if view is not None else ([], 0)
         if not lines:
             self.notify("no log line to learn from (the console's own polls are not offered)", timeout=4)

@@ -9,6 +9,13 @@ layout is said so, and launching then replaces that layout (``up --replace``). L
 ``LaunchRequested``: the app starts ``disagg-tui up`` detached with ``request.to_argv()``, so the start goes on
 whatever happens to the console; the dashboard follows it.
 
+With hosts of the inventory picked (the hosts list, under the models; none: this host, as before), the topologies
+are those that span hosts, each planned by ``plan_across`` (pure: each host's part, its ``up`` arguments), a refused
+one (``tp2`` across hosts) with its reason in one line; the highlighted one's exact commands and preflight come from
+the hosts themselves (their ``plan PART --json`` and the checks across hosts, an SSH round trip each: a worker, a
+line says it is asking), a failed check (a different vLLM on one host) one line in the form. Launching posts
+``LaunchRequested`` with the hosts: the app starts the CLI's own ``disagg-tui up --hosts A,B ...`` detached.
+
 The serve knobs come from the catalogue (``profiles/knobs.yaml``, ``tui.console.knobs``): one row per knob the
 highlighted topology may take, ←/→ stepping through the values that fit this model, GPU and topology; those that
 do not are greyed under the list with the catalogue's reason (EP on a dense model, MTP without an MTP head, a
@@ -28,10 +35,10 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, Footer, Input, Label, OptionList, Static
+from textual.widgets import Button, Footer, Input, Label, OptionList, SelectionList, Static
 from textual.widgets.option_list import Option
 
-from tui.console import fmt
+from tui.console import across, fmt
 from tui.console.context import ConsoleContext
 from tui.console.knobs import KnobRow, knob_rows, parse_pairs, set_pair
 from tui.console.messages import LaunchRequested
@@ -41,6 +48,7 @@ from tui.console.widgets.header import HeaderBar
 from tui.console.widgets.knoblist import KnobList
 from tui.core.errors import AppError
 from tui.core.models.modelsrc import ModelEntry, list_models
+from tui.core.plan.cluster import ClusterPlan
 from tui.core.plan.knobs import KnobCatalog
 from tui.core.plan.preflight import FAIL, WARN, Check, preflight
 from tui.core.plan.request import LaunchRequest, RequestInvalid, plan_request
@@ -83,11 +91,20 @@ class TopologyChoice:
     name: str
     plan: LaunchPlan | None
     refused: str = ""
+    #: a layout across hosts: each host's part (``plan`` is None then)
+    across: ClusterPlan | None = None
+
+    @property
+    def launchable(self) -> bool:
+        return self.plan is not None or self.across is not None
 
     @property
     def label(self) -> Text:
         """One line whatever it says (a long refusal is cut: the plan pane has all of it)."""
-        if self.plan is None:
+        if self.across is not None:
+            t = Text(f"{self.name:<10}", style="bold")
+            t.append(" " + " · ".join(f"{p.host}: {p.does}" for p in self.across.parts))
+        elif self.plan is None:
             t = Text.assemble((f"{self.name:<10}", "dim"), (f" ✖ {self.refused}", "dim red"))
         else:
             t = Text(f"{self.name:<10}", style="bold")
@@ -147,6 +164,10 @@ class LaunchScreen(ConsoleScreen):
         self.knob_problem = ""
         #: each topology's knob rows as last planned: every value with why it does not fit there
         self.knob_rows: dict[str, list[KnobRow]] = {}
+        #: the inventory's hosts (what the hosts list offers), and the hosts' own answers for a layout across them:
+        #: (hosts, topology, the request's argv) → what they said (absent: being asked)
+        self.host_names: list[str] = []
+        self.answers: dict[tuple[tuple[str, ...], str, tuple[str, ...]], across.HostsAnswer] = {}
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -156,6 +177,9 @@ class LaunchScreen(ConsoleScreen):
                 models = OptionList(id="models")
                 models.border_title = "Model"
                 yield models
+                hosts: SelectionList[str] = SelectionList(id="hosts")
+                hosts.border_title = "Hosts (space; none: here)"
+                yield hosts
                 yield Static(id="topology-note", classes="form-note")
                 topologies = OptionList(id="topologies")
                 topologies.border_title = "Topology"
@@ -192,6 +216,7 @@ class LaunchScreen(ConsoleScreen):
         for s in self.query(".field-error, .form-note"):
             s.display = False
         self.query_one("#plan-view").border_title = "Plan"
+        self.query_one("#hosts").display = False  # shown once the inventory names hosts
         self._list_models()
 
     @work(exclusive=True, group="models", thread=True, exit_on_error=False, description="listing models")
@@ -201,13 +226,36 @@ class LaunchScreen(ConsoleScreen):
             knobs, problem = KnobCatalog.load(), ""
         except AppError as err:  # a damaged knobs.yaml of the operator's: the text field still works
             knobs, problem = None, err.one_line()
-        self.app.call_from_thread(self._show_models, entries, knobs, problem)
+        names, _ = across.inventory_names() if self.ctx.replay is None else ([], "")
+        self.app.call_from_thread(self._show_models, entries, knobs, problem, names)
 
-    def _show_models(self, entries: list[ModelEntry], knobs: KnobCatalog | None = None, problem: str = "") -> None:
-        """Shipped and operator profiles, then what the Hugging Face cache and the model folders hold."""
+    def _show_models(self, entries: list[ModelEntry], knobs: KnobCatalog | None = None, problem: str = "",
+                     host_names: list[str] | None = None) -> None:
+        """Shipped and operator profiles, then what the Hugging Face cache and the model folders hold; the
+        inventory's hosts (a layout across them), when it names some."""
         self.entries = entries
         self.knob_catalog, self.knob_problem = knobs, problem
+        self.show_hosts(host_names or [])
         self._fill_models()
+
+    def show_hosts(self, names: list[str]) -> None:
+        """The hosts list: the inventory's hosts, none picked (this host, as before)."""
+        self.host_names = list(names)
+        lst = self.query_one("#hosts", SelectionList)
+        with self.prevent(SelectionList.SelectedChanged):
+            lst.clear_options()
+            lst.add_options([(n, n) for n in names])
+        lst.display = bool(names)
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The hosts picked, in the inventory's order (the first: the head, or the prefill host)."""
+        picked = set(self.query_one("#hosts", SelectionList).selected)
+        return tuple(n for n in self.host_names if n in picked)
+
+    @on(SelectionList.SelectedChanged, "#hosts")
+    def _hosts_changed(self) -> None:
+        self.replan()
 
     @on(Input.Changed, "#model-filter")
     def _filter_models(self, event: Input.Changed) -> None:
@@ -303,7 +351,9 @@ class LaunchScreen(ConsoleScreen):
     def form_request(self, topology: str = "tp1") -> LaunchRequest:
         """The request the form holds, for ``topology`` (RequestInvalid: every field's mistake at once). The
         console's ports and vllm executable are part of it, as they are of the ``up`` it starts."""
-        values: dict[str, Any] = {"model": self.model_id, "topology": topology, "vllm": self.ctx.options.vllm}
+        # across hosts, each host's vllm is the inventory's (this console's --vllm is this host's)
+        values: dict[str, Any] = {"model": self.model_id, "topology": topology,
+                                  "vllm": None if self.hosts else self.ctx.options.vllm}
         for wid, (key, _) in FIELDS.items():
             text = self.query_one(f"#{wid}", Input).value
             values[key] = text if text.strip() else None
@@ -355,7 +405,39 @@ class LaunchScreen(ConsoleScreen):
             self.query_one("#plan-text", Static).update(
                 Text("Nothing is planned while a field is wrong: see the messages under the fields.", style="red"))
             return
-        self._plan_all(request, self._gen)
+        hosts = self.hosts
+        if hosts:
+            self._plan_across(request, hosts, self._gen)
+        else:
+            self._plan_all(request, self._gen)
+
+    @work(exclusive=True, group="plan", thread=True, exit_on_error=False, description="planning across hosts")
+    def _plan_across(self, request: LaunchRequest, hosts: tuple[str, ...], gen: int) -> None:
+        """Each topology that may span ``hosts`` planned as ``up --hosts`` plans it (``plan_across``: pure, no SSH)."""
+        remotes = [self.state.remotes[h] for h in hosts if h in self.state.remotes]
+        counts = [len(rv.gpus) for rv in remotes if rv.gpus]
+        host = self.ctx.host
+        gpus = min(counts) if len(counts) == len(hosts) else (len(host.facts.gpus) if host is not None else 1)
+        choices = []
+        for topo in across.topologies_across(len(hosts), max(gpus, 1)):
+            try:
+                plan = across.plan_parts(replace(request, topology=topo), hosts)
+                choices.append(TopologyChoice(topo, None, across=plan))
+            except AppError as err:
+                choices.append(TopologyChoice(topo, None, err.one_line().removeprefix("error: ")))
+        self.app.call_from_thread(self._planned, gen, request, choices, {}, {})
+
+    @work(exclusive=True, group="plan-hosts", thread=True, exit_on_error=False, description="asking the hosts")
+    def _ask_hosts(self, key: tuple[tuple[str, ...], str, tuple[str, ...]], plan: ClusterPlan) -> None:
+        """Each host's own plan of its part and the preflight across hosts (an SSH round trip each)."""
+        answer = across.ask_hosts(plan)
+        self.app.call_from_thread(self._answered, key, answer)
+
+    def _answered(self, key: tuple[tuple[str, ...], str, tuple[str, ...]], answer: across.HostsAnswer) -> None:
+        self.answers[key] = answer
+        if len(self.answers) > 32:
+            self.answers.pop(next(iter(self.answers)))
+        self.show_plan()
 
     @work(exclusive=True, group="plan", thread=True, exit_on_error=False, description="planning")
     def _plan_all(self, request: LaunchRequest, gen: int) -> None:
@@ -403,7 +485,7 @@ class LaunchScreen(ConsoleScreen):
         ol.clear_options()
         for c in choices:
             ol.add_option(Option(c.label, id=c.name))
-        names = [c.name for c in choices if c.plan is not None]
+        names = [c.name for c in choices if c.launchable]
         if names:
             pick = keep if keep in names else ("1p1d" if "1p1d" in names else names[0])
         else:
@@ -411,7 +493,7 @@ class LaunchScreen(ConsoleScreen):
         if pick is not None:
             ol.highlighted = [c.name for c in choices].index(pick)
             self.topology = pick
-        refused = [c for c in choices if c.plan is None]
+        refused = [c for c in choices if not c.launchable]
         note = f"No topology fits: {refused[0].refused}" if choices and len(refused) == len(choices) else ""
         self._say("#topology-note", note)
         self.show_plan()
@@ -458,11 +540,20 @@ class LaunchScreen(ConsoleScreen):
         detail.update(t)
         detail.display = True
 
+    def _answer_key(self, choice: TopologyChoice) -> tuple[tuple[str, ...], str, tuple[str, ...]]:
+        assert self.planned is not None
+        return (self.hosts, choice.name, tuple(replace(self.planned, topology=choice.name).to_argv()))
+
     def show_plan(self) -> None:
         self._show_knobs()
         choice = next((c for c in self.choices if c.name == self.topology), None)
         view = self.query_one("#plan-text", Static)
         self.held = []
+        if choice is not None and choice.across is not None and self.planned is not None:
+            self._show_across(choice, choice.across)
+            return
+        if self.hosts:
+            self._say("#form-error", "")
         if choice is None or choice.plan is None or self.planned is None:
             self.current = self.request = None
             view.update(Text(f"{choice.name} refused: {choice.refused}" if choice else
@@ -498,6 +589,47 @@ class LaunchScreen(ConsoleScreen):
         t.append(choice.plan.shell(), style="cyan")
         view.update(t)
 
+    def _show_across(self, choice: TopologyChoice, plan: ClusterPlan) -> None:
+        """Each host's part (its ``up`` arguments), then what the hosts said of it (asked once, in a worker)."""
+        assert self.planned is not None
+        self.current = None
+        self.request = replace(self.planned, topology=choice.name)
+        key = self._answer_key(choice)
+        answer = self.answers.get(key)
+        if answer is None:
+            self._ask_hosts(key, plan)
+        t = Text()
+        t.append(f"{plan.topology} across {len(plan.parts)} hosts ({', '.join(plan.hosts)}) · endpoint "
+                 f"{plan.endpoint}\n", style="bold")
+        for line in plan.network:
+            t.append(f" {line}\n", style=fmt.DIM)
+        for part in plan.parts:
+            t.append(f"\non {part.host} ({part.address}): {part.does}\n", style="bold")
+            t.append(f" disagg-tui up {' '.join(part.request.to_argv())}\n", style="cyan")
+            if answer is not None and not answer.error:
+                for name, role, shell in answer.servers.get(part.host, []):
+                    t.append(f" # {name} ({role})\n", style=fmt.DIM)
+                    t.append(f" {shell}\n")
+                if part.host in answer.proxies:
+                    t.append(" # proxy\n", style=fmt.DIM)
+                    t.append(f" {answer.proxies[part.host]}\n")
+        if answer is None:
+            t.append("\nasking each host for its part's commands and preflight (over SSH)…\n", style=fmt.BUSY)
+            self._say("#form-error", "")
+        else:
+            for w in answer.warnings:
+                t.append(f"▲ {w}\n", style="bold yellow")
+            if answer.checks:
+                t.append("\nPreflight\n", style="bold")
+            for name, status, reason in answer.checks:
+                style = "red" if status == FAIL else ("yellow" if status == WARN else "green")
+                t.append(f" {({'pass': 'ok  ', 'warn': 'warn', 'fail': 'FAIL'}).get(status, status)} ", style=style)
+                t.append(f"{name}: {reason}\n")
+            self._say("#form-error", f"refused across hosts: {answer.refusal}" if answer.refusal else "")
+        t.append(f"\nLaunching runs here: disagg-tui {' '.join(across.up_argv(self.request, plan.hosts))}\n",
+                 style="bold")
+        self.query_one("#plan-text", Static).update(t)
+
     # --- launching --------------------------------------------------------------------------------------------
     def action_copy_plan(self) -> None:
         if self.current is not None:
@@ -512,6 +644,20 @@ class LaunchScreen(ConsoleScreen):
             if picked is not None and picked != self.topology:
                 self.topology = picked
                 self.show_plan()
+        choice = next((c for c in self.choices if c.name == self.topology), None)
+        if self.hosts and choice is not None and choice.across is not None and self.request is not None:
+            answer = self.answers.get(self._answer_key(choice))
+            if answer is None:
+                self.notify("still asking the hosts for their parts' plans: a moment", timeout=3)
+            elif answer.refusal:
+                self.notify(answer.refusal, title="refused across hosts", severity="error", timeout=8)
+            else:
+                self.post_message(LaunchRequested(self.request, hosts=tuple(choice.across.hosts)))
+            return
+        if self.hosts:
+            self.notify("pick a topology that spans the hosts picked (or none of them: this host)",
+                        severity="warning", timeout=4)
+            return
         if self.current is None or self.request is None:
             self.notify("pick a model and a topology the planner accepts (and fix the fields marked)",
                         severity="warning", timeout=4)

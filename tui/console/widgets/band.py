@@ -62,25 +62,57 @@ def render_band(model: ConsoleState, width: int, book: Playbook | None = None,
 
 
 def _remote(model: ConsoleState, v: ServerView, width: int) -> Text:
-    """A server of another host, from that host's ticks: its state and figures, its host's layout."""
+    """A server of another host: its host's own diagnosis of it first, else its start (phase, progress, ETA, the
+    last log line, from its host's follow stream) while it starts, else its state and figures (its host's ticks);
+    under it its host's layout (the follow stream's status, else the tick's)."""
+    from tui.console.remotes import diagnosis_of
     from tui.console.widgets.servers import state_cell
 
     rv = model.remotes[v.host]
+    d = diagnosis_of(rv, v.name)
     t = Text.assemble((f"{v.name}", "bold"), f" on {v.host}" + (f" ({v.role})" if v.role else "") + ": ")
-    t.append_text(state_cell(model, v, max(width // 3, 20)))
-    f = v.figures
-    if f is not None:
-        t.append(f"  run {fmt.num(f.running)} / wait {fmt.num(f.waiting)}")
-        if f.kv_cache_usage is not None:
-            t.append(f"  KV {f.kv_cache_usage * 100:.1f}%")
-        t.append(f"  prompt {fmt.num(f.prompt_tps)} tok/s  gen {fmt.num(f.generation_tps)} tok/s")
-    lay = rv.tick.layout if rv.tick is not None else None
+    starting = v.started and v.exited is None and v.phase != "ready" and d is None
+    if d is not None:
+        t.append("failed: " if d.is_failure else "warning: ", style=fmt.BAD if d.is_failure else fmt.WARN)
+        t.append(d.entry_id, style="bold")
+        t.append(f" · {d.title}")
+        t.append("\nFix (on " + v.host + "): ", style="bold")
+        t.append(d.fix or "no fix known: see its log", style="")
+    elif v.exited is not None:
+        t.append(fmt.exit_words(v.exited.returncode, v.exited.during), style=fmt.BAD)
+    elif starting:
+        t.append_text(fmt.bar(v.progress, 24 if width >= 120 else 12, style=fmt.BUSY))
+        t.append(f" {v.progress * 100:3.0f}% {fmt.cut_words(v.phase_label or 'launching', 33)} ")
+        t.append(_server_eta(model, v, short=width < 100))
+        if v.subphase is not None:
+            t.append("\n↳ " + v.subphase.label, style=fmt.BUSY)
+        elif v.last_line and width >= 100:
+            tail = v.last_line.strip()
+            room = max(width - 4, 20)
+            t.append("\n" + (tail[: room - 1] + "…" if len(tail) > room else tail), style=fmt.DIM)
+    else:
+        t.append_text(state_cell(model, v, max(width // 3, 20)))
+        f = v.figures
+        if f is not None:
+            t.append(f"  run {fmt.num(f.running)} / wait {fmt.num(f.waiting)}")
+            if f.kv_cache_usage is not None:
+                t.append(f"  KV {f.kv_cache_usage * 100:.1f}%")
+            t.append(f"  prompt {fmt.num(f.prompt_tps)} tok/s  gen {fmt.num(f.generation_tps)} tok/s")
+        if v.ready_s is not None:
+            t.append(f"  started in {fmt.duration(v.ready_s)}", style=fmt.DIM)
     line = Text()
     if rv.down is not None:
         line.append(f"{v.host} is unreachable ({rv.down.reason}): these are its last figures.", style=fmt.BAD)
-    elif lay is not None:
-        line.append(f"On {v.host}: {lay.topology} of {lay.profile} is {lay.status}"
-                    + (f" at {lay.endpoint}" if lay.endpoint else "") + ".", style=fmt.DIM)
+    elif rv.layout is not None:
+        lay = rv.layout
+        line.append(f"On {v.host}: {lay.topology} of {lay.profile_id} is {lay.status}"
+                    + (f" at {lay.endpoint}" if lay.endpoint and lay.status != "failed" else "")
+                    + (f": {lay.note}" if lay.note and lay.status in ("failed", "degraded") else "") + ".",
+                    style=fmt.BAD if lay.status in ("failed", "degraded") else fmt.DIM)
+    elif rv.tick is not None and rv.tick.layout is not None:
+        tl = rv.tick.layout
+        line.append(f"On {v.host}: {tl.topology} of {tl.profile} is {tl.status}"
+                    + (f" at {tl.endpoint}" if tl.endpoint else "") + ".", style=fmt.DIM)
     if rv.tick is not None and rv.tick.errors:
         line.append(f" {v.host} says: {rv.tick.errors[0]}", style=fmt.WARN)
     if line.plain:

@@ -160,7 +160,11 @@ def _remote_header(model: ConsoleState, rv: RemoteView, width: int) -> Text:
         if model.age(rv.received) > 4.0:
             t.append(f" · last tick {fmt.duration(model.age(rv.received))} ago", style=fmt.WARN)
         lay = tick.layout
-        if lay is not None and width >= 96:
+        fl = rv.layout  # its follow stream's status comes as it changes (a tick's may be half a second old)
+        if fl is not None and width >= 96:
+            t.append(f" · {fl.topology} of {fl.profile_id} {fl.status}",
+                     style=fmt.BAD if fl.status in ("failed", "degraded") else fmt.DIM)
+        elif lay is not None and width >= 96:
             t.append(f" · {lay.topology} of {lay.profile} {lay.status}", style=fmt.DIM)
         elif tick.hostname and tick.hostname != rv.name and width >= 96:
             t.append(f" · {tick.hostname}", style=fmt.DIM)

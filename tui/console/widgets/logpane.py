@@ -117,7 +117,7 @@ class LogPane(Widget, can_focus=True):
         self.show_polls = False
         #: wrap every line (else only tracebacks, errors and marked lines)
         self.wrap = False
-        #: what the pane says instead of lines it does not have (a remote server's log)
+        #: what the pane says while it has no lines of a remote server (its host unreachable, no follow stream yet)
         self.note = ""
         #: only the lines containing this (any case); "" shows every line
         self.query_text = ""
@@ -133,27 +133,22 @@ class LogPane(Widget, can_focus=True):
 
     def show(self, model: ConsoleState, server: str | None) -> None:
         """Follow ``server`` (None: the first that has lines); repaint when its lines or marks changed. A server of
-        another host (``host/name``) has no log here yet: the pane says so in one line."""
-        remote = model.server_at(server) if server is not None and server not in model.servers else None
-        if remote is not None and remote.host:
-            if server != self.server or self.view is not None:
-                self.server, self.view, self.back = server, None, 0
-                self.note = (f"{remote.name} runs on {remote.host}: its log is not streamed to this console yet "
-                             f"(ssh {remote.host}, then disagg-tui console there)")
-                self._strips.clear()
-                self._title()
-                self.refresh()
-            return
-        self.note = ""
-        if server is None or server not in model.servers:
+        another host (``host/name``) shows the lines its host's follow stream sent."""
+        view = model.server_at(server) if server is not None else None
+        if view is None:
             server = next((n for n, v in model.servers.items() if v.logs and v.role != "proxy"), None) \
-                or next(iter(model.servers), None)
-        view = model.servers.get(server) if server else None
-        if server != self.server or view is not self.view:
-            self.server, self.view, self.back = server, view, 0
-            self._seen = (-1, -1)
-            self._strips.clear()  # line numbers are the server's own
+                or next(iter(model.servers), None) \
+                or next((k for k, v in model.server_rows() if v.logs and v.role != "proxy"), None)
+            view = model.server_at(server) if server else None
+        note = _remote_note(model, view)
+        if server != self.server or view is not self.view or note != self.note:
+            if server != self.server or view is not self.view:
+                self.server, self.view, self.back = server, view, 0
+                self._seen = (-1, -1)
+                self._strips.clear()  # line numbers are the server's own
+            self.note = note
             self._title()
+            self.refresh()
         seen = self._serial()
         if seen != self._seen:
             self._seen = seen
@@ -183,11 +178,10 @@ class LogPane(Widget, can_focus=True):
 
     def _title(self) -> None:
         shown = self.server
-        if shown and self.note:  # a remote one: host/name
-            host, _, name = shown.partition("/")
-            shown = f"{name} on {host}"
-        parts = [f"Log {shown}" if shown else "Log"]
         view = self.view
+        if shown and view is not None and view.host:  # a remote one: host/name
+            shown = f"{view.name} on {view.host}"
+        parts = [f"Log {shown}" if shown else "Log"]
         if self.query_text:
             parts.append(f"/{self.query_text}: {len(self.lines()):,} lines")
         if view is not None and view.polls and not self.show_polls:
@@ -199,7 +193,8 @@ class LogPane(Widget, can_focus=True):
         if not self.following:
             parts.append(f"{self.back} lines back (End or f follows)")
         self.border_title = " · ".join(parts)
-        self.border_subtitle = view.log_path if view is not None and view.log_path else ""
+        path = view.log_path if view is not None else ""
+        self.border_subtitle = f"{view.host}:{path}" if path and view is not None and view.host else path
 
     # --- the operator's controls ---------------------------------------------------------------------------
     def action_scroll_back(self, lines: int) -> None:
@@ -298,6 +293,16 @@ class LogPane(Widget, can_focus=True):
                     self._strips[(n, entry, width, i)] = part
                 strip = parts[k] if k < len(parts) else Strip.blank(width, base)
         return strip
+
+
+def _remote_note(model: ConsoleState, view: ServerView | None) -> str:
+    """For a remote server with no lines yet: why (its host unreachable), else "" (the usual words)."""
+    if view is None or not view.host or view.logs:
+        return ""
+    rv = model.remotes.get(view.host)
+    if rv is not None and rv.down is not None:
+        return f"{view.host} is unreachable ({rv.down.reason}): its log comes once it is reached again"
+    return f"no log lines of {view.name} from {view.host} yet (its follow stream sends them as they are written)"
 
 
 class LogFilter(Input):

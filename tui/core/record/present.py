@@ -8,8 +8,10 @@ follower's first look), before its recorder, started in a worker, has subscribed
 :class:`SessionPresent` subscribes to the bus when the session starts and keeps the events that say what is shown
 (the latest layout and plan, each server's launch, phases, sub-phases, deferral, ready, exit and stall, the
 diagnoses and applied fixes, the last benchmark's start, last tick and end, the last ``log_lines`` lines of each
-server, and each remote host's last tick and, while it is down, why). :meth:`attach` hands them to a new consumer
-(a recorder) and then every later event, under one lock: none is lost between the two and none comes twice.
+server, and each remote host's last tick and, while it is down, why, and the events of its layout's stream since that
+layout began: ``remote_event``, at most ``REMOTE_EVENTS`` of a host, the oldest log lines dropped first).
+:meth:`attach` hands them to a new consumer (a recorder) and then every later event, under one lock: none is lost
+between the two and none comes twice.
 Periodic figures (GPU samples, health, metrics) are not kept: the next sample comes within a second.
 """
 
@@ -32,6 +34,8 @@ DIAGNOSES = 100
 SERVERS = 64
 #: other hosts followed (the inventory's limit)
 HOSTS = 64
+#: events of one remote host's layout stream kept (its lifecycle events and its servers' last log lines)
+REMOTE_EVENTS = 4000
 
 #: what is kept of each server: the latest of each kind
 SERVER_KINDS = frozenset({"server_launched", "server_ready", "server_exited", "server_stalled", "server_deferred",
@@ -52,6 +56,9 @@ class SessionPresent:
         self._bench: dict[str, _Seq] = {}
         #: each remote host's last tick, and its unreachable event while it is down (not a layout's: kept across)
         self._hosts: dict[str, dict[str, _Seq]] = {}
+        #: each remote host's layout stream since its layout began (``remote_event``): (layout id, lifecycle
+        #: events, log lines)
+        self._remote: dict[str, tuple[str, deque[_Seq], deque[_Seq]]] = {}
         self._unsubscribe = bus.subscribe(self._on_event)
 
     def _reset(self) -> None:
@@ -88,6 +95,9 @@ class SessionPresent:
                             *self._bench.values()]
         for per_host in self._hosts.values():
             kept.extend(per_host.values())
+        for _, lifecycle, logs in self._remote.values():
+            kept.extend(lifecycle)
+            kept.extend(logs)
         for per in self._servers.values():
             kept.extend(per.values())
         for phases in self._phases.values():
@@ -97,6 +107,20 @@ class SessionPresent:
         return [ev for _, ev in sorted(kept, key=lambda s: s[0])]
 
     # --- the bus's side ----------------------------------------------------------------------------------------
+    def _keep_remote(self, item: _Seq) -> None:
+        ev = item[1]
+        host = str(getattr(ev, "host", ""))
+        inner = getattr(ev, "event", None)
+        if not isinstance(inner, dict) or (host not in self._remote and len(self._remote) >= HOSTS):
+            return
+        layout, lifecycle, logs = self._remote.get(host) or ("", deque(maxlen=REMOTE_EVENTS // 4),
+                                                             deque(maxlen=REMOTE_EVENTS))
+        if inner.get("kind") == "layout_changed" and str(inner.get("layout_id", "")) != layout:
+            layout, lifecycle, logs = str(inner.get("layout_id", "")), deque(maxlen=lifecycle.maxlen), \
+                deque(maxlen=logs.maxlen)
+        (logs if inner.get("kind") == "log_line" else lifecycle).append(item)
+        self._remote[host] = (layout, lifecycle, logs)
+
     def _on_event(self, ev: Event) -> None:
         with self._lock:
             self._keep(ev)
@@ -130,6 +154,8 @@ class SessionPresent:
             self._bench = {kind: item}
         elif kind in ("bench_tick", "bench_done"):
             self._bench[kind] = item
+        elif kind == "remote_event":
+            self._keep_remote(item)
         elif kind in ("remote_tick", "host_unreachable", "host_reconnected"):
             host = str(getattr(ev, "host", ""))
             if host in self._hosts or len(self._hosts) < HOSTS:

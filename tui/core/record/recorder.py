@@ -61,7 +61,8 @@ TOPICS = {"gpu_sampled": "gpu", "server_health": "servers", "server_metrics": "s
            "server_stalled": "startup", "log_line": "logs", "diagnosis": "diagnoses", "fix_applied": "diagnoses",
            "bench_started": "bench", "bench_tick": "bench", "bench_done": "bench", "bench_line": "bench",
            "campaign_step": "campaign", "results_reported": "results", "operator_action": "operator",
-           "notice": "notices", "remote_tick": "hosts", "host_unreachable": "hosts", "host_reconnected": "hosts"}
+           "notice": "notices", "remote_tick": "hosts", "host_unreachable": "hosts", "host_reconnected": "hosts",
+           "remote_event": "hosts"}
 _STOP = object()
 _FLUSH = object()
 
