@@ -70,3 +70,30 @@ def unreachable(host: str, ts: float = T0, reason: str = "refused", retry_in_s: 
 
 def reconnected(host: str, ts: float = T0, down_s: float = 12.5) -> HostReconnected:
     return HostReconnected(ts=ts, host=host, down_s=down_s)
+
+
+def follow(host: str, *events: Event) -> list[Event]:
+    """What ``host``'s follow stream yields: each event of its layout as a ``RemoteEvent`` (its line's dict)."""
+    from tui.core.remote.events import RemoteEvent
+
+    return [RemoteEvent(ts=ev.ts, host=host, event=ev.to_dict()) for ev in events]
+
+
+def starting_on(host: str, lines: int = 3, ts: float = T0) -> list[Event]:
+    """``host``'s 1P1D starting: its layout, its decode-0 launched 40 s ago (expected in 120 s), ``lines`` lines
+    of its log (an own poll among them), loading its weights."""
+    from tui.core.launch.events import LayoutChanged, LogLine, ServerLaunched, ServerPhase
+
+    evs: list[Event] = [
+        LayoutChanged(ts=ts - 40, layout_id=f"{host}-layout", status="starting", topology="1p1d",
+                      profile_id="qwen3.6-27b-nvfp4", endpoint="http://10.64.2.2:8000", simulated=True),
+        ServerLaunched(ts=ts - 40, layout_id=f"{host}-layout", server="decode-0", role="decode", pid=4242,
+                       url="http://10.64.2.2:8200", command="vllm serve ...", log="/srv/state/logs/decode-0.log",
+                       started=ts - 40, expected_s=120.0, expected_source="warm"),
+    ]
+    for i in range(1, lines + 1):
+        text = 'INFO:     10.64.2.1:50458 - "GET /health HTTP/1.1" 200 OK' if i == 2 else \
+            f"INFO 12-01 11:59:{i:02d} [loader.py:42] {host} decode-0 line {i}"
+        evs.append(LogLine(ts=ts - 40 + i, server="decode-0", lineno=i, text=text))
+    evs.append(ServerPhase(ts=ts - 5, server="decode-0", phase="weights", label="loading weights", progress=0.4))
+    return follow(host, *evs)

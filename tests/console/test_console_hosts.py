@@ -61,7 +61,7 @@ def test_two_hosts_grouped_one_unreachable(snap_compare, size) -> None:  # type:
         until=lambda a: bool(a.state.remotes["b"].down and a.state.remotes["a"].tick)))
 
 
-async def test_hosts_grouped_with_a_host_column_and_a_remote_log_said() -> None:
+async def test_hosts_grouped_with_a_host_column_and_a_remote_server_shown() -> None:
     app, _, _ = two_hosts()
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_for(pilot, lambda: app.state.remotes["a"].tick is not None and app.state.remotes["b"].down,
@@ -86,7 +86,7 @@ async def test_hosts_grouped_with_a_host_column_and_a_remote_log_said() -> None:
         assert table.selected == "a/decode-0"
         log = app.screen.query_one(LogPane)
         assert log.border_title == "Log decode-0 on a"
-        assert log.render_line(0).text.startswith("decode-0 runs on a: its log is not streamed to this console yet")
+        assert log.render_line(0).text.startswith("no log lines of decode-0 from a yet")  # its follow stream
         from tui.console.widgets.band import Band
 
         band = app.screen.query_one(Band).text.plain
