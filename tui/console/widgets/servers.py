@@ -69,8 +69,14 @@ def _state(model: ConsoleState, v: ServerView, width: int) -> Text:
         return Text(f"stalled {fmt.duration(v.stalled.silent_s)}", style=fmt.BAD)
     if v.waits_for and not v.started:
         return Text(f"held for {','.join(v.waits_for)}", style=fmt.DIM)
-    starting = not v.host and model.layout is not None and model.layout.status == "starting" \
-        and v.phase != "ready" and v.role != "proxy"
+    if v.host:  # another host's: starting while its layout stream says so (its follow --json)
+        rv = model.remotes.get(v.host)
+        lay = rv.layout if rv is not None else None
+        starting = lay is not None and lay.status == "starting" and bool(v.started) and v.phase != "ready" \
+            and v.role != "proxy"
+    else:
+        starting = model.layout is not None and model.layout.status == "starting" and v.phase != "ready" \
+            and v.role != "proxy"
     if starting:
         pct = fmt.pct(v.progress)
         label = fmt.cut_words(v.phase_label or "launching", width - len(pct) - 1)  # the share done stays in view
