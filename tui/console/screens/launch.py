@@ -245,6 +245,8 @@ class LaunchScreen(ConsoleScreen):
         with self.prevent(SelectionList.SelectedChanged):
             lst.clear_options()
             lst.add_options([(n, n) for n in names])
+        if names:
+            lst.highlighted = 0  # space picks the first host at once (without a highlight it does nothing)
         lst.display = bool(names)
 
     @property
