@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -45,6 +46,20 @@ def _our_jobs(state_dir: str) -> list[int]:
         except psutil.Error:
             continue
     return out
+
+
+@pytest.fixture
+def utc() -> Iterator[None]:
+    """Times shown in UTC (a snapshot's clock reads the same on every machine)."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
 
 
 @pytest.fixture

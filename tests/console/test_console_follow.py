@@ -15,7 +15,6 @@ from textual.widgets import OptionList, SelectionList, Static
 from tests.console import scripted
 from tests.console.conftest import wait_for
 from tests.console.remote_fakes import T0, FakeRemote, follow, starting_on, tick, unreachable
-from tests.console.test_console_hosts import utc  # noqa: F401 - the autouse fixture: times drawn in UTC
 from tests.console.test_console_snapshots import settle
 from tests.console.test_launch_screen import MODEL, _console
 from tui.console import across
@@ -28,6 +27,8 @@ from tui.console.widgets.servers import ServerTable
 from tui.core.host.base import HostOptions
 from tui.core.playbook import Diagnosis
 from tui.core.remote.events import HostReconnected
+
+pytestmark = pytest.mark.usefixtures("utc")  # times drawn in UTC (tests/console/conftest.py)
 
 SECRET = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 

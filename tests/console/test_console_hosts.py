@@ -5,9 +5,6 @@ one notification; the committed 2-host recording replayed with its hosts grouped
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,17 +26,7 @@ TWO_HOSTS = ROOT / "tests" / "fixtures" / "recordings" / "console-2-hosts.dtrec"
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
 
 
-@pytest.fixture(autouse=True)
-def utc() -> Iterator[None]:
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        os.environ.pop("TZ", None)
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # the clock shown in every frame (tests/console/conftest.py)
 
 
 def two_hosts(b_down: bool = True) -> tuple[ConsoleApp, FakeRemote, FakeRemote]:

@@ -3,9 +3,7 @@ snapshot: the SVGs under ``__snapshots__`` are the reference; ``pytest --snapsho
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from textual.pilot import Pilot
@@ -33,17 +31,7 @@ def fixed_host(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: igno
     monkeypatch.setattr("tui.core.plan.preflight.port_free", lambda host, port: True)
 
 
-@pytest.fixture(autouse=True)
-def utc() -> Iterator[None]:
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        os.environ.pop("TZ", None)
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # the clock shown in every frame (tests/console/conftest.py)
 
 
 def console(events: list[Event], *, host: bool = False) -> ConsoleApp:

@@ -120,7 +120,7 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
             ctx.error(f"{r.host}: its part did not come up (exit {r.rc}): {r.last}")
         ctx.print("every host's part was stopped (disagg-tui down on each)")
         return EXIT_FAILED
-    rec = _record(plan, facts, args, combined_plan(plan, plans))
+    rec = _record(plan, facts, str(args.model), combined_plan(plan, plans))
     ctx.print("")
     ctx.print(f"{plan.topology} is up across {', '.join(plan.hosts)} (recorded as {rec.id})")
     ctx.print(f"endpoint: {plan.endpoint}")
@@ -128,14 +128,14 @@ def run_up(args: argparse.Namespace, ctx: CliContext) -> int:
     return EXIT_OK
 
 
-def _record(plan: ClusterPlan, facts: dict[str, HostFacts], args: argparse.Namespace, served: dict[str, Any],
+def _record(plan: ClusterPlan, facts: dict[str, HostFacts], model: str, served: dict[str, Any],
             *, owner: str = "cli") -> record.ClusterRecord:
     """The layout across hosts as this host keeps it: what ``bench`` finds and the fingerprint its runs keep."""
     sim = all(f.simulated for f in facts.values())
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rec = record.ClusterRecord(
-        id=f"{stamp}-{args.model}-{plan.topology}-x{len(plan.parts)}"[:120], topology=plan.topology,
-        model=str(args.model), endpoint=plan.endpoint, simulated=sim, plan=served, owner=owner,
+        id=f"{stamp}-{model}-{plan.topology}-x{len(plan.parts)}"[:120], topology=plan.topology,
+        model=model, endpoint=plan.endpoint, simulated=sim, plan=served, owner=owner,
         hosts=[record.HostPartRecord(name=p.host, address=p.address, does=p.does, argv=p.request.to_argv(),
                                      fingerprint=host_fingerprint(facts.get(p.host))) for p in plan.parts])
     record.add(rec)
@@ -243,8 +243,7 @@ class AcrossCampaign:
         if bad:
             raise AppError(f"{bad[0].host}: its part did not come up (exit {bad[0].rc}): {bad[0].last}",
                            "every host's part was stopped")
-        rec = _record(cplan, facts, argparse.Namespace(model=plan.profile_id), combined_plan(cplan, plans),
-                      owner=self.owner)
+        rec = _record(cplan, facts, plan.profile_id, combined_plan(cplan, plans), owner=self.owner)
         procs = [ProcessRecord(name=s.name, role=s.role, pid=0, pgid=0, create_time=0.0, log="", url=s.url,
                                gpus=list(s.gpus)) for s in plan.servers]
         return LayoutRecord(id=rec.id, created=rec.created, simulated=rec.simulated, plan=plan.to_dict(),

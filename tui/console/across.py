@@ -62,13 +62,9 @@ def plan_parts(request: LaunchRequest, names: Sequence[str], *, proxy_on: str | 
     """Each host's part of ``request`` over ``names`` (pure: the inventory's addresses, no SSH). PlanRefused or
     InputError (one line) when it cannot span them."""
     from tui.core.remote import inventory
-    from tui.core.remote.cluster import Hosts
+    from tui.core.remote.cluster import cluster_hosts
 
-    hosts = Hosts(inventory.load(), list(names))
-    try:
-        return plan_across(request, hosts.cluster_hosts(), proxy_on=proxy_on)
-    finally:
-        hosts.close()
+    return plan_across(request, cluster_hosts(inventory.load(), names), proxy_on=proxy_on)
 
 
 @dataclass(frozen=True, slots=True)

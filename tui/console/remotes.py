@@ -34,6 +34,7 @@ from tui.console.views import (
     SERVERS,
     GpuView,
     ServerView,
+    fold_gpu,
     fold_server,
     printable_diagnosis,
 )
@@ -139,11 +140,7 @@ def apply_tick(state: ConsoleState, ev: RemoteTick) -> None:
     if view.down is not None:  # a tick: reached again (the stream says so first; a recording begun late may not)
         view.down, view.down_since = None, 0.0
     for g in tick.gpus:
-        gv = view.gpus.get(g.index)
-        if gv is None:
-            gv = view.gpus[g.index] = GpuView(sample=g, received=now)
-        gv.sample, gv.received = g, now
-        gv.util.append(g.util_gpu or 0.0)
+        fold_gpu(view.gpus, g, now)
     for gone in set(view.gpus) - {g.index for g in tick.gpus}:
         del view.gpus[gone]
     names = [s.name for s in tick.servers]

@@ -31,6 +31,7 @@ from tui.console.views import (  # noqa: F401 - what was imported from this modu
     STALE_PERIODS,
     GpuView,
     ServerView,
+    fold_gpu,
     fold_server,
     printable_diagnosis,
 )
@@ -164,11 +165,7 @@ class ConsoleState:
         self.host_label, self.simulated = ev.host, ev.simulated
         self.gpu_error = ev.error
         for g in ev.gpus:
-            view = self.gpus.get(g.index)
-            if view is None:
-                view = self.gpus[g.index] = GpuView(sample=g, received=now)
-            view.sample, view.received = g, now
-            view.util.append(g.util_gpu or 0.0)
+            fold_gpu(self.gpus, g, now)
             for p in g.processes:  # a server whose launch named no GPU (an older recording's): the ones it holds
                 v = self.servers.get(p.owner) if p.owner else None
                 if v is not None and not v.gpus_named and g.index not in v.gpus:

@@ -47,6 +47,17 @@ class GpuView:
     util: deque[float] = field(default_factory=lambda: deque(maxlen=GPU_HISTORY))
 
 
+def fold_gpu(views: dict[int, GpuView], g: GpuSample, now: float) -> GpuView:
+    """One GPU's sample into its view (made on its first sample), its utilisation history kept: this host's and a
+    remote host's GPUs alike."""
+    view = views.get(g.index)
+    if view is None:
+        view = views[g.index] = GpuView(sample=g, received=now)
+    view.sample, view.received = g, now
+    view.util.append(g.util_gpu or 0.0)
+    return view
+
+
 @dataclass
 class ServerView:
     name: str

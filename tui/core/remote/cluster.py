@@ -28,7 +28,7 @@ from tui.core.plan.hostfacts import HostFacts
 from tui.core.remote.check import version_in
 from tui.core.remote.host import RemoteHost
 from tui.core.remote.inventory import Inventory
-from tui.core.remote.ssh import MAX_STDERR, SshTransport, Unreachable, last_line
+from tui.core.remote.ssh import SshTransport, Unreachable, last_line
 
 #: the longest line of a remote ``up``'s progress kept
 MAX_LINE = 4096
@@ -66,6 +66,17 @@ class RemotePlan:
         return [f"{self.host}: {name}: {reason}" for name, status, reason in self.preflight if status == "fail"]
 
 
+def cluster_hosts(inv: Inventory, names: Sequence[str], facts: dict[str, HostFacts] | None = None
+                  ) -> list[ClusterHost]:
+    """The hosts ``names`` of the inventory as a layout spans them (their addresses, vllm and GPUs); no SSH."""
+    out = []
+    for n in names:
+        e = inv.get(n)
+        out.append(ClusterHost(name=n, address=e.routable_address(), facts=(facts or {}).get(n),
+                               vllm=e.vllm if e.vllm != "vllm" else None, gpus=e.gpus))
+    return out
+
+
 @dataclass
 class Hosts:
     """The inventory hosts of a layout, each with its transport (one shared SSH connection each)."""
@@ -79,12 +90,7 @@ class Hosts:
             self.transports[n] = SshTransport(self.inventory.get(n), ssh_config=self.inventory.ssh_config)
 
     def cluster_hosts(self, facts: dict[str, HostFacts] | None = None) -> list[ClusterHost]:
-        out = []
-        for n in self.names:
-            e = self.inventory.get(n)
-            out.append(ClusterHost(name=n, address=e.routable_address(), facts=(facts or {}).get(n),
-                                   vllm=e.vllm if e.vllm != "vllm" else None, gpus=e.gpus))
-        return out
+        return cluster_hosts(self.inventory, self.names, facts)
 
     def facts(self) -> dict[str, HostFacts]:
         """Every host's facts (``hosts facts --json``), read at once."""
@@ -273,5 +279,5 @@ async def down_across(hosts: Hosts, names: Sequence[str], on_line: Callable[[str
     return list(await asyncio.gather(*(one(n) for n in names)))
 
 
-__all__ = ["MAX_STDERR", "Hosts", "PartResult", "RemotePlan", "combined_plan", "down_across", "preflight_across",
+__all__ = ["Hosts", "PartResult", "RemotePlan", "cluster_hosts", "combined_plan", "down_across", "preflight_across",
            "read_remote_plan", "remote_plans", "up_across"]

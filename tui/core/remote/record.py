@@ -104,12 +104,8 @@ def mark_stopped(names: list[str]) -> list[ClusterRecord]:
     stopped = [r for r in records if r.status == "up" and set(r.names) & set(names)]
     if stopped:
         ids = {r.id for r in stopped}
-        _save_all([_with_status(r, "stopped") if r.id in ids else r for r in records])
+        _save_all([dataclasses.replace(r, status="stopped") if r.id in ids else r for r in records])
     return stopped
-
-
-def _with_status(r: ClusterRecord, status: str) -> ClusterRecord:
-    return dataclasses.replace(r, status=status)
 
 
 def active() -> ClusterRecord | None:
