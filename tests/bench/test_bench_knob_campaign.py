@@ -87,3 +87,29 @@ def test_two_knob_axes_finish_resume_after_a_kill_and_show_their_columns(
     assert head[:5] == ["topology", "attn", "mnbt", "ep", "workload"]
     lines = [line.split() for line in table.splitlines()[2:]]
     assert sum(1 for w in lines if w[:1] == ["tp1"] and w[3] == "on" and w[-1] == "failed") == 4
+
+
+def test_a_role_knob_beside_a_topology_without_that_role_is_only_its_column() -> None:
+    """tp2 beside 1p1d swept over decode.mnbt: tp2's decode.mnbt is '—' in its column, its setup does not say 'no
+    --max-num-batched-tokens' (the knob's column says it), and the verdict names 'tp2 [attn=auto]'."""
+    from tests.knobruns import write_campaign
+    from tui.core.bench import table
+    from tui.core.bench.recommend import recommend, render
+    from tui.core.models import Catalog
+
+    figures = {("tp2", (("attn", "auto"),)): (6476, 6.1, 141), ("tp2", (("attn", "triton"),)): (5473, 7.2, 129),
+               ("1p1d", (("attn", "auto"), ("decode.mnbt", "auto"))): (4620, 8.4, 290),
+               ("1p1d", (("attn", "auto"), ("decode.mnbt", "2048"))): (4610, 8.4, 295)}
+    write_campaign(paths.runs_dir(), "roles", "gemma-4-26b-a4b-fp8", ["attn=auto,triton", "decode.mnbt=auto,2048"],
+                   figures, t0=time.time())
+    runs = [load_run(p) for p in find_runs(["roles"])]
+    cells = table.build_cells(runs)
+    tp2 = {c.knobs["attn"]: c for c in cells if c.topology == "tp2"}
+    assert tp2["auto"].knobs["decode.mnbt"] == "—" and tp2["auto"].shown_setup == ""
+    assert tp2["auto"].layout == "tp2 [attn=auto]"
+    assert {c.layout for c in cells if c.topology == "1p1d"} == {"1p1d [attn=auto decode.mnbt=auto]",
+                                                                 "1p1d [attn=auto decode.mnbt=2048]"}
+    text = render(recommend(cells, Catalog.load().workloads, gpus=2))
+    assert "max throughput: tp2 [attn=auto]: tp2 [attn=auto] on decode-heavy by 18.3%" in text
+    assert "attn=auto: +18.3% output tok/s vs attn=triton (same tp2)" in text
+    assert "=—" not in text

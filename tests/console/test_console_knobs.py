@@ -6,7 +6,6 @@ Nothing is started: the console's jobs are caught as command lines, the runs are
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from textual.widgets import DataTable, Input, OptionList, SelectionList, Static
 from tests.console import scripted
 from tests.console.conftest import console_ports, wait_for
 from tests.console.test_console_snapshots import settle
+from tests.knobruns import write_campaign
 from tui.console.app import ConsoleApp, make_console
 from tui.console.campaigns import campaigns
 from tui.console.knobs import knob_groups, set_axis_value, set_pair
@@ -186,44 +186,11 @@ async def test_campaign_knob_axes_count_the_layouts_refuse_in_one_line_and_start
 
 
 def write_knob_runs(root: Path) -> None:
-    """A finished simulated knob sweep on disk: tp1 × decode-heavy × attn {auto, triton} × mnbt {auto, 2048}, each
-    run with the plan the planner makes of its knobs (what the table reads the served flags from)."""
-    from tui.core.models import Catalog
-    from tui.core.plan.request import plan_request
-
-    opts = HostOptions(sim=True)
-    facts, catalog = SimHost(opts).facts, Catalog.load()
+    """A finished simulated knob sweep on disk: tp1 × decode-heavy × attn {auto, triton} × mnbt {auto, 2048}."""
     figures = {("auto", "auto"): (13391, 1.21, 51), ("auto", "2048"): (12443, 1.25, 65),
                ("triton", "auto"): (10003, 1.62, 41), ("triton", "2048"): (10016, 1.61, 25)}
-    camp = root / "knob-sweep"
-    camp.mkdir(parents=True, exist_ok=True)
-    (camp / "campaign.json").write_text(json.dumps({
-        "name": "knob-sweep", "model": DENSE, "topologies": ["tp1"], "workloads": ["decode-heavy"],
-        "rates": None, "repeat": 1, "seed": 0, "num_prompts": 16, "goodput": {}, "warmup": -1, "simulated": True,
-        "host": "sim:NVIDIA B200x2 clock 3", "client": "ours", "knobs": ["attn=auto,triton", "mnbt=auto,2048"],
-        "created": scripted.T0 - 3600}))
-    for (attn, mnbt), (tps, tpot, ttft) in figures.items():
-        name = f"tp1-decode-heavy_attn-{attn}_mnbt-{mnbt}"
-        d = camp / name
-        d.mkdir(exist_ok=True)
-        (d / "run.json").write_text(json.dumps({
-            "campaign": "knob-sweep", "name": name, "topology": "tp1", "workload": "decode-heavy",
-            "request_rate": "inf", "repeat": 1, "status": "complete", "runner": "disagg-tui",
-            "started": scripted.T0 - 3000, "ended": scripted.T0 - 2900, "pid": 0, "model": "nvidia/Qwen3.6-27B-NVFP4",
-            "knobs": {"attn": attn, "mnbt": mnbt},
-            "fingerprint": {"simulated": True, "host": "sim:NVIDIA B200x2 clock 3", "model": DENSE,
-                            "client": "disagg-tui"}}))
-        _, plan = plan_request(LaunchRequest(model=DENSE, topology="tp1", knobs=(("attn", attn), ("mnbt", mnbt))),
-                               catalog, facts)
-        (d / "plan.json").write_text(json.dumps(plan.to_dict()))
-        (d / "workload.json").write_text(json.dumps({"name": "decode-heavy", "input_len": 512, "output_len": 2048,
-                                                     "num_prompts": 16, "request_rate": "inf"}))
-        (d / "summary.json").write_text(json.dumps({
-            "completed": 16, "failed": 0, "total_input_tokens": 16 * 512, "total_output_tokens": 16 * 2048,
-            "output_throughput": float(tps), "mean_tpot_ms": tpot, "p99_tpot_ms": tpot * 1.1,
-            "mean_ttft_ms": float(ttft), "request_throughput": tps / 2048, "request_goodput": tps / 2048 * 0.9,
-            "duration": 16 * 2048 / tps, "max_concurrency": None, "request_rate": "inf", "burstiness": 1.0,
-            "simulated": True}))
+    write_campaign(root, "knob-sweep", DENSE, ["attn=auto,triton", "mnbt=auto,2048"],
+                   {("tp1", (("attn", a), ("mnbt", m))): f for (a, m), f in figures.items()}, t0=scripted.T0)
 
 
 def test_the_campaign_grid_has_a_row_per_layout_with_its_knobs() -> None:

@@ -137,6 +137,8 @@ def knob_effects(v: Verdict, scored: Sequence[tuple[float, Cell]], higher: bool)
         return []
     out = []
     for key, value in win.knobs.items():
+        if value == "—":  # a knob its topology does not take
+            continue
         others = [(s, c) for s, c in scored if c.topology == win.topology and c.knobs.get(key) != value
                   and all(c.knobs.get(k) == x for k, x in win.knobs.items() if k != key)]
         if not others:
@@ -150,9 +152,9 @@ def knob_effects(v: Verdict, scored: Sequence[tuple[float, Cell]], higher: bool)
         change = (v.value - score) / abs(score)
         name = METRIC_NAMES.get(v.metric, v.metric)
         what = f"{change:+.1%} {name}" if higher else f"{name} {change:+.1%}"
+        rest = " ".join(f"{k}={x}" for k, x in win.knobs.items() if k != key and x != "—")
         out.append(f"{key}={value}: {what} vs {key}={cell.knobs.get(key)} (same {win.topology}"
-                   + (f", {' '.join(f'{k}={x}' for k, x in win.knobs.items() if k != key)}" if len(win.knobs) > 1
-                      else "") + ")")
+                   + (f", {rest}" if rest else "") + ")")
     return out
 
 

@@ -168,12 +168,14 @@ def knob_label(run: Run, keys: Sequence[str]) -> str:
 def _serve_labels(runs: Sequence[Run], judged: Sequence[Run]) -> list[str]:
     varying = varying_settings(judged)
     mixed = any(r.served.known for r in judged) and not all(r.served.known for r in judged)
+    # what the knobs swept here set: their columns say it (also for a run whose topology does not take one of
+    # them: tp2 beside 1p1d's decode.mnbt is "—" in that column, not "no --max-num-batched-tokens" here)
+    covered = knob_flags({k: "" for r in judged for k in r.meta.knobs})
     out = []
     for r in runs:
         if not r.served.known:
             out.append(UNKNOWN_FLAGS if mixed else "")
             continue
-        covered = knob_flags(r.meta.knobs)  # what its knobs set: their columns say it
         mine = [name for name, where in varying.items() if (where is None or r.meta.topology in where)
                 and name not in covered]
         parts = [served.shown(name, r.served.get(name)) for name in mine if r.served.get(name) is not None]

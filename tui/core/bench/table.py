@@ -86,7 +86,8 @@ class Cell:
 
     @property
     def knob_label(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.knobs.items())
+        """Its knobs that vary, less those its topology does not take (``—``: decode.mnbt on tp2)."""
+        return " ".join(f"{k}={v}" for k, v in self.knobs.items() if v != "—")
 
     @property
     def layout(self) -> str:
