@@ -150,16 +150,18 @@ class _Engine:
                     return
                 self.clock = max(self.clock, min(nxt))
                 continue
-            self.clock = res.end
+            self.clock = end = res.end
             if res.prefill_tokens:
                 w = int(res.start // STATS_WINDOW_S)
                 self.prompt_windows[w] = self.prompt_windows.get(w, 0) + res.prefill_tokens
             for req in res.emitted:
-                tok = seen.setdefault(req.rid, _Tokens(first=res.end, last=res.end))
+                tok = seen.get(req.rid)
+                if tok is None:
+                    tok = seen[req.rid] = _Tokens(first=end, last=end)
                 if tok.count:
-                    gap = res.end - tok.last
+                    gap = end - tok.last
                     itls[gap] = itls.get(gap, 0) + 1
-                tok.last = res.end
+                tok.last = end
                 tok.count += req.last_emit or 1
             on_finish.extend(res.finished)
 

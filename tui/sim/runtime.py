@@ -222,7 +222,7 @@ class EngineRuntime:
         self.iv_gen += gen
         sc = self.sched
         if m.spec_tokens:
-            m.spec = [sc.spec_drafts, sc.spec_draft_tokens, sc.spec_accepted, *sc.spec_accepted_per_pos]
+            m.spec = sc.spec_counters()
         if res.preempted:
             m.counters["num_preemptions"] += res.preempted
         decode_itl = 0

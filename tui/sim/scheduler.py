@@ -100,6 +100,10 @@ class EngineScheduler:
         self.spec_draft_tokens = 0.0
         self.spec_accepted = 0.0
         self.spec_accepted_per_pos = [0.0] * (self.spec.k if self.spec is not None else 0)
+        # the counters in expectation: sequence-steps not yet counted, and what one adds per draft position
+        self._expected_pending = 0
+        self._per_position = self.spec.per_position() if self.spec is not None else []
+        self._accepted_per_draft = self.spec.mean_length - 1.0 if self.spec is not None else 0.0
         self.total_blocks = max(0, kv_tokens // BLOCK_SIZE)
         self.free_blocks = self.total_blocks
         self.state_blocks = math.ceil(state_tokens_per_seq / BLOCK_SIZE) if state_tokens_per_seq else 0
@@ -365,7 +369,7 @@ class EngineScheduler:
             req.spec_credit += self.cost.mean_tokens
             m = int(req.spec_credit)
             req.spec_credit -= m
-            self._count_expected(1)
+            self._expected_pending += 1  # counted when the counters are read (spec_counters)
             return max(1, m)
         if self.cost.draft_share < 1.0 and rng.random() >= self.cost.draft_share:
             return 1  # the drafter found nothing to propose: a plain decode
@@ -386,9 +390,16 @@ class EngineScheduler:
         drafts = seq_steps * self.cost.draft_share
         self.spec_drafts += drafts
         self.spec_draft_tokens += drafts * sp.k
-        self.spec_accepted += drafts * (sp.mean_length - 1.0)
-        for i, p in enumerate(sp.per_position()):
+        self.spec_accepted += drafts * self._accepted_per_draft
+        for i, p in enumerate(self._per_position):
             self.spec_accepted_per_pos[i] += drafts * p
+
+    def spec_counters(self) -> list[float]:
+        """vllm:spec_decode_* so far: drafts, draft tokens, accepted tokens, accepted per draft position."""
+        if self._expected_pending:
+            self._count_expected(self._expected_pending)
+            self._expected_pending = 0
+        return [self.spec_drafts, self.spec_draft_tokens, self.spec_accepted, *self.spec_accepted_per_pos]
 
     # --- internals ------------------------------------------------------------------------------------------
     def _take(self, req: SimRequest, need: int) -> bool:

@@ -214,7 +214,7 @@ class ServerState:
     def _log_spec(self, e: EngineRuntime, interval: float) -> None:
         """vLLM's periodic spec-decode line (``v1/spec_decode/metrics.py``), over the last interval."""
         sc = e.sched
-        now = [sc.spec_drafts, sc.spec_draft_tokens, sc.spec_accepted, *sc.spec_accepted_per_pos]
+        now = sc.spec_counters()
         last = e.spec_mark or [0.0] * len(now)
         e.spec_mark = now
         drafts, drafted, accepted = (now[i] - last[i] for i in range(3))
