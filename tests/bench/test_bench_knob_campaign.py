@@ -62,6 +62,9 @@ def test_two_knob_axes_finish_resume_after_a_kill_and_show_their_columns(
     code = main([*argv, "--json"])  # the same command resumes
     out, err = capsys.readouterr()
     assert code == 1, err  # the refused EP layouts are failed cells; the rest measured
+    # their reason once, naming the four layouts, not a line per cell
+    assert err.count("refused before start, 4 layout(s) (tp1 [attn=auto mnbt=auto ep=on], ") == 1
+    assert "cell failed" not in err
     data = json.loads(out)
     rows = [r for r in data["rows"] if r.get("status") == "complete"]
     assert sorted((r["knobs"]["attn"], r["knobs"]["mnbt"]) for r in rows) == [

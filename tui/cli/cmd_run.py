@@ -30,7 +30,7 @@ from tui.cli.progress import ProgressLine
 from tui.cli.recording import SessionRecording, add_record_options
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import table
-from tui.core.bench.campaign import BenchFn, CampaignResult, CampaignRunner, CampaignSpec, Lifecycle
+from tui.core.bench.campaign import BenchFn, CampaignResult, CampaignRunner, CampaignSpec, CellOutcome, Lifecycle
 from tui.core.bench.serverside import EnergyReader, nvml_energy_reader
 from tui.core.errors import EXIT_FAILED, EXIT_OK, AppError, InputError
 from tui.core.events import EventBus
@@ -198,13 +198,37 @@ def _refused_layouts(topologies: Sequence[str], configs: Any, planner: Any) -> l
 
 
 def _gpu_count(request: LaunchRequest, ctx: CliContext, topologies: list[str]) -> int | None:
-    """GPUs per layout, from the first topology the planner accepts (a refused one fails its cells later)."""
+    """GPUs per layout: the most any topology the planner accepts takes (tp1 beside 1p1d: 2, what the
+    disaggregated one splits between its roles); a refused one fails its cells later."""
+    counts = []
     for topo in topologies:
         try:
-            return len(make_plan(request, ctx, topo)[1].gpus)
+            counts.append(len(make_plan(request, ctx, topo)[1].gpus))
         except AppError:
             continue
-    return None
+    return max(counts, default=None)
+
+
+REFUSED = "plan refused: "
+
+
+def failed_lines(outcomes: Sequence[CellOutcome]) -> list[str]:
+    """A line per failed cell, except that the cells a plan refused with the same reason are one line naming
+    their layouts (EP on a dense model refuses every layout with ep=on, with each workload and rate)."""
+    out: list[str] = []
+    refused: dict[str, list[str]] = {}
+    for o in outcomes:
+        if o.message.startswith(REFUSED):
+            names = refused.setdefault(o.message, [])
+            if o.cell.layout not in names:
+                names.append(o.cell.layout)
+            continue
+        out.append(f"{o.cell.layout}/{o.cell.workload}@{o.cell.rate if o.cell.rate is not None else 'default'}"
+                   f": {o.message}")
+    for message, layouts in refused.items():
+        out.append(f"refused before start, {len(layouts)} layout(s) ({', '.join(layouts)}): "
+                   f"{message.removeprefix(REFUSED)}")
+    return out
 
 
 def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, workloads: dict[str, Workload],
@@ -212,8 +236,7 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
     runs = result.runs()
     predictions.attach_all(ctx, runs)
     cells = table.build_cells(runs, result.spec.goodput or None)
-    failed = [f"{o.cell.layout}/{o.cell.workload}@{o.cell.rate if o.cell.rate is not None else 'default'}"
-              f": {o.message}" for o in result.failed]
+    failed = failed_lines(result.failed)
     rec = rec_mod.recommend(cells, workloads, gpus=gpus, slo=result.spec.goodput or None,
                             repeats=result.spec.repeat, failed=failed,
                             include_flagged=("kv-slow-path",) if getattr(args, "include_kv_slow_path", False)
@@ -228,7 +251,7 @@ def report(args: argparse.Namespace, ctx: CliContext, result: CampaignResult, wo
         print(f"results: {result.directory}", file=ctx.err)
     _pacing_warnings(ctx, runs)
     for line in failed:
-        ctx.error(f"cell failed: {line}")
+        ctx.error(line if line.startswith("refused before start") else f"cell failed: {line}")
     return EXIT_FAILED if result.failed else EXIT_OK
 
 
