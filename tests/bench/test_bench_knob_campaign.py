@@ -116,3 +116,25 @@ def test_a_role_knob_beside_a_topology_without_that_role_is_only_its_column() ->
     assert "max throughput: tp2 [attn=auto]: tp2 [attn=auto] on decode-heavy by 18.3%" in text
     assert "attn=auto: +18.3% output tok/s vs attn=triton (same tp2)" in text
     assert "=—" not in text
+
+
+def test_a_knob_only_refused_layouts_took_names_no_measured_layout() -> None:
+    """ep=off,on on a dense model: the ep=on layouts are refused; the measured ones are 'tp1 [spec=mtp:2]', not
+    'tp1 [spec=mtp:2 ep=off]', while a refused row keeps its ep=on."""
+    from tests.knobruns import write_campaign
+    from tui.core.bench import table
+
+    figures = {("tp1", (("spec", "off"), ("ep", "off"))): (14186, 1.7, 32),
+               ("tp1", (("spec", "mtp:2"), ("ep", "off"))): (29906, 0.8, 32)}
+    write_campaign(paths.runs_dir(), "dense", "qwen3.6-27b-nvfp4", ["spec=off,mtp:2", "ep=off,on"], figures,
+                   t0=time.time())
+    refused = paths.runs_dir() / "dense" / "tp1-decode-heavy_spec-off_ep-on"
+    refused.mkdir()
+    (refused / "run.json").write_text(json.dumps({
+        "campaign": "dense", "name": refused.name, "topology": "tp1", "workload": "decode-heavy",
+        "request_rate": "inf", "repeat": 1, "status": "failed", "runner": "disagg-tui", "started": time.time(),
+        "ended": time.time(), "pid": 0, "knobs": {"spec": "off", "ep": "on"},
+        "error": "plan refused: ep=on: expert parallel needs a mixture-of-experts model"}))
+    cells = table.build_cells([load_run(p) for p in find_runs(["dense"])])
+    assert sorted(c.layout for c in cells) == ["tp1 [spec=mtp:2]", "tp1 [spec=off ep=on]", "tp1 [spec=off]"]
+    assert {c.knobs["ep"] for c in cells} == {"off", "on"}  # the column still shows both

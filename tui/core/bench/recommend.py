@@ -152,7 +152,8 @@ def knob_effects(v: Verdict, scored: Sequence[tuple[float, Cell]], higher: bool)
         change = (v.value - score) / abs(score)
         name = METRIC_NAMES.get(v.metric, v.metric)
         what = f"{change:+.1%} {name}" if higher else f"{name} {change:+.1%}"
-        rest = " ".join(f"{k}={x}" for k, x in win.knobs.items() if k != key and x != "—")
+        rest = " ".join(f"{k}={x}" for k, x in win.knobs.items()
+                        if k != key and x != "—" and (win.named is None or k in win.named))
         out.append(f"{key}={value}: {what} vs {key}={cell.knobs.get(key)} (same {win.topology}"
                    + (f", {rest}" if rest else "") + ")")
     return out

@@ -70,6 +70,9 @@ class Cell:
     left_out: str = ""  # why its run enters no figure (failed, stopped, no request completed); "" for a measured row
     knobs: dict[str, str] = field(default_factory=dict)  # the knobs that differ among the rows shown: key → value
     shown_setup: str = ""  # the setup column: ``setup`` less the knobs (their columns say them)
+    # the knobs that differ among the measured rows: what a verdict names (ep=off is no name where only the
+    # refused layouts had ep=on); None: every knob of ``knobs``
+    named: tuple[str, ...] | None = None
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -87,7 +90,8 @@ class Cell:
     @property
     def knob_label(self) -> str:
         """Its knobs that vary, less those its topology does not take (``—``: decode.mnbt on tp2)."""
-        return " ".join(f"{k}={v}" for k, v in self.knobs.items() if v != "—")
+        return " ".join(f"{k}={v}" for k, v in self.knobs.items()
+                        if v != "—" and (self.named is None or k in self.named))
 
     @property
     def layout(self) -> str:
@@ -150,11 +154,13 @@ def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None, 
     cells: dict[tuple[str, str, str, str], Cell] = {}
     apart: list[Cell] = []
     knob_keys = varying_knobs(runs)  # a failed run's knobs too (a refused ep=on shows as such)
+    named = tuple(varying_knobs([r for r in runs if not r.unusable]))  # what tells measured layouts apart
     for run, label in zip(runs, run_labels(runs), strict=True):
         m = run.meta
         cell = Cell(m.topology or "unknown", m.workload or "unknown", m.request_rate, label.full,
                     group_setup=label.group, serve=label.serve, outside=label.outside, left_out=run.unusable,
-                    knobs={k: m.knobs.get(k, "—") for k in knob_keys}, shown_setup=label.shown)
+                    knobs={k: m.knobs.get(k, "—") for k in knob_keys}, shown_setup=label.shown,
+                    named=None if run.unusable else named)
         if cell.left_out:
             cell.runs.append(run)
             cell.flags = list(m.flags)
