@@ -219,3 +219,21 @@ async def test_launch_across_hosts_starts_up_hosts_and_follows_them(two_inventor
         await pilot.press("y")
         await wait_for(pilot, lambda: len(started) == 2, 5, "the stop")
         assert started[1] == ["down", "--hosts", "a,b"]
+
+
+async def test_quit_stop_servers_stops_the_layout_across_hosts_too() -> None:
+    """A layout across a and b is up (no layout of this host): quitting offers to stop it, names it, and 's' runs
+    'down --hosts a,b' detached before the console exits (it stopped only this host's layout before)."""
+    from tui.console.screens.modals import QuitModal
+
+    app, started = _console()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.ctx.across = ("a", "b")
+        await pilot.press("q")
+        await pilot.pause(0.2)
+        modal = app.screen
+        assert isinstance(modal, QuitModal) and modal.query("#stop")
+        assert "A layout across a, b is up" in str(modal.query_one("#quit-across", Static).render())
+        await pilot.press("s")
+        await wait_for(pilot, lambda: started, 5, "the stop")
+        assert started == [["down", "--hosts", "a,b"]]

@@ -895,8 +895,10 @@ class ConsoleApp(App[int]):
 
         if isinstance(self.screen, QuitModal):
             return
-        offer_stop = self.ctx.replay is None and self.ctx.watch_only is None and self.state.layout is not None \
-            and self.state.layout.status in UP
+        acts = self.ctx.replay is None and self.ctx.watch_only is None
+        local = acts and self.state.layout is not None and self.state.layout.status in UP
+        hosts = self.ctx.across if acts else ()  # a layout across hosts started here or found in clusters.json
+        offer_stop = local or bool(hosts)
 
         def answer(choice: str | None) -> None:
             layout = self.state.layout.id if self.state.layout is not None else ""
@@ -905,14 +907,18 @@ class ConsoleApp(App[int]):
                 self.operator("quit", layout, servers="left running" if offer_stop else "none up")
                 self.exit(0)
             elif choice == "stop":
-                self.operator("quit", layout, servers="stopped")
+                self.operator("quit", layout, servers="stopped", **({"hosts": list(hosts)} if hosts else {}))
                 self.stop_bench()  # before its servers go: the run ends as stopped, not as a server death
-                # the dialog named who holds it (a campaign, a benchmark) and the stop button said "anyway"
-                held = self.state.layout is not None and bool(self.state.layout.held_by)
-                self.run_job("down", down_argv(self.ctx.options, force=held or self.bench_job is not None))
+                if local:
+                    # the dialog named who holds it (a campaign, a benchmark) and the stop button said "anyway"
+                    held = self.state.layout is not None and bool(self.state.layout.held_by)
+                    self.run_job("down", down_argv(self.ctx.options, force=held or self.bench_job is not None))
+                if hosts:
+                    self.stop_across(hosts)  # detached: it goes on after the console has quit
                 self.set_timer(0.5, lambda: self.exit(0))
 
-        self.push_screen(QuitModal(self.state, offer_stop=offer_stop, replay=self.ctx.replay is not None), answer)
+        self.push_screen(QuitModal(self.state, offer_stop=offer_stop, replay=self.ctx.replay is not None,
+                                   across=hosts), answer)
 
     def on_unmount(self) -> None:
         self._unsubscribe()

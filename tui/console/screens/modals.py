@@ -18,8 +18,9 @@ from tui.console.state import ConsoleState
 
 
 class QuitModal(ModalScreen[str | None]):
-    """Quit the console? With a layout of this host up (``offer_stop``): leave it running (``l``, ``q`` again,
-    the default) or stop its servers (``s``); otherwise (nothing up, or a replay) ``q`` again quits."""
+    """Quit the console? With a layout of this host up (``offer_stop``), or one across inventory hosts
+    (``across``: their names): leave it running (``l``, ``q`` again, the default) or stop its servers (``s``:
+    this host's and every part across hosts); otherwise (nothing up, or a replay) ``q`` again quits."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "choose(None)", "cancel"),
@@ -28,11 +29,13 @@ class QuitModal(ModalScreen[str | None]):
         Binding("s", "choose('stop')", "stop servers"),
     ]
 
-    def __init__(self, state: ConsoleState, *, offer_stop: bool = True, replay: bool = False) -> None:
+    def __init__(self, state: ConsoleState, *, offer_stop: bool = True, replay: bool = False,
+                 across: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.state = state
         self.offer_stop = offer_stop
         self.replay = replay
+        self.across = across
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Stopping the servers is offered only when a layout of this host is up."""
@@ -50,12 +53,15 @@ class QuitModal(ModalScreen[str | None]):
                     yield Button("Cancel (esc)", id="cancel")
             return
         lay = self.state.layout
-        what = f"{lay.topology} of {lay.profile_id} ({lay.status})" if lay else "the layout"
         with Vertical(id="quit-dialog", classes="dialog"):
             yield Label(Text.assemble(("Quit the console?", "bold")))
             # Static, not Label: a long line wraps in the dialog's width (80 columns) instead of being cut
-            yield Static(f"{what} is running on this host" + (f", {lay.started_by}." if lay and lay.started_by
-                                                                else "."))
+            if lay is not None:
+                yield Static(f"{lay.topology} of {lay.profile_id} ({lay.status}) is running on this host"
+                             + (f", {lay.started_by}." if lay.started_by else "."))
+            if self.across:
+                yield Static(f"A layout across {', '.join(self.across)} is up (stopping it runs disagg-tui down "
+                             f"--hosts {','.join(self.across)}: each host stops its own part).", id="quit-across")
             yield Static("Its servers keep running unless you stop them; a console opened later reattaches.")
             if lay is not None and lay.held_by:
                 yield Static(Text(f"It is in use by {lay.held_by}: stopping its servers stops the layout under "
