@@ -44,6 +44,7 @@ from tui.console.knobs import KnobRow, knob_rows, parse_pairs, set_pair
 from tui.console.messages import LaunchRequested
 from tui.console.screens.base import ConsoleScreen
 from tui.console.state import ConsoleState
+from tui.console.widgets.checklist import CheckList
 from tui.console.widgets.header import HeaderBar
 from tui.console.widgets.knoblist import KnobList
 from tui.core.errors import AppError
@@ -177,7 +178,7 @@ class LaunchScreen(ConsoleScreen):
                 models = OptionList(id="models")
                 models.border_title = "Model"
                 yield models
-                hosts: SelectionList[str] = SelectionList(id="hosts")
+                hosts = CheckList(id="hosts")  # [x] / [ ]: picked is said in characters, not colour alone
                 hosts.border_title = "Hosts (space; none: here)"
                 yield hosts
                 yield Static(id="topology-note", classes="form-note")
@@ -244,9 +245,7 @@ class LaunchScreen(ConsoleScreen):
         lst = self.query_one("#hosts", SelectionList)
         with self.prevent(SelectionList.SelectedChanged):
             lst.clear_options()
-            lst.add_options([(n, n) for n in names])
-        if names:
-            lst.highlighted = 0  # space picks the first host at once (without a highlight it does nothing)
+            lst.add_options([(n, n) for n in names])  # a CheckList highlights the first: space picks it at once
         lst.display = bool(names)
 
     @property
