@@ -147,6 +147,21 @@ def test_what_fits_is_planned_on_the_servers_it_is_for() -> None:
     assert any(w.source == "knob" and "decode.mnbt=2048" in w.reason for w in plan.workarounds)  # type: ignore
 
 
+def test_a_decode_knob_on_the_prefill_host_of_a_layout_across_hosts_says_it_is_for_the_other_part() -> None:
+    """The prefill host's part (--roles prefill) of a 1P1D across hosts with decode.mnbt and spec: its server gets
+    neither, and the plan's knob lines say they are for the decode servers (they said 'on the ? servers')."""
+    facts = sim_facts("b200", 2)
+    req = LaunchRequest(model="qwen3.6-27b-nvfp4", topology="1p1d", roles=("prefill",), advertise="10.0.0.1",
+                        knobs=(("decode.mnbt", "2048"), ("spec", "mtp:2")))
+    _, plan = plan_request(req, Catalog.load(), facts)
+    (pre,) = plan.servers
+    assert "--max-num-batched-tokens" not in pre.argv and "--speculative-config" not in pre.argv
+    lines = [w.reason for w in plan.workarounds if w.source == "knob"]
+    assert lines == ["knob decode.mnbt=2048 (max batched tokens, no server of this plan: it is for the decode "
+                     "servers)", "knob spec=mtp:2 (speculative decoding, no server of this plan: it is for the "
+                     "decode servers)"]
+
+
 def test_a_knob_replaces_the_host_workaround_it_overrides() -> None:
     """No nvcc on Blackwell: the planner pins Triton attention; attn=flash_attn replaces the flag and its reason."""
     _, plan, _ = _plan("dummy-qwen3-8b", "tp1", nvcc=False, knobs=(("attn", "flash_attn"),))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import OptionList, SelectionList, Static
+from textual.widgets import Input, OptionList, SelectionList, Static
 
 from tests.console import scripted
 from tests.console.conftest import wait_for
@@ -200,6 +200,9 @@ async def test_launch_across_hosts_starts_up_hosts_and_follows_them(two_inventor
         assert started == []
 
         topologies.highlighted = [c.name for c in screen.choices].index("1p1d")
+        # the serve knobs across hosts come from the catalogue too, per role (each host's plan judges its part)
+        assert {"prefill.mnbt", "decode.mnbt", "spec"} <= {r.key for r in screen.knob_rows["1p1d"]}
+        screen.query_one("#knob", Input).value = "decode.mnbt=2048"
         await wait_for(pilot, lambda: ("1p1d", "a", "b") in two_inventory_hosts and "Launching runs here: "
                        "disagg-tui up --hosts a,b --model qwen3.6-27b-nvfp4 --topology 1p1d" in str(
                            screen.query_one("#plan-text", Static).render()), 10, "the hosts' answer")
@@ -209,6 +212,7 @@ async def test_launch_across_hosts_starts_up_hosts_and_follows_them(two_inventor
         await wait_for(pilot, lambda: started, 5, "the launch")
         argv = started[0]
         assert argv[:7] == ["up", "--hosts", "a,b", "--model", MODEL, "--topology", "1p1d"], argv
+        assert "--knob=decode.mnbt=2048" in argv, argv
         assert "--vllm" not in argv and "--sim" not in argv  # each host's are the inventory's
         await wait_for(pilot, lambda: set(app.state.remotes) == {"a", "b"}, 5, "both hosts followed")
         assert connected == ["a", "b"] and app.ctx.across == ("a", "b")

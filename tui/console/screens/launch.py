@@ -420,13 +420,17 @@ class LaunchScreen(ConsoleScreen):
         host = self.ctx.host
         gpus = min(counts) if len(counts) == len(hosts) else (len(host.facts.gpus) if host is not None else 1)
         choices = []
+        rows: dict[str, list[KnobRow]] = {}
+        chosen = dict(request.knobs)
         for topo in across.topologies_across(len(hosts), max(gpus, 1)):
+            if self.knob_catalog is not None:  # the knobs the topology takes; each host's own plan judges its part
+                rows[topo] = knob_rows(self.knob_catalog, topo, chosen=chosen)
             try:
                 plan = across.plan_parts(replace(request, topology=topo), hosts)
                 choices.append(TopologyChoice(topo, None, across=plan))
             except AppError as err:
                 choices.append(TopologyChoice(topo, None, err.one_line().removeprefix("error: ")))
-        self.app.call_from_thread(self._planned, gen, request, choices, {}, {})
+        self.app.call_from_thread(self._planned, gen, request, choices, {}, rows)
 
     @work(exclusive=True, group="plan-hosts", thread=True, exit_on_error=False, description="asking the hosts")
     def _ask_hosts(self, key: tuple[tuple[str, ...], str, tuple[str, ...]], plan: ClusterPlan) -> None:

@@ -446,9 +446,13 @@ def apply_settings(plan: LaunchPlan, settings: Sequence[Setting]) -> LaunchPlan:
             continue
         what = shlex.join(setting.choice.words()) or " ".join(f"{k}={v}" for k, v in setting.choice.env())
         roles = [r for r in ROLES if r in setting.roles() and any(s.role == r for s in plan.servers)]
-        where = "the server" if roles == ["single"] else (
-            "every server" if len(roles) > 1 else f"the {roles[0] if roles else '?'} servers")
-        notes.append(Workaround(what, f"knob {setting.text} ({setting.choice.knob.title}, on {where})", "knob"))
+        if not roles:  # a part of a layout across hosts (--roles prefill) without the servers it is for
+            wanted = "/".join(r for r in ROLES if r in setting.roles() and r != "single")
+            where = f"no server of this plan: it is for the {wanted} servers"
+        else:
+            where = "on the server" if roles == ["single"] else (
+                "on every server" if len(roles) > 1 else f"on the {roles[0]} servers")
+        notes.append(Workaround(what, f"knob {setting.text} ({setting.choice.knob.title}, {where})", "knob"))
         overridden.update(g[0] for g in _flag_groups(setting.choice.words()))
         overridden.update(k for k, _ in setting.choice.env())
     kept = tuple(w for w in plan.workarounds if w.change.split(" ", 1)[0].split("=", 1)[0] not in overridden)
