@@ -187,7 +187,14 @@ def _cut_mid_benchmark(lab: Lab) -> None:
                               "--rate", "4", "--warmup", "0", "--json", "--quiet", "--sim", "--campaign", "cut"],
                              env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(2.0)
+        # the link goes down once the benchmark is sending (a fixed 2 s was, on a loaded machine, before it had
+        # asked the endpoint for its model: a 502 then, and no benchmark); its journal's first lines say it is
+        runs = lab.tmp / "local" / "data" / "runs" / "cut"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and bench.poll() is None and not any(
+                j.stat().st_size for j in runs.rglob("requests.jsonl")):
+            time.sleep(0.1)
+        time.sleep(0.5)
         subprocess.run(["ip", "link", "set", d.veth, "down"], check=True, timeout=10)
         time.sleep(5.0)
         subprocess.run(["ip", "link", "set", d.veth, "up"], check=True, timeout=10)
