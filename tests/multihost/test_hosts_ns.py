@@ -169,6 +169,7 @@ def test_watch_stream_reports_sshd_gone_then_reconnects(lab: Lab) -> None:
 
     down, up = asyncio.run(scenario())
     first_down = next(e for e in down if isinstance(e, HostUnreachable))
-    assert first_down.reason in {"closed", "refused", "stalled"}, down
+    # kill_all SIGKILLs the remote watch with the sessions: its exit (-9) may be what the stream sees first
+    assert first_down.reason in {"closed", "refused", "stalled", "remote-failed"}, down
     assert isinstance(up[-1], RemoteTick)
     assert any(isinstance(e, HostReconnected) for e in up), up
