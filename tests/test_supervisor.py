@@ -119,7 +119,7 @@ def test_stop_escalates_to_sigkill_and_kills_children() -> None:
     from tui.core.launch.lifecycle import stop_layout
 
     steps: list[str] = []
-    stop_layout(rec, int_wait=0.5, on_step=steps.append)
+    stop_layout(rec, int_wait=0.5, term_wait=0.5, on_step=steps.append)  # (not the 10 s an operator gets)
     assert [s.split()[0] for s in steps] == ["SIGINT", "SIGTERM", "SIGKILL"]
     assert layout_processes(rec.id) == []
 
