@@ -241,3 +241,41 @@ async def test_quit_stop_servers_stops_the_layout_across_hosts_too() -> None:
         await pilot.press("s")
         await wait_for(pilot, lambda: started, 5, "the stop")
         assert started == [["down", "--hosts", "a,b"]]
+
+
+async def test_a_on_a_remote_servers_diagnosis_relaunches_across_hosts_with_the_fix() -> None:
+    """Another host's failure fixed in one step: 'a' with a/decode-0 selected asks, then runs 'up --hosts a,b …
+    --apply-fix ENTRY' (the request this console launched across hosts, the fix added); a layout across hosts
+    launched elsewhere gets the command to run instead; this host's own diagnosis is not what it fixes."""
+    from tui.core.launch.events import LayoutChanged
+    from tui.core.plan.request import LaunchRequest
+
+    app, _, layout = following_a()
+    started: list[list[str]] = []
+    app.run_job = lambda name, argv, done_message="": started.append(argv)  # type: ignore[method-assign,assignment]
+    app.add_hosts = lambda hosts: None  # type: ignore[method-assign,assignment]
+    async with app.run_test(size=(160, 48), notifications=True) as pilot:
+        for ev in follow("a", Diagnosis(ts=T0, server="decode-0", entry_id="ssm-conv-layout-nixl", title="SSM layout",
+                                        severity="error", priority=10, line_no=3, line="line 3", fixable=True,
+                                        explanation="", fix="set VLLM_SSM_CONV_STATE_LAYOUT=DS"),
+                         LayoutChanged(ts=T0, layout_id="a-layout", status="failed", topology="1p1d",
+                                       profile_id="qwen3.6-27b-nvfp4", endpoint="", simulated=True)):
+            layout.push(ev)
+        await wait_for(pilot, lambda: app.state.remotes["a"].diagnoses, 5, "a's diagnosis")
+        await _select(pilot, app, "a/decode-0")
+        app.ctx.across = ("a", "b")
+        await pilot.press("a")  # not launched across hosts from here: the command to run
+        await pilot.pause(0.2)
+        assert started == []
+        assert any("disagg-tui up --hosts a,b -m qwen3.6-27b-nvfp4 -t 1p1d --apply-fix ssm-conv-layout-nixl"
+                   in str(n.message) for n in app._notifications)
+        app.last_across = LaunchRequest(model=MODEL, topology="1p1d")
+        await pilot.press("a")
+        await pilot.pause(0.3)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: started, 5, "the relaunch")
+        argv = started[0]
+        assert argv[:7] == ["up", "--hosts", "a,b", "--model", MODEL, "--topology", "1p1d"], argv
+        assert "--apply-fix=ssm-conv-layout-nixl" in argv or argv[argv.index("--apply-fix") + 1] == \
+            "ssm-conv-layout-nixl", argv
+        assert app.state.remotes["a"].diagnoses == []  # the fixed failure is not shown again

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
+import shlex
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
@@ -60,7 +62,7 @@ from tui.console.screens.dashboard import DashboardScreen
 from tui.console.screens.launch import LaunchScreen
 from tui.console.screens.playbook import PlaybookScreen
 from tui.console.screens.results import ResultsScreen
-from tui.console.state import ConsoleState
+from tui.console.state import BAND, ConsoleState
 from tui.core.errors import AppError
 from tui.core.events import Event, Notice
 from tui.core.follow import LayoutFollower
@@ -177,6 +179,7 @@ class ConsoleApp(App[int]):
         self.bench_job: BenchJob | None = None
         #: the last launch from this console (what apply-fix and restart repeat)
         self.last_launch: LaunchRequest | None = None
+        self.last_across: LaunchRequest | None = None  # the layout across hosts this console launched, as asked
         self.draws = 0
         self.last_draw_ms = 0.0
         #: the modes whose screens were made and frozen out of the garbage collector (see on_mount)
@@ -665,6 +668,7 @@ class ConsoleApp(App[int]):
         """``disagg-tui up --hosts A,B ...`` started detached (each host's part by its own disagg-tui, as the CLI
         does), and each of those hosts followed from now on (both streams) if it was not."""
         self.ctx.across = hosts
+        self.last_across = request
         self.run_job("up", across.up_argv(request, hosts), f"the layout across {', '.join(hosts)} is up")
         self.add_hosts(hosts)
         self.action_mode("dashboard")
@@ -714,6 +718,9 @@ class ConsoleApp(App[int]):
         self._launch_again()
 
     def on_fix_requested(self, message: FixRequested) -> None:
+        if message.host:
+            self._fix_across(message.host, message.entry_id)
+            return
         d = self.state.active_diagnosis()
         if d is None or d.entry_id != message.entry_id:
             self.notify("no diagnosis to fix", timeout=3)
@@ -724,6 +731,51 @@ class ConsoleApp(App[int]):
         if self.refuse_in_replay():
             return
         self._launch_again(apply_fix=d.entry_id)
+
+    def _fix_across(self, host: str, entry_id: str) -> None:
+        """``a`` on a server of another host: its host's diagnosis fixed as a local one is, by launching the layout
+        across hosts again with the fix (``up --hosts A,B … --apply-fix ENTRY``: each host plans its own part with
+        it) once the operator says so; a layout this console did not launch across hosts gets the command to run."""
+        from tui.console.screens.modals import TextModal
+
+        rv = self.state.remotes.get(host)
+        d = next((x for x in (rv.diagnoses if rv is not None else []) if x.entry_id == entry_id), None)
+        if rv is None or d is None:
+            self.notify("no diagnosis to fix", timeout=3)
+            return
+        if not d.fixable:
+            self.notify(f"{entry_id} has no fix to apply: {d.fix}", title=f"no automatic fix (on {host})", timeout=8)
+            return
+        if self.refuse_in_replay():
+            return
+        hosts, request = self.ctx.across, self.last_across
+        if request is None or host not in hosts:
+            lay = rv.layout
+            what = f"-m {lay.profile_id} -t {lay.topology}" if lay is not None else "-m MODEL -t TOPOLOGY"
+            self.notify(f"relaunch it with the fix: disagg-tui up --hosts {','.join(hosts) or host} {what} "
+                        f"--apply-fix {entry_id}", title=f"{entry_id} on {host}: not launched across hosts here",
+                        timeout=12)
+            return
+        fixes = [f for f in (request.apply_fix or "").split(",") if f and f != "auto"]
+        again = dataclasses.replace(request, apply_fix=",".join(dict.fromkeys([*fixes, entry_id])))
+        argv = across.up_argv(again, hosts)
+        up = rv.layout is not None and rv.layout.status in UP
+
+        def go() -> None:
+            for each in list(rv.diagnoses):
+                if each.entry_id == entry_id:
+                    rv.diagnoses.remove(each)
+            self.state.dirty.add(BAND)
+            self.operator("apply_fix", ",".join(hosts), command=shlex.join(["disagg-tui", *argv]), host=host)
+            self._launch_across(again, hosts)
+
+        body = Text(f"{d.title}\n\nFix: {d.fix}\n\nRuns: disagg-tui {shlex.join(argv)}\n"
+                    f"(each host plans its own part with the fix; every part starts again)")
+        if up:
+            body.append("\n\nThe layout across hosts is up: stop it first (s), then apply the fix.", style="bold")
+            self.push_screen(TextModal(f"{entry_id} on {host}", body))
+            return
+        self._confirm(f"Apply {entry_id} and relaunch across {', '.join(hosts)}?", body, "Relaunch", go)
 
     def on_dismiss_requested(self, _: DismissRequested) -> None:
         """``x``: a failed layout goes at once, every diagnosis of it with it, out of the state file too (``status``

@@ -46,10 +46,12 @@ class RestartRequested(Message):
 
 
 class FixRequested(Message):
-    """Apply the fix of the diagnosis shown and relaunch (``up --apply-fix ENTRY``): the dashboard's ``a``."""
+    """Apply the fix of the diagnosis shown and relaunch (``up --apply-fix ENTRY``): the dashboard's ``a``;
+    ``host``: the diagnosis is that host's, of a server of the layout across hosts (``up --hosts … --apply-fix``)."""
 
-    def __init__(self, entry_id: str) -> None:
+    def __init__(self, entry_id: str, host: str = "") -> None:
         self.entry_id = entry_id
+        self.host = host
         super().__init__()
 
 

@@ -124,6 +124,15 @@ class DashboardScreen(ConsoleScreen):
         self.post_message(StopRequested(view.host if view is not None else ""))
 
     def action_apply_fix(self) -> None:
+        from tui.console.remotes import diagnosis_of
+
+        selected = self.query_one(Band).selected  # a remote host's server: the band shows its host's diagnosis
+        v = self.state.server_at(selected) if selected and selected not in self.state.servers else None
+        if v is not None and v.host and v.host in self.state.remotes:
+            rd = diagnosis_of(self.state.remotes[v.host], v.name)
+            if rd is not None:
+                self.post_message(FixRequested(rd.entry_id, host=v.host))
+                return
         d = self.state.active_diagnosis()
         if d is None:
             self.notify("no diagnosis to fix", timeout=3)
