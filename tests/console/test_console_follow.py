@@ -279,3 +279,13 @@ async def test_a_on_a_remote_servers_diagnosis_relaunches_across_hosts_with_the_
         assert "--apply-fix=ssm-conv-layout-nixl" in argv or argv[argv.index("--apply-fix") + 1] == \
             "ssm-conv-layout-nixl", argv
         assert app.state.remotes["a"].diagnoses == []  # the fixed failure is not shown again
+
+        # a remote's entry id is hostile: one that is no playbook id never reaches a command line
+        for ev in follow("a", Diagnosis(ts=T0, server="decode-0", entry_id="x,--vllm=/tmp/evil", title="odd",
+                                        severity="error", priority=10, line_no=3, line="line 3", fixable=True,
+                                        explanation="", fix="none")):
+            layout.push(ev)
+        await wait_for(pilot, lambda: app.state.remotes["a"].diagnoses, 5, "the odd diagnosis")
+        await pilot.press("a")
+        await pilot.pause(0.2)
+        assert len(started) == 1 and any("is not a playbook entry id" in str(n.message) for n in app._notifications)

@@ -73,6 +73,7 @@ from tui.core.launch.state import StateStore
 from tui.core.models import Catalog, Workload
 from tui.core.plan.request import LaunchRequest
 from tui.core.playbook import Playbook, load_playbook
+from tui.core.playbook.loader import is_entry_id
 from tui.core.record.present import SessionPresent
 from tui.core.remote.events import HostReconnected, HostUnreachable, RemoteEvent, RemoteTick
 
@@ -745,6 +746,10 @@ class ConsoleApp(App[int]):
             return
         if not d.fixable:
             self.notify(f"{entry_id} has no fix to apply: {d.fix}", title=f"no automatic fix (on {host})", timeout=8)
+            return
+        if not is_entry_id(entry_id) or entry_id == "auto":  # the remote's word, about to be an argument
+            self.notify(f"{entry_id[:60]!r} is not a playbook entry id", title=f"not fixed (on {host})",
+                        severity="error", timeout=8)
             return
         if self.refuse_in_replay():
             return

@@ -50,6 +50,11 @@ MAX_FILE_PATTERN_CHARS = 100_000  # in one file: what compiling and indexing the
 MAX_LINE_CHARS = 32_768
 MAX_ID = 96
 _ID = re.compile(rf"^[a-z0-9][a-z0-9._-]{{0,{MAX_ID - 1}}}\Z")
+
+
+def is_entry_id(text: str) -> bool:
+    """``text`` is what an entry's id may be (lowercase letters, digits, '.', '-', '_'; at most MAX_ID)."""
+    return bool(_ID.match(text))
 _ENV_NAME = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})\Z")
 _END_PHASES = tuple(k for k in PHASE_INDEX if k != "ready")
 
