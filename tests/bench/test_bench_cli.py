@@ -94,6 +94,20 @@ def test_the_live_line_keeps_its_ttft_once_every_request_has_started() -> None:
     assert newer.ttft_p50_ms == pytest.approx(1000.0)  # a new first token: the window's figures again
 
 
+def test_the_live_ttft_of_a_burst_stays_the_whole_bursts_as_its_first_tokens_leave_the_window() -> None:
+    """128 first tokens over 3.5 s (a burst through 1P1D), then decoding: the live TTFT stays the burst's p50 (its
+    middle, ~1.75 s), not the p50 of the last few first tokens left in the window as the older ones leave it (3.4 s
+    was shown while the stored median was 1.6 s)."""
+    lw = LiveWindow(run_id="c/r", total=128, window_s=1.0)
+    ttfts = [0.2 + 3.3 * i / 127 for i in range(128)]
+    ticks = [lw.update({"phase": "run", "el": 0.25 * (k + 1), "chunks": 10 * (k + 1), "sent": 128, "inflight": 128,
+                        "ttfts": [t for t in ttfts if 0.25 * k < t <= 0.25 * (k + 1)]}) for k in range(14)]
+    assert ticks[-1].ttft_p50_ms == pytest.approx(1850.0, rel=0.05)
+    later = [lw.update({"phase": "run", "el": 3.5 + 0.25 * i, "chunks": 200 + 100 * i, "sent": 128,
+                        "inflight": 128}) for i in range(1, 80)]  # the window lets the burst's first tokens go
+    assert all(t.ttft_p50_ms == ticks[-1].ttft_p50_ms for t in later)
+
+
 def test_live_window_and_events_round_trip() -> None:
     lw = LiveWindow(run_id="c/r", total=10, window_s=1.0)
     lw.update({"phase": "run", "el": 0.0, "chunks": 0, "ttfts": [0.2], "gaps": [], "req": []})

@@ -94,13 +94,16 @@ class LiveWindow:
     _ttfts: deque[tuple[float, float]] = field(default_factory=deque)  # (elapsed, ttft) kept longer
 
     warmup_total: int = 0
-    #: the TTFT figures of the last window that had first tokens: a run whose requests have all started (a long
-    #: decode) keeps showing them instead of "-/-" (they are the run's latest; the next first token replaces them)
+    #: the TTFT figures of the window as the last first tokens arrived: a run whose requests have all started (a
+    #: long decode) keeps showing them instead of "-/-" (the next first token replaces them). Computed only when
+    #: first tokens arrive: the window's oldest ones leaving it later never change them (a burst of 128 showed the
+    #: p50 of its last few, 3.4 s, instead of 1.6 s, once the window had let the others go)
     _last_ttft: tuple[float | None, float | None] = (None, None)
 
     def update(self, msg: dict[str, Any]) -> BenchTick:
         el = float(msg.get("el") or 0.0)
         phase = str(msg.get("phase") or "run")
+        arrived = False
         if phase != "run":
             self._ticks.clear()
         else:
@@ -111,6 +114,7 @@ class LiveWindow:
                 # (a worker that counted otherwise, a restart) begins a new window instead of making a negative rate
                 self._ticks.clear()
             self._ticks.append(raw)
+            arrived = bool(raw.ttfts)
             for t in raw.ttfts:
                 self._ttfts.append((el, t))
             while len(self._ticks) > 1 and self._ticks[0].el < el - self.window_s:
@@ -139,7 +143,7 @@ class LiveWindow:
         def p(data: list[float], q: float) -> float | None:
             return stats.percentile_sorted(data, q) * 1000 if data else None
 
-        if phase == "run" and ttfts:
+        if phase == "run" and ttfts and arrived:
             self._last_ttft = (p(ttfts, 50), p(ttfts, 99))
         ttft50, ttft99 = self._last_ttft if phase == "run" else (None, None)
         tick = BenchTick(
