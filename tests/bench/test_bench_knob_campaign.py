@@ -138,3 +138,9 @@ def test_a_knob_only_refused_layouts_took_names_no_measured_layout() -> None:
     cells = table.build_cells([load_run(p) for p in find_runs(["dense"])])
     assert sorted(c.layout for c in cells) == ["tp1 [spec=mtp:2]", "tp1 [spec=off ep=on]", "tp1 [spec=off]"]
     assert {c.knobs["ep"] for c in cells} == {"off", "on"}  # the column still shows both
+    # beside another model's runs the setup column tells models apart; the refused row has none to tell
+    write_campaign(paths.runs_dir(), "other", "dummy-qwen3-8b", ["spec=off"], {("tp1", (("spec", "off"),)):
+                                                                             (9000, 2.0, 30)}, t0=time.time())
+    mixed = table.build_cells([load_run(p) for p in find_runs([])])
+    (refused_row,) = [c for c in mixed if c.left_out]
+    assert "?" not in refused_row.shown_setup and refused_row.shown_setup.startswith("—"), refused_row.shown_setup

@@ -210,7 +210,8 @@ def render_map(m: Any, max_model_len: int, knobs: list[str] | None = None) -> st
              f"topologies: {', '.join(m.topologies)}"]
     labels = [k for k in getattr(m, "configurations", {}) if k]
     if labels:
-        lines.append(f"knob configurations ({len(labels) + 1}): (none: vLLM's defaults), " + ", ".join(labels))
+        lines.append(f"knob configurations ({len(labels) + 1}): (none: vLLM's defaults), " + ", ".join(labels)
+                     + "; a winner named without knobs (tp2) runs vLLM's defaults")
     for t, why in sorted(m.refused.items()):
         lines.append(f"  {t}: {why}")
     isls, osls = m.isls, m.osls

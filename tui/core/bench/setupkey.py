@@ -130,8 +130,10 @@ def _group_labels(runs: Sequence[Run], judged: Sequence[Run]) -> list[str]:
     out = []
     for r in runs:
         s = run_setup(r)
-        parts = [s[i] or "?" for i in varying]
-        if len(sigs.get(r.meta.workload, ())) > 1:
+        # a run that measured nothing (a plan refused before it started) has no model, host or traffic to tell:
+        # "—", not "? · ? prompts"
+        parts = [s[i] or ("—" if r.unusable else "?") for i in varying]
+        if len(sigs.get(r.meta.workload, ())) > 1 and not r.unusable:
             parts.append(workload_signature(r))
         out.append(" · ".join(parts))
     return out
