@@ -378,7 +378,7 @@ def knob_groups(cells: Sequence[Any], key: str, figure: str, higher: bool) -> li
         iv = c.values.get(figure)
         if iv is None:
             continue
-        others = " ".join(f"{k}={v}" for k, v in c.knobs.items() if k != key and v != "—")  # "—": not taken
+        others = " ".join(f"{k}={v}" for k, v in c.named_knobs().items() if k != key)
         g = (c.topology, c.workload, rate_label(c.rate), others)
         groups.setdefault(g, {})[c.knobs[key]] = Bar(c.knobs[key], float(iv.mean), flag=", ".join(c.flags))
         # the groups in the rows' order of layouts and workloads, the other knobs at vLLM's default first

@@ -136,9 +136,8 @@ def knob_effects(v: Verdict, scored: Sequence[tuple[float, Cell]], higher: bool)
     if win is None or not win.knobs or v.value is None:
         return []
     out = []
-    for key, value in win.knobs.items():
-        if value == "—":  # a knob its topology does not take
-            continue
+    named = win.named_knobs()
+    for key, value in named.items():
         others = [(s, c) for s, c in scored if c.topology == win.topology and c.knobs.get(key) != value
                   and all(c.knobs.get(k) == x for k, x in win.knobs.items() if k != key)]
         if not others:
@@ -152,8 +151,7 @@ def knob_effects(v: Verdict, scored: Sequence[tuple[float, Cell]], higher: bool)
         change = (v.value - score) / abs(score)
         name = METRIC_NAMES.get(v.metric, v.metric)
         what = f"{change:+.1%} {name}" if higher else f"{name} {change:+.1%}"
-        rest = " ".join(f"{k}={x}" for k, x in win.knobs.items()
-                        if k != key and x != "—" and (win.named is None or k in win.named))
+        rest = " ".join(f"{k}={x}" for k, x in named.items() if k != key)
         out.append(f"{key}={value}: {what} vs {key}={cell.knobs.get(key)} (same {win.topology}"
                    + (f", {rest}" if rest else "") + ")")
     return out

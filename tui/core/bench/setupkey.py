@@ -34,6 +34,7 @@ _CLIENTS = {"disagg-tui": "ours", "vllm-bench": "vllm bench", "imported": "impor
 SETUP_PARTS = ("model", "client", "host", "vLLM")
 #: what a run whose plan was not kept says in the setup column (where others' flags are known)
 UNKNOWN_FLAGS = "serve flags unknown"
+NOT_TAKEN = "—"  # a knob's value for a run whose topology does not take it (decode.mnbt on tp2), or a run without it
 
 
 def run_setup(run: Run) -> tuple[str, str, str, str]:
@@ -164,7 +165,7 @@ def varying_knobs(judged: Sequence[Run]) -> list[str]:
 
 def knob_label(run: Run, keys: Sequence[str]) -> str:
     """``attn=triton mnbt=2048``: the run's values of ``keys`` (``—`` where it has none)."""
-    return " ".join(f"{k}={run.meta.knobs.get(k, '—')}" for k in keys)
+    return " ".join(f"{k}={run.meta.knobs.get(k, NOT_TAKEN)}" for k in keys)
 
 
 def _serve_labels(runs: Sequence[Run], judged: Sequence[Run]) -> list[str]:

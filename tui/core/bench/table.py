@@ -21,9 +21,9 @@ from typing import Any
 
 from tui.core.bench import report, stats
 from tui.core.bench.metrics import goodput_of, percentile_key, summarize
+from tui.core.bench.setupkey import NOT_TAKEN, run_labels, varying_knobs
 from tui.core.bench.setupkey import SETUP_PARTS as SETUP_PARTS
 from tui.core.bench.setupkey import like_for_like_note as like_for_like_note
-from tui.core.bench.setupkey import run_labels, varying_knobs
 from tui.core.bench.setupkey import run_setup as run_setup
 from tui.core.bench.setupkey import setup_labels as setup_labels
 from tui.core.bench.setupkey import unknown_flags_note as unknown_flags_note
@@ -87,11 +87,14 @@ class Cell:
         """Its figures may be marked best and recommended: measured, and not a stray run on a campaign's layout."""
         return not self.left_out and not self.outside and bool(self.values)
 
+    def named_knobs(self) -> dict[str, str]:
+        """Its knobs that tell it apart: those that vary among the measured rows, less those its topology does
+        not take (``—``: decode.mnbt on tp2)."""
+        return {k: v for k, v in self.knobs.items() if v != NOT_TAKEN and (self.named is None or k in self.named)}
+
     @property
     def knob_label(self) -> str:
-        """Its knobs that vary, less those its topology does not take (``—``: decode.mnbt on tp2)."""
-        return " ".join(f"{k}={v}" for k, v in self.knobs.items()
-                        if v != "—" and (self.named is None or k in self.named))
+        return " ".join(f"{k}={v}" for k, v in self.named_knobs().items())
 
     @property
     def layout(self) -> str:
@@ -159,7 +162,7 @@ def build_cells(runs: Sequence[Run], slo_ms: Mapping[str, float] | None = None, 
         m = run.meta
         cell = Cell(m.topology or "unknown", m.workload or "unknown", m.request_rate, label.full,
                     group_setup=label.group, serve=label.serve, outside=label.outside, left_out=run.unusable,
-                    knobs={k: m.knobs.get(k, "—") for k in knob_keys}, shown_setup=label.shown,
+                    knobs={k: m.knobs.get(k, NOT_TAKEN) for k in knob_keys}, shown_setup=label.shown,
                     named=None if run.unusable else named)
         if cell.left_out:
             cell.runs.append(run)
