@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,9 @@ from tui.core.plan.planner import PlanOptions
 from tui.core.plan.preflight import preflight
 from tui.core.plan.request import LaunchRequest, add_bundle_arguments
 from tui.core.plan.spec import LaunchPlan
+from tui.core.playbook.book import load_playbook
 from tui.core.record.bundle import Bundle, build_bundle, check_trust, load_bundle, write_bundle
-from tui.core.record.bundle_install import check_replace, install, install_changes, missing_secrets
+from tui.core.record.bundle_install import install_changes, missing_secrets, prepare_install
 from tui.core.record.bundle_plan import BundlePlan, plan_here, require_secrets
 from tui.core.record.fingerprint import fingerprint_diff, host_fingerprint
 from tui.core.safeio import guarded, shown
@@ -210,9 +212,14 @@ def up_plan(request: LaunchRequest, ctx: CliContext) -> tuple[ModelProfile, Laun
     bundle = load_bundle(Path(request.bundle), allow_env=request.allow_env)
     trust = check_trust(bundle, ctx.catalog.models, request.trust_remote_code)
     layout = bundle.layout(request.topology)
-    bp = plan_here(bundle, layout, ctx.host.facts, request.plan_options(), allow_env=request.allow_env,
-                   explicit=request.explicit_memory)
+    # the whole bundle is checked, not only the layout launched: every layout's flags, knobs and fixes
+    planned = {t: bp for t, bp, _ in bundle_plans(bundle, ctx, request.plan_options(), request.allow_env,
+                                                  request.explicit_memory)}
+    bp = planned.get(layout.topology) or plan_here(bundle, layout, ctx.host.facts, request.plan_options(),
+                                                   allow_env=request.allow_env, explicit=request.explicit_memory)
     require_secrets(bp)
+    for line in bp.warnings:
+        ctx.warn(line)
     print_bundle_plan(bp, lambda line: print(line, file=ctx.err))
     if trust:
         print(trust, file=ctx.err)
@@ -244,14 +251,16 @@ def _lines_of(text: Any, limit: int = _RESULT_LINES) -> list[str]:
     return out
 
 
-def bundle_plans(bundle: Bundle, ctx: CliContext, options: PlanOptions, args: argparse.Namespace,
-                 explicit: tuple[str, ...] = ()) -> list[tuple[str, BundlePlan | None, str]]:
-    """Each layout of the bundle planned on this host, or why it cannot be (PlanRefused: not enough GPUs here)."""
+def bundle_plans(bundle: Bundle, ctx: CliContext, options: PlanOptions, allow_env: Sequence[str],
+                 explicit: Sequence[str] = ()) -> list[tuple[str, BundlePlan | None, str]]:
+    """Each layout of the bundle planned on this host, or why it cannot be (PlanRefused: not enough GPUs here);
+    an InputError (a flag, a variable, a knob or a fix this host does not take) refuses the whole bundle."""
     out: list[tuple[str, BundlePlan | None, str]] = []
+    book = load_playbook()
     for lay in bundle.layouts:
         try:
-            out.append((lay.topology, plan_here(bundle, lay, ctx.host.facts, options, allow_env=args.allow_env,
-                                                explicit=explicit), ""))
+            out.append((lay.topology, plan_here(bundle, lay, ctx.host.facts, options, allow_env=allow_env,
+                                                explicit=explicit, book=book), ""))
         except PlanRefused as exc:
             out.append((lay.topology, None, exc.one_line()))
     return out
@@ -278,6 +287,8 @@ def describe(bundle: Bundle, ctx: CliContext, plans: list[tuple[str, BundlePlan 
         if bp is None:
             ctx.print(f"# {topology}: cannot be planned on this host: {why}")
             continue
+        for line in bp.warnings:
+            ctx.warn(line)
         ctx.print(bp.plan.shell())
         print_bundle_plan(bp, ctx.print)
     if bundle.fixes:
@@ -315,7 +326,7 @@ def run_import(args: argparse.Namespace, ctx: CliContext) -> int:
     catalog = ctx.catalog
     trust = check_trust(bundle, catalog.models, args.trust_remote_code)
     options = PlanOptions(vllm_executable=getattr(args, "vllm", None) or "vllm")
-    describe(bundle, ctx, bundle_plans(bundle, ctx, options, args))
+    describe(bundle, ctx, bundle_plans(bundle, ctx, options, args.allow_env))
     if trust:
         ctx.print(trust)
     changes = install_changes(bundle, catalog.models, catalog.workloads)
@@ -325,7 +336,8 @@ def run_import(args: argparse.Namespace, ctx: CliContext) -> int:
                   + (f" ({c.where})" if c.where else ""))
         for line in c.diff[:60]:
             ctx.print(f"    {line}")
-    check_replace(bundle, changes, args.replace)
+    # every check before anything is written (or asked): then the files are written all or nothing
+    installation = prepare_install(bundle, catalog.models, catalog.workloads, replace=args.replace)
     if all(c.state == "already there" for c in changes):
         ctx.print("nothing to add: the profile and workloads are already here")
         _launch_hint(bundle, args, ctx)
@@ -339,7 +351,7 @@ def run_import(args: argparse.Namespace, ctx: CliContext) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             ctx.print("nothing added")
             return EXIT_OK
-    for line in install(bundle, catalog.models, catalog.workloads, replace=args.replace):
+    for line in installation.commit():
         ctx.print(line)
     _launch_hint(bundle, args, ctx)
     return EXIT_OK

@@ -43,7 +43,8 @@ class BundleLayout:
     plan_dict: dict[str, Any]
     index: int = 0
     line: int | None = None
-    #: lines of its servers (``name``), their argv (``name.argv``) and env keys (``name.env.KEY``)
+    #: lines of its servers (``name``), their argv (``name.argv``) and env keys (``name.env.KEY``), and of the plan's
+    #: own fields (``plan.knobs.NAME``, ``plan.fixes_applied[J]``, ``plan.proxy.host``)
     server_lines: dict[str, int] = field(default_factory=dict)
 
 
@@ -277,6 +278,15 @@ def load_bundle(path: Path, *, allow_env: Collection[str] = (), allow: Allowlist
                 lines[f"{name}.argv"] = x.line_of("argv")
                 env = x.get("env")
                 lines.update({f"{name}.env.{k}": env.line_of(k) for k in env} if isinstance(env, LDict) else {})
+                lines[f"{name}.host"] = x.line_of("host")
+        raw_plan = item["plan"]
+        if isinstance(raw_plan, LDict):
+            knobs, fixes_raw, proxy = raw_plan.get("knobs"), raw_plan.get("fixes_applied"), raw_plan.get("proxy")
+            lines.update({f"plan.knobs.{k}": knobs.line_of(k) for k in knobs} if isinstance(knobs, LDict) else {})
+            lines.update({f"plan.fixes_applied[{j}]": fixes_raw.line_of(j) for j in range(len(fixes_raw))}
+                         if isinstance(fixes_raw, LList) else {})
+            if isinstance(proxy, LDict):
+                lines["plan.proxy.host"] = proxy.line_of("host")
         layouts.append(BundleLayout(topo, plan, plain(item["plan"]), index=i, line=line, server_lines=lines))
     fixes = []
     fx = top.get("fixes", list, [])
@@ -317,6 +327,7 @@ def _parse_plan(f: Fields) -> LaunchPlan:
     f.get("shared_gpus", bool, False)
     f.str_list("warnings")
     f.str_list("fixes_applied")
+    f.str_map("knobs")  # [ROLE.]NAME -> value: planned again from this host's catalogue (bundle_plan.plan_here)
     servers = f.get("servers", list, None)
     if not servers:
         raise InputError("a plan needs at least one server", file=f.source, line=f.line_of("servers"),

@@ -12,7 +12,15 @@ name here:
   only if :mod:`tui.core.plan.allowlist` names it with a value of its shape, or, for a variable, the operator
   passed ``--allow-env NAME``; anything else is an InputError naming the bundle's line and field;
 - a secret's value is never in a bundle (``<redacted>``): the server takes it from this host's environment, and a
-  missing one is an InputError naming the variable.
+  missing one is an InputError naming the variable;
+- its knobs (``plan.knobs``) are planned again from this host's knob catalogue, as ``up --knob`` does (a knob or
+  value this host does not know is an InputError naming ``plan.knobs.NAME``);
+- its fixes (``plan.fixes_applied``) are applied again from this host's playbook, as ``up --apply-fix`` does, and
+  only then recorded as applied: an id this host's playbook does not have is an InputError naming
+  ``plan.fixes_applied[J]``; a fix whose values came from the exporting host's log (``{estimated}``) is not
+  applied here (a note says so), its flags reach the plan only as the allowlist lets them;
+- an address that binds every interface (``0.0.0.0``, ``::``, ``0``... :func:`tui.core.netaddr.is_wildcard`) is
+  a warning naming the field: this host binds its own ``--host`` (127.0.0.1 by default).
 """
 
 from __future__ import annotations
@@ -23,10 +31,15 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
 from tui.core.errors import InputError
+from tui.core.netaddr import is_wildcard
 from tui.core.plan.allowlist import PLACEMENT_ENV, PLACEMENT_FLAGS, Allowlist, load_allowlist, split_flags
 from tui.core.plan.hostfacts import HostFacts
-from tui.core.plan.planner import PlanOptions, check_plan, plan
+from tui.core.plan.knobs import KnobCatalog, check_request_knobs
+from tui.core.plan.planner import PlanOptions, apply_fix, check_plan, plan
+from tui.core.plan.ports import DEFAULT_HOST
 from tui.core.plan.spec import LaunchPlan, ServerSpec
+from tui.core.playbook.book import Playbook, load_playbook
+from tui.core.playbook.loader import is_entry_id
 from tui.core.record.bundle import Bundle, BundleLayout
 from tui.core.redact import REDACTED, is_secret_env
 from tui.core.safeio import shown
@@ -43,6 +56,8 @@ class BundlePlan:
     carried: tuple[str, ...]  # what the bundle adds to this host's plan ("decode-0: --max-num-seqs 64")
     exporter: tuple[str, ...]  # what the exporting host used that this host decides itself
     secrets: tuple[str, ...]  # variables the servers take from this host's environment
+    #: what the operator must know before it runs here: a wildcard address the bundle bound, a fix not applied
+    warnings: tuple[str, ...] = ()
 
 
 def _flag_map(argv: tuple[str, ...], allow: Allowlist, err: InputError) -> dict[str, str | None]:
@@ -58,9 +73,11 @@ def _shown_flag(flag: str, value: str | None) -> str:
 
 def plan_here(bundle: Bundle, layout: BundleLayout, facts: HostFacts, options: PlanOptions, *,
               allow_env: Collection[str] = (), allow: Allowlist | None = None,
-              explicit: Collection[str] = ()) -> BundlePlan:
+              explicit: Collection[str] = (), book: Playbook | None = None,
+              knobs: KnobCatalog | None = None) -> BundlePlan:
     """Plan ``layout`` of ``bundle`` on this host (see the module's docstring). ``explicit``: the PlanOptions
-    fields the operator set on this host's command line (those win over the bundle's values)."""
+    fields the operator set on this host's command line (those win over the bundle's values); ``book`` and
+    ``knobs``: this host's playbook and knob catalogue (read from their files when not given)."""
     rules = allow or load_allowlist()
     theirs = layout.plan
     exporter: list[str] = []
@@ -90,6 +107,8 @@ def plan_here(bundle: Bundle, layout: BundleLayout, facts: HostFacts, options: P
             opts = replace(opts, gpu_memory_utilization=float(value)) if attr == "gpu_memory_utilization" else \
                 replace(opts, max_model_len=int(value))
     ours = plan(bundle.profile, layout.topology, facts, opts)
+    ours = _knobs_here(bundle, layout, ours, facts, knobs)
+    ours, notes = _fixes_here(bundle, layout, ours, facts, book)
 
     mine = {s.name: s for s in ours.servers}
     if [s.name for s in theirs.servers] != [s.name for s in ours.servers]:
@@ -155,10 +174,100 @@ def plan_here(bundle: Bundle, layout: BundleLayout, facts: HostFacts, options: P
             argv += [flag] if value is None else [flag, value]
             carried.append(f"{s.name}: {_shown_flag(flag, value)}")
         servers.append(replace(here, argv=tuple(argv), env=tuple(env.items())))
-    result = replace(ours, servers=tuple(servers), fixes_applied=tuple(theirs.fixes_applied))
+    result = replace(ours, servers=tuple(servers))  # its knobs and fixes: those this host planned and applied
     check_plan(result)
+    warnings = [*_wildcards(bundle, layout, options, rules), *notes]
     return BundlePlan(plan=result, carried=tuple(carried), exporter=tuple(dict.fromkeys(exporter)),
-                      secrets=tuple(sorted(secrets)))
+                      secrets=tuple(sorted(secrets)), warnings=tuple(warnings))
+
+
+def _at(bundle: Bundle, layout: BundleLayout, key: str, field: str) -> tuple[int | None, str]:
+    """The line (``server_lines[key]``, else the layout's) and the full field name of a field of ``layout``."""
+    return layout.server_lines.get(key, layout.line), f"layouts[{layout.index}].plan.{field}"
+
+
+def _knobs_here(bundle: Bundle, layout: BundleLayout, ours: LaunchPlan, facts: HostFacts,
+                catalog: KnobCatalog | None) -> LaunchPlan:
+    """``ours`` with the bundle layout's knobs applied from this host's catalogue (as ``up --knob`` applies them):
+    what ``attn=triton`` adds is this host's catalogue's word, never the bundle's argv."""
+    pairs = layout.plan.knobs
+    if not pairs:
+        return ours
+    cat = catalog or KnobCatalog.load()
+    for key, value in pairs:
+        line, field = _at(bundle, layout, f"plan.knobs.{key}", f"knobs.{key}")
+        try:
+            cat.settings([(key, value)], where=field)
+        except InputError as exc:
+            raise InputError(f"{exc.message} (this host's knob catalogue)", file=bundle.path, line=line,
+                             field=field) from None
+    return check_request_knobs(cat, pairs, bundle.profile, ours, facts)
+
+
+def _fixes_here(bundle: Bundle, layout: BundleLayout, ours: LaunchPlan, facts: HostFacts,
+                book: Playbook | None) -> tuple[LaunchPlan, list[str]]:
+    """``ours`` with the bundle layout's fixes applied from this host's playbook (as ``up --apply-fix ID`` applies
+    them), and a note for each fix not applied here. Only a fix this host applied is recorded as applied (the
+    state file, ``status``, a restart's ``--apply-fix``)."""
+    ids = layout.plan.fixes_applied
+    if not ids:
+        return ours, []
+    pb = book or load_playbook()
+    arches = {g.arch for i in ours.gpus if (g := facts.gpu(i)) is not None}
+    arch = arches.pop() if len(arches) == 1 else None
+    notes: list[str] = []
+    for j, fix_id in enumerate(ids):
+        line, field = _at(bundle, layout, f"plan.fixes_applied[{j}]", f"fixes_applied[{j}]")
+
+        def refuse(message: str, line: int | None = line, field: str = field) -> InputError:
+            return InputError(message, file=bundle.path, line=line, field=field)
+
+        if not is_entry_id(fix_id):
+            raise refuse(f"{shown(fix_id, 60)!r} is not a playbook entry id (lowercase letters, digits, '.', '-', "
+                         "'_')")
+        if fix_id in ids[:j]:
+            raise refuse(f"{fix_id} is listed twice")
+        entry = pb.get(fix_id)
+        if entry is None:
+            raise refuse(f"fix {fix_id} is not in this host's playbook: a fix is recorded as applied only where "
+                         "this host's own entry applies it (add the entry to your playbook.yaml, or remove the "
+                         "fix from the bundle)")
+        if entry.fix is None or not entry.fixable:
+            raise refuse(f"playbook entry {fix_id} has no fix on this host: it cannot have been applied")
+        if entry.fix.placeholders():
+            notes.append(f"{field}: {fix_id} is not applied here: its values ("
+                         f"{', '.join(sorted(entry.fix.placeholders()))}) came from the exporting host's log; the "
+                         "flags it set are carried only as the allowlist lets them")
+            continue
+        pf = entry.plan_fix(None, arch)
+        assert pf is not None  # fixable
+        ours = apply_fix(ours, pf, fix_id)
+    return ours, notes
+
+
+def _wildcards(bundle: Bundle, layout: BundleLayout, options: PlanOptions, rules: Allowlist) -> list[str]:
+    """One warning per layout whose plan binds every interface (a server's or the proxy's host, a ``--host`` in
+    an argv, a NIXL side-channel host): named by its field; this host binds its own address."""
+    theirs = layout.plan
+    found: list[tuple[str, str, int | None]] = []
+    for j, s in enumerate(theirs.servers):
+        flags = _flag_map(s.argv, rules, InputError(""))
+        for key, value in ((f"{s.name}.host", s.host), (f"{s.name}.argv", flags.get("--host")),
+                           (f"{s.name}.env.VLLM_NIXL_SIDE_CHANNEL_HOST", dict(s.env).get(
+                               "VLLM_NIXL_SIDE_CHANNEL_HOST"))):
+            if value is not None and is_wildcard(value):
+                field = key.replace(s.name, f"servers[{j}]", 1)
+                found.append((field, value, layout.server_lines.get(key, layout.server_lines.get(s.name))))
+    if theirs.proxy is not None and is_wildcard(theirs.proxy.host):
+        found.append(("proxy.host", theirs.proxy.host, layout.server_lines.get("plan.proxy.host")))
+    if not found:
+        return []
+    field, value, line = found[0]
+    here = options.host if options.host != DEFAULT_HOST else f"{DEFAULT_HOST} unless you pass --host"
+    where = f"{bundle.path}" + (f":{line or layout.line}" if (line or layout.line) else "")
+    more = f" (and {len(found) - 1} more field(s))" if len(found) > 1 else ""
+    return [f"{shown(where, 200)}: field 'layouts[{layout.index}].plan.{field}': the bundle binds "
+            f"{shown(value or '', 60) or 'the empty address'}, every interface{more}; this host binds {here}"]
 
 
 def _without(argv: list[str], flag: str) -> list[str]:
