@@ -21,7 +21,7 @@ from typing import Any
 
 from tui.cli.argtypes import bounded_int, positive_float
 from tui.cli.context import CliContext, add_global_options
-from tui.core import paths, safeio
+from tui.core import netaddr, paths, safeio
 from tui.core.errors import EXIT_OK, AppError, InputError
 from tui.core.plan.ports import is_loopback
 
@@ -102,7 +102,7 @@ def _layout_ports(text: str | None) -> str | None:
 
 def url_host(host: str) -> str:
     """The host part of the URL printed: the machine's name for a wildcard address, brackets for IPv6."""
-    if host in ("0.0.0.0", "::"):
+    if netaddr.is_wildcard(host):
         return socket.gethostname()
     return f"[{host}]" if ":" in host else host
 

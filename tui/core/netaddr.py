@@ -62,10 +62,10 @@ def is_wildcard(host: str) -> bool:
 
 
 def is_loopback(host: str) -> bool:
-    """True for an address only this machine reaches: ``localhost`` (and ``*.localhost``, RFC 6761), 127.0.0.0/8
-    in any spelling (``127.1``, ``0x7f000001``), ``::1``, ``::ffff:127.0.0.1``."""
-    name = host.strip().lower().rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
+    """True for an address only this machine reaches: ``localhost``, 127.0.0.0/8 in any spelling (``127.1``,
+    ``0x7f000001``), ``::1``, ``::ffff:127.0.0.1``. (Not ``*.localhost``: a name other than ``localhost`` is
+    whatever the resolver says.)"""
+    if host.strip().lower().rstrip(".") == "localhost":
         return True
     addr = parse_host(host)
     return addr is not None and _plain(addr).is_loopback

@@ -28,6 +28,7 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tui.core import netaddr
 from tui.core.errors import InputError, PlanRefused
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.ports import SERVER_PORT_STEP, is_loopback
@@ -95,9 +96,10 @@ def check_address(name: str, address: str) -> str:
     except ValueError:
         if not a or len(a) > 253 or not all(c.isalnum() or c in ".-" for c in a):
             raise InputError(f"{name}: {address[:60]!r} is not an address", field=f"hosts.{name}.address") from None
-    if is_loopback(a) or a in ("0.0.0.0", "::"):
-        raise InputError(f"{name}: {a} is not an address the other hosts reach", field=f"hosts.{name}.address",
-                         hint="give the host's address on the network the hosts share")
+    if is_loopback(a) or netaddr.is_wildcard(a):
+        raise InputError(f"{name}: {a} is not an address the other hosts reach"
+                         + (f" ({netaddr.wildcard_why(a)})" if netaddr.is_wildcard(a) else ""),
+                         field=f"hosts.{name}.address", hint="give the host's address on the network the hosts share")
     return a
 
 

@@ -14,13 +14,9 @@ DP_RPC_PORT = 29550
 
 
 def is_loopback(host: str) -> bool:
-    """True for an address only this machine reaches (``localhost``, 127.0.0.0/8, ``::1``): what binds safely by
-    default; any other address is a warning (the servers, the proxy, ``disagg-tui web``)."""
-    if host == "localhost":
-        return True
-    import ipaddress
+    """True for an address only this machine reaches (``localhost``, 127.0.0.0/8 in any spelling the OS reads,
+    ``::1``): what binds safely by default; any other address is a warning (the servers, the proxy, ``disagg-tui
+    web``). :func:`tui.core.netaddr.is_loopback`."""
+    from tui.core import netaddr
 
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return netaddr.is_loopback(host)

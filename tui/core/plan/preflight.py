@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tui.core import netaddr
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.planner import LaunchPlan
 
@@ -40,7 +41,7 @@ def port_free(host: str, port: int) -> bool:
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((host if host not in ("", "0.0.0.0") else "0.0.0.0", port))
+            s.bind((host, port))
         except OSError as exc:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 return False
@@ -48,7 +49,7 @@ def port_free(host: str, port: int) -> bool:
     # a listener with SO_REUSEPORT (another vLLM) does not stop a plain bind on some kernels: try to connect too
     with socket.socket(family, socket.SOCK_STREAM) as c:
         c.settimeout(0.2)
-        target = "127.0.0.1" if host in ("", "0.0.0.0") else host
+        target = netaddr.connect_host(host)
         with contextlib.suppress(OSError):
             if c.connect_ex((target, port)) == 0:
                 return False

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
+from tui.core import netaddr
 from tui.core.errors import AppError, InputError
 from tui.core.models import Catalog, ModelProfile
 from tui.core.models.ranges import MODEL
@@ -171,6 +172,11 @@ class LaunchRequest:
         if self.advertise is not None and is_loopback(self.advertise.strip()):
             bad("advertise", f"{self.advertise} is this host's loopback: other hosts cannot reach it; give its "
                              "address on the network the hosts share")
+        for name in ("advertise", "dp_address"):  # addresses other hosts are told: never the wildcard
+            value = getattr(self, name)
+            if value is not None and netaddr.is_wildcard(value):
+                bad(name, f"{netaddr.wildcard_why(value)}: other hosts cannot reach it; give this host's address "
+                          "on the network the hosts share")
         if self.dp_local is not None and (isinstance(self.dp_local, bool) or not 1 <= self.dp_local <= 4096):
             bad("dp_local", f"expected 1 or more ranks, got {self.dp_local}")
         if isinstance(self.dp_start_rank, bool) or not 0 <= self.dp_start_rank <= 4096:
@@ -182,6 +188,9 @@ class LaunchRequest:
             if role not in ("prefill", "decode") or not _PEER_URL.match(url):
                 bad("peers", f"expected ROLE=http://ADDRESS:PORT (ROLE prefill or decode), got "
                              f"{(role + '=' + url)[:80]!r}")
+            elif netaddr.is_wildcard(netaddr.url_host(url) or ""):
+                bad("peers", f"{role}={url[:80]}: {netaddr.wildcard_why(netaddr.url_host(url) or '')}, never a "
+                             "peer's address")
         for name in ("port", "server_port", "side_channel_port", "dp_rpc_port"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tui.core import netaddr
 from tui.core.redact import redact_argv, redact_data, redact_env
 from tui.core.topology import Topology, parse_topology
 
@@ -48,7 +49,7 @@ class ServerSpec:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else ("::1" if self.host == "::" else self.host)
+        host = netaddr.connect_host(self.host)  # bound on the wildcard: reached on this host's loopback
         return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     def env_dict(self) -> dict[str, str]:
@@ -78,7 +79,7 @@ class ProxySpec:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else ("::1" if self.host == "::" else self.host)
+        host = netaddr.connect_host(self.host)
         return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     def args(self) -> list[str]:

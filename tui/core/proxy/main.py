@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import uvicorn
 
+from tui.core import netaddr
 from tui.core.errors import EXIT_OK, AppError, InputError
 from tui.core.procs import reset_ignored_sigint
 from tui.core.proxy.app import (
@@ -129,7 +130,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 def listen_url(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
-    shown = "127.0.0.1" if host == "0.0.0.0" else host
+    shown = netaddr.connect_host(host)
     return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
