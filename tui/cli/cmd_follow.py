@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import queue
-import sys
 import time
 from typing import Any
 
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
     follower.start()
     deadline = None if args.seconds is None else time.monotonic() + args.seconds
     next_beat = time.monotonic()
-    out = sys.stdout
+    out = ctx.out
     try:
         while deadline is None or time.monotonic() < deadline:
             try:

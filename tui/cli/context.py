@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from tui.cli.argtypes import bounded_int, nonneg_float, positive_float
+from tui.cli.output import printable_stream
 from tui.core.errors import InputError
 from tui.core.plan.launchargs import add_vllm_argument
 
@@ -89,8 +90,9 @@ def split_list(text: str, flag: str) -> list[str]:
 @dataclass
 class CliContext:
     args: argparse.Namespace
-    out: TextIO = field(default_factory=lambda: sys.stdout)
-    err: TextIO = field(default_factory=lambda: sys.stderr)
+    #: stdout and stderr behind the printable sink (tui.cli.output): nothing a command writes carries an escape
+    out: TextIO = field(default_factory=lambda: printable_stream(sys.stdout))
+    err: TextIO = field(default_factory=lambda: printable_stream(sys.stderr))
     _catalog: Catalog | None = None
     _host: Host | None = None
 

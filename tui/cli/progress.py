@@ -6,6 +6,7 @@ import shutil
 import time
 from typing import TextIO
 
+from tui.cli.output import raw
 from tui.core.bench.events import BenchTick
 
 
@@ -26,7 +27,8 @@ class ProgressLine:
             cols = shutil.get_terminal_size((120, 20)).columns
             line = line[: cols - 1]
             pad = max(0, self._width - len(line))
-            self.stream.write("\r" + line + " " * pad)
+            raw(self.stream).write("\r")  # the line's own return; the line itself goes through the sink
+            self.stream.write(line + " " * pad)
             self.stream.flush()
             self._width = len(line)
             return

@@ -8,7 +8,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tui.console import loglines
-from tui.core.errors import printable
 from tui.core.launch.events import (
     LogLine,
     ServerDeferred,
@@ -20,6 +19,7 @@ from tui.core.launch.events import (
     ServerSubPhase,
 )
 from tui.core.playbook import Diagnosis
+from tui.core.printable import is_printable, printable
 from tui.core.telemetry.derive import ServerFigures
 from tui.core.telemetry.events import ServerHealth
 from tui.core.telemetry.gpu import GpuSample
@@ -171,8 +171,13 @@ def fold_server(v: ServerView, ev: object) -> bool:
 
 
 def printable_diagnosis(ev: Diagnosis) -> Diagnosis:
-    """A diagnosis whose texts reach the terminal as they are only when printable (a recording's, another host's)."""
-    if all(t.isprintable() for t in (ev.line, ev.title, ev.fix, ev.explanation.replace("\n", ""))):
+    """A diagnosis (a recording's, another host's) with every text it shows passed through the sink
+    (:func:`tui.core.printable.printable`; the explanation keeps its own line breaks). The server and the entry id
+    are keys, kept as they are: what draws them passes them through the sink itself."""
+    texts = (ev.title, ev.severity, ev.line, ev.fix, ev.detail, *ev.changes)
+    if all(t.isprintable() for t in texts) and is_printable(ev.explanation, "\n"):
         return ev
-    return dataclasses.replace(ev, line=printable(ev.line), title=printable(ev.title), fix=printable(ev.fix),
-                               explanation="\n".join(printable(x) for x in ev.explanation.split("\n")))
+    return dataclasses.replace(ev, title=printable(ev.title), severity=printable(ev.severity), line=printable(ev.line),
+                               fix=printable(ev.fix), detail=printable(ev.detail),
+                               changes=tuple(printable(c) for c in ev.changes),
+                               explanation=printable(ev.explanation, keep="\n"))

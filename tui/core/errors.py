@@ -8,17 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# the sink's: an error quotes a value from outside printable, and modules import it from here too
+from tui.core.printable import printable as printable
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # the thing ran and failed (a server died, a run failed, a failing check)
 EXIT_BAD_INPUT = 2  # bad input (profile, flag, file) or a refused plan
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character escaped (``\\n``, ``\\x1b``): what an error or a value from a file
-    prints is one line, and no escape sequence reaches the operator's terminal."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 #: characters of an error's title (or hint) as printed: a value quoted from a file is cut, never printed whole
@@ -26,9 +21,8 @@ MAX_ERROR_CHARS = 1000
 
 
 def _capped(text: str) -> str:
-    if len(text) <= MAX_ERROR_CHARS:
-        return text
-    return text[:MAX_ERROR_CHARS] + f"…(+{len(text) - MAX_ERROR_CHARS:,} characters)"
+    """One printable line of at most :data:`MAX_ERROR_CHARS` characters."""
+    return printable(text, MAX_ERROR_CHARS)
 
 
 class AppError(Exception):
@@ -38,8 +32,8 @@ class AppError(Exception):
     exit_code: int = EXIT_FAILED
 
     def __init__(self, title: str, hint: str | None = None, *, exit_code: int | None = None) -> None:
-        title = _capped(printable(title))
-        hint = _capped(printable(hint)) if hint is not None else None
+        title = _capped(title)
+        hint = _capped(hint) if hint is not None else None
         super().__init__(title)
         self.title = title
         self.hint = hint

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tui.core.errors import InputError, printable
+from tui.core.errors import InputError
+from tui.core.printable import printable
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -307,16 +308,9 @@ def finite_or_none(data: Any) -> Any:
 
 
 def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
-    """A string from a file as it may be printed or stored in one line: control characters escaped (a newline or
-    an escape sequence never reaches the terminal), cut to ``limit`` characters with how many were left out."""
-    text = value if isinstance(value, str) else str(value)
-    if len(text) > limit * 4:
-        text = text[: limit * 4]
-    out = printable(text)
-    full = len(value) if isinstance(value, str) else len(out)
-    if len(out) > limit:
-        return out[:limit] + f"…(+{max(full - limit, 1):,} characters)"
-    return out
+    """A string from a file as it may be printed or stored in one line: the sink's (:func:`tui.core.printable.
+    printable`) with a cap of ``limit`` characters."""
+    return printable(value, limit)
 
 
 def finite(value: Any, source: str | Path, field: str, *, lo: float | None = None, hi: float | None = None,

@@ -34,12 +34,15 @@ from textual_serve.download_manager import DownloadManager
 from tui.console.web.page import console_page, refusal_page
 from tui.console.web.session import AppCommand, ConsoleSession
 from tui.core.errors import AppError
+from tui.core.printable import printable
 
 STATIC = Path(textual_serve.__file__).parent / "static"
 #: the WebSocket's keep-alive (seconds): a tab whose browser went away without closing is noticed and stopped
 HEARTBEAT_S = 15.0
 #: the most bytes of one message from a browser (keys and resizes are a few bytes; a paste may be more)
 MAX_MESSAGE = 1 << 20
+#: characters of one line of the server's own log (a refused request's path is anyone's, up to aiohttp's 8 KiB)
+MAX_LOG_CHARS = 400
 CSP = ("default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; font-src 'self'; "
        "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 
@@ -69,13 +72,18 @@ class WebServer:
 
     def __init__(self, config: WebConfig, *, say: Callable[[str], None] = print) -> None:
         self.config = config
-        self.say = say
+        self._say = say
         self.sessions: dict[int, ConsoleSession] = {}
         self.refused = 0
         self.port = config.port
         self._sockets: set[web.WebSocketResponse] = set()
         self._ending: set[asyncio.Future[None]] = set()
         self._downloads = DownloadManager()
+
+    def say(self, line: str) -> None:
+        """One line of the server's own log, through the sink: a request's path, method or address (a browser's,
+        anyone's on the port) is shown escaped and cut, never an escape sequence or a second line."""
+        self._say(printable(line, MAX_LOG_CHARS))
 
     @property
     def cookie(self) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from tui.core.http_transport import LeanTransport
+from tui.core.printable import printable
 from tui.core.proxy.http import (
     CLIENT_CLOSED,
     EVENT_STREAM,
@@ -252,7 +253,7 @@ class ProxyApp:
         # second or so from the supervisor and Prometheus and would bury the rest)
         quiet = status == 200 and route in ("/health", "/metrics")
         if not quiet and self.settings.access_log and _access.isEnabledFor(logging.INFO):
-            _access.info("%s", request_line(scope, status) + f"{note} total={ms(self._clock() - t0)}")
+            _access.info("%s", request_line(scope, status) + f"{printable(note, 300)} total={ms(self._clock() - t0)}")
 
     async def _other(self, scope: Scope, receive: Receive, send: Send) -> tuple[str, int, str]:
         """Every route but the completions: (route as counted, status, what the access line adds)."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from tui.core.printable import printable
 from tui.core.proxy.upstream import Upstream
 
 Scope = MutableMapping[str, Any]
@@ -21,6 +22,8 @@ JSON = b"application/json"
 EVENT_STREAM = b"text/event-stream"
 #: status logged and counted for a client that went away first (nginx's convention; never sent)
 CLIENT_CLOSED = 499
+#: characters of a request's path in an access line (a client's: up to the HTTP parser's limit)
+MAX_PATH_CHARS = 300
 
 
 def error_body(message: str, status: int, err_type: str) -> bytes:
@@ -129,15 +132,17 @@ def ms(seconds: float | None) -> str:
 
 
 def request_line(scope: Scope, status: int) -> str:
-    """uvicorn's access format: ``127.0.0.1:50000 - "POST /v1/completions HTTP/1.1" 200``."""
+    """uvicorn's access format: ``127.0.0.1:50000 - "POST /v1/completions HTTP/1.1" 200``; the path (decoded:
+    anyone's on the port) through the sink, escaped and cut."""
     client = scope.get("client")
     who = f"{client[0]}:{client[1]}" if client else "-"
-    return f'{who} - "{scope["method"]} {scope["path"]} HTTP/{scope.get("http_version", "1.1")}" {status}'
+    path = printable(scope["path"], MAX_PATH_CHARS)
+    return f'{who} - "{printable(scope["method"], 16)} {path} HTTP/{scope.get("http_version", "1.1")}" {status}'
 
 
 def access_line(scope: Scope, t: Trace, total_s: float) -> str:
     """One line per completion request, uvicorn's access format plus the P and D legs (never a header)."""
-    line = request_line(scope, t.status) + f" rid={t.rid or '-'}"
+    line = request_line(scope, t.status) + f" rid={printable(t.rid, 100) if t.rid else '-'}"
     if t.prefill is not None:
         line += f" P={t.prefill.url} {t.prefill_status if t.prefill_status is not None else '-'} {ms(t.prefill_s)}"
     if t.kv is False:
@@ -147,5 +152,5 @@ def access_line(scope: Scope, t: Trace, total_s: float) -> str:
                  f" first-byte={ms(t.decode_first_byte_s)} {ms(t.decode_s)}")
     line += f" total={ms(total_s)}"
     if t.note:
-        line += f" ({t.note})"
+        line += f" ({printable(t.note, 300)})"
     return line
