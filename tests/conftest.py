@@ -18,12 +18,18 @@ CPU = FIXTURES / "vllm-0.24.0-cpu"
 def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own config, state and data directories (never the operator's)."""
     root = tmp_path / "xdg"
-    for name in ("config", "state", "data"):
-        (root / name).mkdir(parents=True)
+    root.mkdir(mode=0o700)
+    for name in ("config", "state", "data"):  # private, as the app wants them (tui.core.safewrite refuses others)
+        (root / name).mkdir(mode=0o700)
     monkeypatch.setenv("DISAGG_TUI_CONFIG_DIR", str(root / "config"))
     monkeypatch.setenv("DISAGG_TUI_STATE_DIR", str(root / "state"))
     monkeypatch.setenv("DISAGG_TUI_DATA_DIR", str(root / "data"))
     monkeypatch.delenv("DISAGG_TUI_RUNS_DIR", raising=False)
+    import sys
+
+    state = sys.modules.get("tui.core.launch.state")
+    if state is not None:  # the state file's warnings are the process's: none of an earlier test's is printed
+        state.drain_notes()
     return root
 
 

@@ -143,6 +143,12 @@ STATE.update({
 })
 
 
+#: a state file damaged as a whole is refused (exit 2, one line); in every other case of STATE one record does not
+#: read back: it is quarantined and the others kept (tests/hardening/test_trust2_disk.py runs those)
+STATE_WHOLE = ("not-json", "binary", "other-version", "no-version", "a-list", "layouts-wrong-type", "created-nan",
+               "huge-int", "deep", "version-huge-text")
+
+
 def cases() -> Iterator[Case]:
     # --- global flags ---------------------------------------------------------------------------------------
     yield c("global flags", "sim-gpus-zero", ["--sim-gpus", "0", *PLAN], "--sim-gpus")
@@ -335,6 +341,8 @@ def cases() -> Iterator[Case]:
             files={"l": b"x\n", "pb": BIN})
     # --- state files -----------------------------------------------------------------------------------------------
     for name, (data, names) in STATE.items():
+        if name not in STATE_WHOLE:  # a record that does not read is quarantined: test_trust2_disk.py
+            continue
         for cmd in (["status"], ["down"]):
             yield c("state files", f"{cmd[0]}-{name}", cmd, names, files={"state:layouts.json": data})
 

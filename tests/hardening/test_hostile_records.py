@@ -851,7 +851,9 @@ def test_the_follower_says_once_what_it_cannot_read(isolated_dirs: Path) -> None
     _prompt(follower.poll_once)
     _prompt(follower.poll_once)
     notes = [e for e in seen if isinstance(e, Notice)]
+    # one record that does not read is left out (the others stay followed), said once (issue 32)
     assert len(notes) == 1 and "created" in notes[0].message and str(state) in notes[0].message
+    assert "layout x" in notes[0].message and notes[0].level == "warning"
     log = isolated_dirs / "server.log"
     os.mkfifo(log)
     state.unlink()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tui.cli.context import CliContext, add_global_options
-from tui.core import paths
+from tui.core import paths, safewrite
 from tui.core.errors import EXIT_OK, InputError
 from tui.core.models import ModelProfile, parse_model_profile
 from tui.core.models.modelsrc import MODEL_DIRS_ENV, derive_ref, list_models
@@ -84,8 +84,12 @@ def run_new(args: argparse.Namespace, ctx: CliContext) -> int:
         if target.exists() and not args.force:
             raise InputError("exists; give --force to overwrite it", file=target, field="-o")
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+            root = paths.root_for(target)
+            if root is not None:  # the config folder: checked, whole or not at all, never through a link
+                safewrite.write_atomic(target, text, root=root)
+            else:  # a file the operator named (-o)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise InputError(f"cannot write: {exc.strerror or exc}", file=target) from None
     problem = derived.problem()

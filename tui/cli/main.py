@@ -113,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = handler(args, ctx)
         return code
     except AppError as err:
+        _state_notes(ctx)
         ctx.error(err.one_line())
         return err.exit_code
     except KeyboardInterrupt:
@@ -124,7 +125,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141
     finally:
+        _state_notes(ctx)
         ctx.close()
+
+
+def _state_notes(ctx: CliContext) -> None:
+    """The state file's warnings (a layout's record that does not read back, quarantined), one ``warning:`` line
+    each; only where the command read the state."""
+    state = sys.modules.get("tui.core.launch.state")
+    if state is not None:
+        for note in state.drain_notes():
+            ctx.warn(note)
 
 
 def entry() -> None:

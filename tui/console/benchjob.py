@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tui.console.argv import bench_argv
 from tui.console.jobs import JOBS_DIR, Job, jobs_folder, start_job
-from tui.core import paths, yamlio
+from tui.core import paths, safewrite, yamlio
 from tui.core.bench.events import BenchDone, BenchStarted
 from tui.core.bench.eventsfile import EventsTail
 from tui.core.errors import AppError
@@ -43,7 +43,8 @@ def write_workload(path: Path, workload: Workload) -> None:
     every traffic field). Blocking: call it from a thread."""
     from tui.core.record.bundle import workload_to_dict
 
-    path.write_text(yamlio.dump({"name": workload.name, **workload_to_dict(workload)}), encoding="utf-8")
+    safewrite.write_atomic(path, yamlio.dump({"name": workload.name, **workload_to_dict(workload)}),
+                           root=paths.root_for(path))
 
 
 def start_bench(store: StateStore, options: HostOptions, workload: Workload, slo: dict[str, float],

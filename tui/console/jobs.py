@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tui.core import paths
+from tui.core import paths, safewrite
 from tui.core.redact import redact_argv
 
 #: where the detached commands' output goes
@@ -27,8 +27,7 @@ JOBS_DIR = "console-jobs"
 def jobs_folder(jobs_dir: Path | None = None) -> Path:
     """The folder of the console's detached commands (``<state>/console-jobs``), made if missing."""
     folder = jobs_dir or (paths.state_dir() / JOBS_DIR)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return paths.make_dirs(folder)  # in the state folder: checked, no link followed
 
 
 @dataclass
@@ -67,7 +66,7 @@ def start_job(name: str, argv: Sequence[str], *, jobs_dir: Path | None = None) -
     stdout and stderr to ``<state>/console-jobs/<time>-<name>.log``. Blocking (a fork): call it from a thread."""
     log = jobs_folder(jobs_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{name}.log"
     job = Job(name=name, argv=list(argv), log=log)
-    with open(log, "ab", buffering=0) as out:
+    with safewrite.open_append(log, root=paths.root_for(log)) as out:
         out.write(f"$ {job.shell()}\n".encode())
         job.popen = subprocess.Popen([*paths.python_module_argv("tui"), *argv], env=paths.child_env(),
                                      stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

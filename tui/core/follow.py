@@ -45,7 +45,7 @@ from tui.core.launch.events import (
 from tui.core.launch.history import StartupHistory, expected_startup
 from tui.core.launch.lifecycle import assess_layout
 from tui.core.launch.phases import PhaseTracker, logged_at
-from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore
+from tui.core.launch.state import LayoutRecord, ProcessRecord, StateStore, drain_notes
 from tui.core.launch.supervisor import process_alive
 from tui.core.plan.spec import LaunchPlan
 from tui.core.playbook import Diagnosis, MatchContext, Matcher, Playbook
@@ -141,6 +141,8 @@ class LayoutFollower(threading.Thread):
         except InputError as err:  # damaged, or a FIFO in its place: said once, followed as empty
             self._tell(err)
             layouts = {}
+        for note in drain_notes():  # a record that does not read back, left out or quarantined: said once
+            self.bus.publish_threadsafe(Notice(level="warning", message=note, source="state"))
         with self._lock:
             dismissed = set(self._dismissed)
         rec = shown_layout({k: v for k, v in layouts.items() if k not in dismissed or v.status in ACTIVE},

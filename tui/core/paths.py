@@ -8,6 +8,10 @@ checkout, at the repository root). The operator's files follow XDG, each overrid
   the simulated GPUs;
 - ``$DISAGG_TUI_DATA_DIR`` or ``$XDG_DATA_HOME/disagg-tui``: results (``runs/``) and session recordings
   (``recordings/``).
+
+Each of these folders is the operator's alone: what is written inside one goes through :mod:`tui.core.safewrite`
+(:func:`root_for` names the folder), which refuses a folder that is group/world-writable or owned by another user
+and never follows a symlink below it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+
+from tui.core import safewrite
 
 APP = "disagg-tui"
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../tui
@@ -53,22 +59,25 @@ def recordings_dir() -> Path:
     return Path(override) if override else data_dir() / "recordings"
 
 
+def roots() -> list[Path]:
+    """The project's own folders, the deepest first: what :func:`root_for` finds a path under."""
+    found = [Path(os.path.abspath(d())) for d in (runs_dir, recordings_dir, state_dir, data_dir, config_dir)]
+    return sorted(dict.fromkeys(found), key=lambda d: len(d.parts), reverse=True)
+
+
+def root_for(path: Path) -> Path | None:
+    """The project folder (runs, recordings, state, data or config) that holds ``path``, the deepest one; None
+    when it is in none of them (a folder the operator named on the command line)."""
+    p = Path(os.path.abspath(path))
+    return next((r for r in roots() if p == r or r in p.parents), None)
+
+
 def make_dirs(path: Path) -> Path:
     """Create ``path`` and its missing parents with mode 0700: state, server logs, results and the operator's
-    config are theirs alone (a log or a plan may carry what the operator would not show). Existing folders keep
-    their mode."""
-    missing: list[Path] = []
-    p = Path(path)
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir(mode=0o700)
-        except FileExistsError:
-            if not d.is_dir():
-                raise
-    return Path(path)
+    config are theirs alone (a log or a plan may carry what the operator would not show). Inside a project folder
+    (:func:`root_for`) the folder is checked first (this user's, writable by nobody else: ``safewrite.UnsafeDir``
+    otherwise, once per process) and no symlink below it is followed. Existing folders keep their mode."""
+    return safewrite.ensure_dir(Path(path), root=root_for(path))
 
 
 def _shipped(name: str) -> Path:

@@ -13,7 +13,8 @@ into ``~/.bashrc``, a state file that names someone else's pids). So, as OpenSSH
 - :func:`write_atomic` writes a temporary file (``O_CREAT|O_EXCL|O_NOFOLLOW``) in the same folder, fsyncs it and
   renames it over the target (``os.replace`` with the folder's descriptor): readers see the old file or the new,
   never half of one, and never a file reached through a link;
-- :func:`open_append` opens a log or a journal ``O_APPEND|O_CREAT|O_NOFOLLOW``, a regular file only.
+- :func:`open_append` opens a log or a journal ``O_APPEND|O_CREAT|O_NOFOLLOW``, a regular file only;
+  :func:`open_new` creates a file that must be new (a recording) ``O_CREAT|O_EXCL|O_NOFOLLOW``.
 
 Every refusal is an :class:`UnsafeDir`: one line naming the path and why, exit 2 in the CLI.
 """
@@ -21,6 +22,7 @@ Every refusal is an :class:`UnsafeDir`: one line naming the path and why, exit 2
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import secrets
@@ -168,6 +170,8 @@ def _refusal(dir_fd: int, name: str, shown: Path, exc: OSError) -> UnsafeDir:
         return UnsafeDir(shown, "is a directory")
     if not stat.S_ISREG(st.st_mode):
         return UnsafeDir(shown, "is not a regular file (a FIFO, a device or a socket)")
+    if isinstance(exc, FileExistsError):
+        return UnsafeDir(shown, "exists already", "choose another name, or move it aside")
     return UnsafeDir(shown, f"cannot be opened ({exc.strerror or exc})", None)
 
 
@@ -287,3 +291,21 @@ def open_append(path: Path, *, root: Path | None = None, buffering: int = 0) -> 
     finally:
         os.close(dir_fd)
     return os.fdopen(fd, "ab", buffering=buffering)
+
+
+def open_new(path: Path, *, root: Path | None = None, mode: int = 0o600) -> BinaryIO:
+    """``path`` created for writing, never an existing file (``O_CREAT|O_EXCL|O_NOFOLLOW``: a link in its place is
+    refused too), in a folder opened as :func:`ensure_dir` does: a recording, a journal that must be new."""
+    parent, name = _target(path)
+    dir_fd = _open_dir(root, parent)
+    try:
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                         dir_fd=dir_fd)
+        except FileExistsError:
+            raise _refusal(dir_fd, name, parent / name, FileExistsError(errno.EEXIST, "exists already")) from None
+        except OSError as exc:
+            raise UnsafeDir(parent / name, f"cannot be created ({exc.strerror or exc})", None) from None
+    finally:
+        os.close(dir_fd)
+    return os.fdopen(fd, "wb")

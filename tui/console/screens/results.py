@@ -36,7 +36,7 @@ from tui.console.screens.base import ConsoleScreen
 from tui.console.state import ConsoleState
 from tui.console.widgets.charts import BarChart, XYChart
 from tui.console.widgets.header import HeaderBar
-from tui.core import paths, safeio
+from tui.core import paths, safeio, safewrite
 from tui.core.bench import recommend as rec_mod
 from tui.core.bench import scope, stats, table
 from tui.core.bench.events import BenchDone
@@ -410,12 +410,11 @@ class ResultsScreen(ConsoleScreen):
     @work(group="export", thread=True, exit_on_error=False, description="export")
     def _export(self, kind: str) -> None:
         folder = paths.data_dir() / "exports"
-        folder.mkdir(parents=True, exist_ok=True)
         which = f"-{self.data.scoped.campaign}" if self.data.scoped.campaign else ""
         out = folder / f"results{which}-{time.strftime('%Y%m%d-%H%M%S')}.{kind}"
         text = export_text(self.data, kind)
-        try:
-            out.write_text(text + "\n", encoding="utf-8")
+        try:  # in the data folder: checked, never through a link
+            safewrite.write_atomic(out, text + "\n", root=paths.data_dir())
         except OSError as exc:
             raise AppError(f"cannot write {out}: {exc.strerror or exc}") from None
         self.app.call_from_thread(self.notify, str(out), title=f"exported {kind}")

@@ -34,7 +34,8 @@ from typing import Any
 import httpx
 
 from tui import __version__
-from tui.core import paths
+from tui.core import paths, safeio, safewrite
+from tui.core.errors import InputError
 from tui.core.redact import Redactor
 from tui.core.telemetry import prom
 from tui.core.telemetry.derive import (
@@ -384,16 +385,18 @@ def jit_lines(offsets: Mapping[str, int], limit: int = 20) -> list[str]:
 def copy_logs(logs: Iterable[str], dest: Path, max_bytes: int = 20 * 1024 * 1024) -> list[str]:
     """Copy the servers' logs into the run (the last ``max_bytes`` of each), secrets redacted."""
     copied = []
-    paths.make_dirs(dest)
+    root = paths.root_for(dest) or dest
+    safewrite.ensure_dir(dest, root=root)
     red = Redactor()
     for path in logs:
         p = Path(path)
-        with contextlib.suppress(OSError):
-            size = p.stat().st_size
-            with open(p, "rb") as src, open(dest / p.name, "wb") as dst:
-                if size > max_bytes:
-                    src.seek(size - max_bytes)
-                dst.write(red.text(src.read().decode("utf-8", "replace")).encode("utf-8"))
+        with contextlib.suppress(OSError, InputError, safewrite.UnsafeDir):
+            fd, st = safeio.open_regular(p)  # a FIFO or a device named as a log is never read
+            with os.fdopen(fd, "rb") as src:
+                if st.st_size > max_bytes:
+                    src.seek(st.st_size - max_bytes)
+                data = src.read(max_bytes)
+            safewrite.write_atomic(dest / p.name, red.text(data.decode("utf-8", "replace")), root=root)
             copied.append(p.name)
     return copied
 

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths, safeio, typedread
+from tui.core import paths, safeio, safewrite, typedread
 from tui.core.bench import served as served_mod
 from tui.core.bench.kvxfer import KvTransferRun, TtftBreakdown
 from tui.core.bench.metrics import (
@@ -261,18 +261,23 @@ def check_summary(data: Any, source: str | Path) -> dict[str, Any]:
     return data
 
 
-def write_json(path: Path, data: Any, *, redactor: Redactor | None = None) -> None:
+def write_json(path: Path, data: Any, *, redactor: Redactor | None = None, root: Path | None = None) -> None:
     """Whole or not at all: a reader never finds half a file (a full disk leaves the old file, or none). Secrets
     never reach a run directory: ``data`` is written redacted (a plan's HF_TOKEN, an --api-key, a URL's
-    credentials, a token in a message; :mod:`tui.core.redact`)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps((redactor or Redactor()).value(data), indent=1, default=str), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    credentials, a token in a message; :mod:`tui.core.redact`). Inside a project folder the folders are checked
+    and no link is followed (:func:`tui.core.safewrite.write_atomic`); ``root``: the folder that is trusted (by
+    default the project folder holding ``path``, else its own folder)."""
+    text = json.dumps((redactor or Redactor()).value(data), indent=1, default=str)
+    safewrite.write_atomic(path, text, root=root or paths.root_for(path))
+
+
+def write_parquet(path: Path, frame: Any, *, root: Path | None = None) -> None:
+    """A polars frame as a parquet file, whole or not at all and never through a link (as :func:`write_json`)."""
+    import io
+
+    buf = io.BytesIO()
+    frame.write_parquet(buf)
+    safewrite.write_atomic(path, buf.getvalue(), root=root or paths.root_for(path))
 
 
 def _to_wire(rec: RequestRecord) -> dict[str, Any]:
@@ -345,16 +350,18 @@ class RunWriter:
                  plan: dict[str, Any] | None = None) -> None:
         self.dir = directory
         self.meta = meta
-        paths.make_dirs(directory)
-        (directory / PARTS_DIR).mkdir(exist_ok=True)
+        #: the folder trusted as it is: the runs folder (checked: this user's, writable by nobody else), or the run's
+        #: own folder when it is elsewhere; nothing below it is reached through a link
+        self.root = paths.root_for(directory) or directory
+        safewrite.ensure_dir(directory / PARTS_DIR, root=self.root)
         #: secrets never reach a run directory: each file is written redacted, and so are the journal's error texts
         self.redactor = Redactor()
         if workload is not None:
-            write_json(directory / "workload.json", workload, redactor=self.redactor)
+            write_json(directory / "workload.json", workload, redactor=self.redactor, root=self.root)
         if plan is not None:
-            write_json(directory / PLAN_FILE, plan, redactor=self.redactor)
+            write_json(directory / PLAN_FILE, plan, redactor=self.redactor, root=self.root)
         self.save_meta()
-        self._journal = open(directory / JOURNAL_FILE, "ab")  # noqa: SIM115 - closed in finish
+        self._journal = safewrite.open_append(directory / JOURNAL_FILE, root=self.root, buffering=-1)
         self._raw: list[bytes] = []  # every record line, as received
         self._records: list[RequestRecord] = []  # decoded so far
         self._in_parts = 0  # records already written to parquet parts
@@ -362,7 +369,7 @@ class RunWriter:
         self._last_flush = time.monotonic()
 
     def save_meta(self) -> None:
-        write_json(self.dir / RUN_FILE, self.meta.to_dict(), redactor=self.redactor)
+        write_json(self.dir / RUN_FILE, self.meta.to_dict(), redactor=self.redactor, root=self.root)
 
     def add_wire(self, line: bytes) -> None:
         """Keep a finished request as the worker sent it: journaled at once, decoded later. While a run goes the
@@ -391,24 +398,19 @@ class RunWriter:
         if not new:
             return
         self._part += 1
-        path = self.dir / PARTS_DIR / f"part-{self._part:06d}.parquet"
-        tmp = path.with_suffix(".tmp")
-        records_frame(new).write_parquet(tmp)
-        os.replace(tmp, path)
+        write_parquet(self.dir / PARTS_DIR / f"part-{self._part:06d}.parquet", records_frame(new), root=self.root)
         self._in_parts += len(new)
 
     def finish(self, status: str, summary: dict[str, Any] | None, *, message: str = "") -> None:
         """Merge the parts into ``requests.parquet``, write the summary, record the status."""
         self._journal.close()
         ordered = sorted(self.records, key=lambda r: r.index)
-        tmp = self.dir / f".{REQUESTS_FILE}.tmp"
-        records_frame(ordered).write_parquet(tmp)
-        os.replace(tmp, self.dir / REQUESTS_FILE)
+        write_parquet(self.dir / REQUESTS_FILE, records_frame(ordered), root=self.root)
         shutil.rmtree(self.dir / PARTS_DIR, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             (self.dir / JOURNAL_FILE).unlink()
         if summary is not None:
-            write_json(self.dir / SUMMARY_FILE, summary, redactor=self.redactor)
+            write_json(self.dir / SUMMARY_FILE, summary, redactor=self.redactor, root=self.root)
         self.meta.status = status
         self.meta.ended = time.time()
         if message:

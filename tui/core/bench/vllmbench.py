@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tui.core import paths
+from tui.core import paths, safewrite
 from tui.core.bench.events import BenchDone, BenchLine, BenchTick
 from tui.core.bench.runner import (
     BenchOptions,
@@ -162,7 +162,8 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
 
     def prepare_dir() -> None:
         paths.make_dirs(out_dir)
-        (directory / "command.txt").write_text(" ".join(redact_argv(argv)) + "\n", encoding="utf-8")
+        safewrite.write_atomic(directory / "command.txt", " ".join(redact_argv(argv)) + "\n",
+                               root=paths.root_for(directory))
 
     await asyncio.to_thread(prepare_dir)
     run_id = f"{safe_name(target.campaign)}/{name}"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths, safeio, typedread
+from tui.core import paths, safeio, safewrite, typedread
 from tui.core.bench.metrics import DETAILED_KEYS, records_from_vllm_json, strip_detailed
 from tui.core.bench.store import (
     FIGURE_MAX,
@@ -30,6 +30,7 @@ from tui.core.bench.store import (
     run_name,
     safe_name,
     write_json,
+    write_parquet,
 )
 from tui.core.errors import InputError
 
@@ -81,10 +82,11 @@ def import_vllm_result(file: Path, *, campaign: str = "imported", topology: str 
     summary.setdefault("workload", wl)
     write_json(directory / SUMMARY_FILE, summary)
     if records:
-        records_frame(records).write_parquet(directory / REQUESTS_FILE)
+        write_parquet(directory / REQUESTS_FILE, records_frame(records))
         if not all(data.get("itls") or [[]]):
             meta.flags.append("itls-trimmed")
-    (directory / "vllm-result.json").write_bytes(raw)  # the bytes checked, not the file again (it may have changed)
+    # the bytes checked, not the file again (it may have changed); never through a link in the runs folder
+    safewrite.write_atomic(directory / "vllm-result.json", raw, root=paths.root_for(directory))
     write_json(directory / RUN_FILE, meta.to_dict())
     return load_run(directory)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths, safeio, typedread
+from tui.core import safeio, safewrite, typedread
 from tui.core.errors import InputError
 from tui.core.launch.state import STATE_VERSION, LayoutRecord, StateStore
 from tui.core.launch.supervisor import process_alive
@@ -35,12 +35,9 @@ def archive(store: StateStore, rec: LayoutRecord) -> None:
     """Write a failed layout's record into the history (redacted, as the state file is); blocking. A history that
     cannot be written loses the record, never the state file's write."""
     path = failed_file(store, rec.id)
-    with contextlib.suppress(OSError):
-        paths.make_dirs(path.parent)
-        tmp = path.with_name(f".{FAILED_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"version": STATE_VERSION, "layout": redact_data(rec.to_dict())}, indent=1),
-                       encoding="utf-8")
-        os.replace(tmp, path)
+    with contextlib.suppress(OSError, safewrite.UnsafeDir):
+        safewrite.write_atomic(path, json.dumps({"version": STATE_VERSION, "layout": redact_data(rec.to_dict())},
+                                                indent=1), root=store.root)
 
 
 def _alive(rec: LayoutRecord) -> bool:

@@ -9,18 +9,16 @@ line, so concurrent starts (two operators) never interleave; a damaged line is s
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
-import stat
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths, safeio, typedread
+from tui.core import paths, safeio, safewrite, typedread
 from tui.core.errors import InputError
 from tui.core.plan.spec import LaunchPlan
 from tui.core.redact import redact_argv, redact_env
@@ -98,22 +96,18 @@ class StartupHistory:
         self.skipped = 0  # lines the last read of the file left out (damaged, foreign, of the wrong types)
 
     def append(self, record: StartupRecord) -> None:
-        """One line, one ``write`` (O_APPEND): safe with concurrent writers. Blocking: call from a thread."""
+        """One line, one ``write`` (O_APPEND): safe with concurrent writers. Blocking: call from a thread. The
+        folder must be private (``safewrite.UnsafeDir`` otherwise); a link, a FIFO or a folder in the file's place
+        is never written through or waited on: no history kept (the ETA falls back to none)."""
+        root = paths.root_for(self.path)
         paths.make_dirs(self.path.parent)
         line = (json.dumps(record.to_dict(), separators=(",", ":")) + "\n").encode()
-        try:  # non-blocking: a FIFO in the file's place (no reader) is never waited on
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o600)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # a FIFO nobody reads: no history kept
-                return
-            raise
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return  # not a file of ours: no history kept (the ETA falls back to none)
-            os.set_blocking(fd, True)
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+            fh = safewrite.open_append(self.path, root=root)
+        except safewrite.UnsafeDir:
+            return
+        with fh:
+            fh.write(line)
         self._trim()
 
     def records(self) -> list[StartupRecord]:
@@ -205,9 +199,7 @@ class StartupHistory:
             keep.setdefault((r.key, r.server), []).append(r)
         lines = [json.dumps(r.to_dict(), separators=(",", ":"))
                  for rs in keep.values() for r in rs[-KEEP_LAST:]]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.replace(tmp, self.path)
+        safewrite.write_atomic(self.path, "\n".join(lines) + "\n", root=paths.root_for(self.path))
 
 
 def expected_startup(history: StartupHistory, plan: LaunchPlan, server: str, *,

@@ -17,10 +17,12 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tui.core import paths, safewrite
 from tui.core.errors import AppError, LayoutBusy, PlanRefused, RunFailed
 from tui.core.events import EventBus, Notice
 from tui.core.host.base import Host
@@ -283,7 +285,7 @@ class Launch:
         """Blocking (a fork and the state file): start one process and follow its log."""
         assert self.record is not None
         log = self.store.logs_dir(self.layout_id) / f"{item.name}.log"
-        popen = spawn(item.cmd, log, self.layout_id)
+        popen = spawn(item.cmd, log, self.layout_id, root=self.store.root)
         self.popens[popen.pid] = popen
         self.spawned_at[item.name] = time.monotonic()
         rec = ProcessRecord(name=item.name, role=item.role, pid=popen.pid, pgid=popen.pid,
@@ -577,15 +579,23 @@ def _targets(procs: Iterable[ProcessRecord]) -> list[StopTarget]:
     return [StopTarget(p.name, p.pid, p.pgid, p.create_time) for p in procs]
 
 
+def _mark_stop(p: ProcessRecord) -> None:
+    """Append :data:`STOP_MARK` to a running server's log: only a log inside a project folder (the state file names
+    it; a path elsewhere is no log of ours), never through a link."""
+    root = paths.root_for(Path(p.log)) if p.log and os.path.isabs(p.log) else None
+    if p.role == "proxy" or root is None or not process_alive(p.pid, p.create_time):
+        return
+    with contextlib.suppress(OSError, safewrite.UnsafeDir), safewrite.open_append(Path(p.log), root=root) as fh:
+        fh.write(f"{STOP_MARK} (disagg-tui down, {time.strftime('%H:%M:%S')})\n".encode())
+
+
 def stop_layout(record: LayoutRecord, *, int_wait: float = 15.0, term_wait: float = 10.0,
                 on_step: Callable[[str], None] | None = None) -> list[str]:
     """Blocking: stop every process of a layout (proxy first, then the servers)."""
     proxy = _targets(p for p in record.processes if p.role == "proxy")
     servers = _targets(p for p in record.processes if p.role != "proxy")
     for p in record.processes:  # what the log says after this is the stop, not a crash (the playbook reads it)
-        if p.role != "proxy" and p.log and process_alive(p.pid, p.create_time):
-            with contextlib.suppress(OSError), open(p.log, "a", encoding="utf-8") as fh:
-                fh.write(f"{STOP_MARK} (disagg-tui down, {time.strftime('%H:%M:%S')})\n")
+        _mark_stop(p)
     out = stop_processes(proxy, int_wait=3.0, on_step=on_step) if proxy else []
     out += stop_processes(servers, layout_id=record.id, int_wait=int_wait, term_wait=term_wait, on_step=on_step)
     return out

@@ -7,6 +7,12 @@ who started it (``started_by``: a console, a campaign or ``up`` from the CLI, wi
 exact launch request it was started with (``request``: ``LaunchRequest.to_argv()``, the fixes it carries included),
 and the benchmarks running against it (``users``). A layout that failed stays here only until it is dismissed or
 another layout starts: then it moves to the history of failures (:mod:`tui.core.launch.failures`).
+
+The file holds only what it can read back: one schema (:meth:`LayoutRecord.from_dict`) is applied to every record
+before it is written (a record that would not read back is refused, naming the field) and when it is read. A record
+that does not read (a hand edit, a file written by another version) is quarantined: moved whole to
+``<state_dir>/quarantine/`` with a one-line warning naming the layout and the field (:func:`drain_notes`), and every
+other layout stays listable and stoppable. The folder is checked and written through :mod:`tui.core.safewrite`.
 """
 
 from __future__ import annotations
@@ -16,14 +22,13 @@ import fcntl
 import json
 import os
 import secrets
-import stat
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from tui.core import paths, safeio, typedread
+from tui.core import paths, safeio, safewrite, typedread
 from tui.core.errors import InputError
 from tui.core.redact import redact_data
 
@@ -342,6 +347,70 @@ def new_layout_id(topology: str, profile_id: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{profile_id}-{topology}-{secrets.token_hex(2)}"
 
 
+#: where records of the state file that did not read back are kept for the operator (one file per move)
+QUARANTINE_DIR = "quarantine"
+#: bytes of one layout's record as written at most (the whole file is read with safeio's "state" limit)
+MAX_RECORD_BYTES = 1 * safeio.MiB
+
+#: warnings for the operator not yet shown, by what they are about (a later one about the same record replaces
+#: it: "moved to" says more than "left out"), and the last said of each (never said twice)
+_notes: dict[str, str] = {}
+_said: dict[str, str] = {}
+
+
+def _note(about: str, text: str) -> None:
+    if _said.get(about) != text:
+        _notes[about] = text
+
+
+def drain_notes() -> list[str]:
+    """The one-line warnings the state file gave since the last call (a quarantined layout), each once per
+    process: the CLI prints them as ``warning:`` lines, the console as notifications."""
+    out = []
+    for about in list(_notes):  # popped one by one: a note added meanwhile (a reader's thread) is never lost
+        text = _notes.pop(about, None)
+        if text is not None:
+            _said[about] = text
+            out.append(text)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A record of the state file that does not read back: its key, the field and why, and the record as it was."""
+
+    key: str
+    field: str
+    reason: str
+    raw: Any
+
+    @property
+    def where(self) -> str:
+        return f"layout {safeio.shown(self.key, 60)}" + (f", field '{self.field}'" if self.field else "")
+
+
+def _record_json(key: str, rec: LayoutRecord) -> str:
+    """One record as the state file holds it (redacted), checked to read back with the reader's own schema: an
+    InputError naming the layout and the field before anything is written otherwise."""
+    where = f"layouts.{safeio.shown(key, 60)}"
+    try:
+        typedread.check_text(key, (), limit=MAX_STATE_TEXT)
+        text = json.dumps(redact_data(rec.to_dict()), indent=1, allow_nan=False)
+        if len(text) > MAX_RECORD_BYTES:
+            raise typedread.FieldError(f"a record of {len(text):,} bytes (at most {MAX_RECORD_BYTES:,})")
+        LayoutRecord.from_dict(safeio.parse_json(text, "layout"))
+    except typedread.FieldError as exc:
+        raise InputError(f"layout {safeio.shown(key, 60)} would not read back ({exc.reason}); not written",
+                         field=where + (f".{exc.field}" if exc.path else "")) from None
+    except (ValueError, TypeError) as exc:  # a NaN, an object JSON has no form for
+        raise InputError(f"layout {safeio.shown(key, 60)} would not read back ({safeio.shown(str(exc), 120)}); "
+                         "not written", field=where) from None
+    except InputError as exc:
+        raise InputError(f"layout {safeio.shown(key, 60)} would not read back ({exc.message}); not written",
+                         field=where) from None
+    return text
+
+
 class StateStore:
     """Read-modify-write of the layouts file under an exclusive lock."""
 
@@ -355,38 +424,47 @@ class StateStore:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[dict[str, LayoutRecord]]:
-        """Hold the lock; yields the layouts by id; whatever the block leaves in the dict is written back."""
-        paths.make_dirs(self.root)
+        """Hold the lock; yields the layouts by id; whatever the block leaves in the dict is written back (a record
+        that would not read back is refused, nothing written). A record that does not read is quarantined first."""
+        safewrite.check_root(self.root, create=True)
         with self._open_lock() as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
-                layouts = self._read()
+                layouts, bad = self._read_all()
+                self._quarantine(bad)
                 yield layouts
                 self._write(layouts)
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
-    def _open_lock(self) -> IO[str]:
-        """The lock file, a regular file (anything else in its place is one line naming it, never a wait)."""
+    def _open_lock(self) -> BinaryIO:
+        """The lock file, a regular file of the state folder opened without following a link (anything else in its
+        place is one line naming it, never a wait)."""
         try:
-            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o600)
-        except OSError as exc:
-            raise InputError(f"the state's lock file cannot be opened ({exc.strerror or exc}); move it aside",
-                             file=self.lock_file) from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise InputError("the state's lock file is not a regular file; move it aside", file=self.lock_file)
-        return os.fdopen(fd, "a+", encoding="utf-8")
+            return safewrite.open_append(self.lock_file, root=self.root)
+        except safewrite.UnsafeDir as exc:
+            raise InputError(f"the state's lock file {exc.why}; move it aside", file=self.lock_file) from None
 
     def _read(self) -> dict[str, LayoutRecord]:
-        """The state file as records: a regular file (a FIFO or a folder in its place is refused at once) within
-        its size limit, strict JSON, every record of its types and ranges; one line naming the file, the field
-        and how to recover (move the file aside) otherwise."""
+        """The records that read back (one that does not is left out, with a warning: :meth:`_read_all`)."""
+        layouts, bad = self._read_all()
+        for u in bad:
+            _note(f"{self.file}\0{u.key}", f"{self.file}: {u.where} does not read back ({u.reason}); left out "
+                  f"until the next change of the state moves it to {self.root / QUARANTINE_DIR}")
+        return layouts
+
+    def _read_all(self) -> tuple[dict[str, LayoutRecord], list[Unreadable]]:
+        """The state file as records, and the records that do not read back (each of its types and ranges, or
+        :class:`Unreadable` naming its field). The file itself must be a regular file of a private state folder
+        (:func:`tui.core.safewrite.check_root`), within its size limit, strict JSON of this version: one line naming
+        the file and how to recover (move it aside) otherwise."""
+        if os.path.isdir(self.root):  # a folder a teammate can write may hold a state file that names their pids
+            safewrite.check_root(self.root)
         try:
             raw = safeio.read_text(self.file, "state")
         except InputError as exc:
             if exc.message == "no such file":
-                return {}
+                return {}, []
             raise InputError(f"state file cannot be read ({exc.message}); move it aside to start afresh",
                              file=self.file) from None
         try:
@@ -406,37 +484,67 @@ class StateStore:
                              f"{typedread.described(items)}); move it aside to start afresh", file=self.file,
                              field="layouts")
         out: dict[str, LayoutRecord] = {}
+        bad: list[Unreadable] = []
         for key, value in items.items():
             try:
+                typedread.check_text(key, (), limit=MAX_STATE_TEXT)
                 out[key] = LayoutRecord.from_dict(value)
             except typedread.FieldError as exc:
-                where = f"layouts.{safeio.shown(key, 60)}" + (f".{exc.field}" if exc.path else "")
-                raise InputError(f"state file is damaged ({exc.reason}); move it aside to start afresh",
-                                 file=self.file, field=where) from None
-        return out
+                bad.append(Unreadable(key, exc.field, exc.reason, value))
+            except (ValueError, TypeError) as exc:  # no reader's error may cost the other layouts theirs
+                bad.append(Unreadable(key, "", safeio.shown(str(exc), 120), value))
+        return out, bad
+
+    def _quarantine(self, bad: list[Unreadable]) -> None:
+        """Under the exclusive lock: move the records that do not read back out of the state file (the next write
+        leaves them out) into a file of their own under ``<state>/quarantine/``, kept for the operator, with a
+        one-line warning naming each."""
+        if not bad:
+            return
+        name = f"layouts-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.json"
+        target = self.root / QUARANTINE_DIR / name
+        data = {"version": STATE_VERSION, "from": str(self.file), "quarantined": time.time(),
+                "layouts": {u.key: {"field": u.field, "reason": u.reason, "record": u.raw} for u in bad}}
+        safewrite.write_atomic(target, json.dumps(data, indent=1), root=self.root)
+        for u in bad:
+            _note(f"{self.file}\0{u.key}", f"{self.file}: {u.where} does not read back ({u.reason}); moved to "
+                  f"{target} (every other layout is kept; stop its processes by hand if any still run)")
 
     def _write(self, layouts: dict[str, LayoutRecord]) -> None:
         """Whole, and redacted whoever filled the records: a plan's secrets, a failure's log excerpt in a diagnosis
-        never reach the file (a relaunch takes them from the environment: :func:`tui.core.redact.restore_env`)."""
-        tmp = self.file.with_name(f".layouts.{os.getpid()}.tmp")
-        data = {"version": STATE_VERSION, "layouts": {k: redact_data(v.to_dict()) for k, v in layouts.items()}}
-        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        os.replace(tmp, self.file)
+        never reach the file (a relaunch takes them from the environment: :func:`tui.core.redact.restore_env`).
+        Every record is checked to read back before anything is written (an InputError naming the layout and the
+        field otherwise), and the file is replaced whole, never through a link (:func:`safewrite.write_atomic`)."""
+        parts = [f"{json.dumps(k)}: {_record_json(k, v)}" for k, v in layouts.items()]
+        text = f'{{"version": {STATE_VERSION}, "layouts": {{' + ",\n".join(parts) + "}}"
+        if len(text) > safeio.LIMITS["state"]:
+            raise InputError(f"the state would be {len(text):,} bytes (at most {safeio.LIMITS['state']:,}); "
+                             "not written", file=self.file, hint="stop or dismiss layouts (down --all)")
+        safewrite.write_atomic(self.file, text, root=self.root)
 
     def read(self) -> dict[str, LayoutRecord]:
-        """A snapshot under a shared lock (a writer's change is seen whole); never writes the file."""
+        """A snapshot under a shared lock (a writer's change is seen whole). Writes only to quarantine a record
+        that does not read back (under the exclusive lock, then)."""
         if not os.path.lexists(self.file):  # a broken link in its place is no missing file: _read says so
             return {}
         with self._open_lock() as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_SH)
             try:
-                return self._read()
+                layouts, bad = self._read_all()
+                if bad:
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+                    layouts, bad = self._read_all()
+                    if bad:
+                        self._quarantine(bad)
+                        self._write(layouts)
+                return layouts
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
     def peek(self) -> dict[str, LayoutRecord]:
         """A snapshot without any lock, for readers polling many times a second: the file is only ever replaced
-        whole (atomic rename), so a plain read always sees a complete one."""
+        whole (atomic rename), so a plain read always sees a complete one. Never writes (a record that does not
+        read back is left out with a warning; the next locked read quarantines it)."""
         return self._read()
 
     def update(self, layout_id: str, **changes: Any) -> None:

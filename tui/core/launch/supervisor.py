@@ -25,18 +25,20 @@ from pathlib import Path
 
 import psutil
 
-from tui.core import paths
+from tui.core import paths, safewrite
 from tui.core.host.base import Command
 
 LAYOUT_ENV = "DISAGG_TUI_LAYOUT"
 
 
-def spawn(cmd: Command, log_path: Path, layout_id: str) -> subprocess.Popen[bytes]:
-    """Start ``cmd`` in its own session; output appended to ``log_path``."""
-    paths.make_dirs(log_path.parent)
+def spawn(cmd: Command, log_path: Path, layout_id: str, *, root: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` in its own session; output appended to ``log_path`` inside ``root`` (the state folder by
+    default: checked, and never through a link: :func:`tui.core.safewrite.open_append`)."""
+    root = root or paths.root_for(log_path)
+    safewrite.ensure_dir(log_path.parent, root=root)
     env = dict(cmd.env)
     env[LAYOUT_ENV] = layout_id
-    with open(log_path, "ab", buffering=0) as log:
+    with safewrite.open_append(log_path, root=root) as log:
         return subprocess.Popen(
             cmd.argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,

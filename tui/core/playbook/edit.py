@@ -9,14 +9,13 @@ in one line that says to edit it by hand. ``store.append_entry`` adds a new entr
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths, safeio
+from tui.core import paths, safeio, safewrite
 from tui.core.errors import InputError
 from tui.core.playbook.loader import (
     operator_playbook_path,
@@ -156,13 +155,8 @@ def _rewrite(target: Path, entry_id: str, data: dict[str, Any] | None) -> list[E
     if [e.id for e in after] != want:
         raise InputError(f"cannot rewrite entry {entry_id!r} safely in this file's layout: edit it by hand",
                          file=target, line=entry.line)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        paths.make_dirs(target.parent)
-        tmp.write_text(new, encoding="utf-8")
-        os.replace(tmp, target)
+    try:  # whole or not at all, never through a link in the config folder
+        safewrite.write_atomic(target, new, root=paths.root_for(target))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise InputError(f"cannot write: {exc.strerror or exc}", file=target) from None
     return after

@@ -3,7 +3,6 @@ rewriting what the operator wrote (comments and order stay), written atomically.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Sequence
@@ -12,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tui.core import paths, safeio
+from tui.core import paths, safeio, safewrite
 from tui.core.errors import InputError
 from tui.core.playbook.generalize import check_pattern, pattern_for
 from tui.core.playbook.loader import (
@@ -145,13 +144,8 @@ def append_entry(data: dict[str, Any], path: Path | None = None) -> tuple[Entry,
         flow = yaml.safe_dump(data, default_flow_style=True, width=2**31, sort_keys=False).strip()
         raise InputError("cannot append safely to this file (its 'entries:' list is not the last block of the "
                          f"file); add this item to entries by hand: - {flow}", file=target)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        paths.make_dirs(target.parent)
-        tmp.write_text(new, encoding="utf-8")
-        os.replace(tmp, target)
+    try:  # whole or not at all, never through a link in the config folder
+        safewrite.write_atomic(target, new, root=paths.root_for(target))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise InputError(f"cannot write: {exc.strerror or exc}", file=target) from None
     return entries[-1], target

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import zstandard
 
 from tui import __version__
-from tui.core import paths
+from tui.core import paths, safewrite
 from tui.core.errors import InputError
 from tui.core.events import Event, EventBus
 from tui.core.record.format import (
@@ -123,9 +123,9 @@ class Recorder:
     def start(self) -> Recorder:
         """Create the file (never overwriting one), write the header and start the writer thread."""
         try:
-            paths.make_dirs(self.path.parent)
-            # never overwriting one; the operator's alone (a session's logs may carry what they would not show)
-            self._file = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
+            # never overwriting one, never through a link; the operator's alone (a session's logs may carry what
+            # they would not show)
+            self._file = safewrite.open_new(self.path, root=paths.root_for(self.path))
             header = self.header
             header = RecordingHeader(app_version=header.app_version, started=header.started,
                                      command=self.redactor.text(header.command), recorded=header.recorded,

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths, safeio, typedread
+from tui.core import paths, safeio, safewrite, typedread
 from tui.core.errors import InputError
 
 FILE_NAME = "clusters.json"
@@ -85,12 +84,9 @@ def load_all(path: Path | None = None) -> list[ClusterRecord]:
 
 def _save_all(records: list[ClusterRecord], path: Path | None = None) -> None:
     path = path or _file()
-    paths.make_dirs(path.parent)
     kept = sorted(records, key=lambda r: (r.status == "up", r.created))[-MAX_KEPT:]
-    tmp = path.with_name(f".clusters.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"format": FORMAT, "clusters": [asdict(r) for r in kept]}, indent=1),
-                   encoding="utf-8")
-    os.replace(tmp, path)
+    safewrite.write_atomic(path, json.dumps({"format": FORMAT, "clusters": [asdict(r) for r in kept]}, indent=1),
+                           root=paths.root_for(path))
 
 
 def add(record: ClusterRecord) -> None:
