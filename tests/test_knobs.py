@@ -192,7 +192,13 @@ def test_the_request_carries_its_knobs_through_its_argv() -> None:
 
 @pytest.mark.parametrize(("body", "says"), [
     ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
-     "      b: {args: ['--host', '0.0.0.0']}\n", "--host is the planner's"),
+     "      b: {args: ['--host', '0.0.0.0']}\n", "--host is placement"),
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
+     "      b: {args: ['-tp', '4']}\n", "-tp (vLLM reads it as --tensor-parallel-size) is placement"),
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
+     "      b: {args: ['--tensor_parallel', '4']}\n", "(vLLM reads it as --tensor-parallel-size) is placement"),
+    ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
+     "      b: {args: ['--gpu-memory', '0.5']}\n", "(vLLM reads it as --gpu-memory-utilization)"),
     ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"
      "      b: {env: {PYTHONPATH: /tmp/evil}}\n", "vLLM's own variables only"),
     ("knobs:\n  x:\n    title: t\n    vllm: {since: '0.24.0'}\n    values:\n      a: {default: true}\n"

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.helpers import layout_port_args
 from tui.cli.main import build_parser
+from tui.core import vllmargv
 from tui.core.errors import InputError
 from tui.core.launch.state import StateStore
 from tui.core.plan.argtext import check_json_flags, quote_words, split_words
@@ -128,14 +129,18 @@ def test_a_host_that_is_not_loopback_is_a_warning_as_data() -> None:
 
 _TEXT = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), min_size=1,
                 max_size=16).filter(str.strip)
-_WORD = st.one_of(_TEXT, st.sampled_from(["--enforce-eager", "--speculative-config", SPEC, "-sc",
-                                          f"--compilation-config={json.dumps({'mode': 3})}", "'", '"', "{", "a b"]))
+#: flags with values that test the quoting (a value is any text vLLM would not read as an option)
+_FLAG = st.one_of(st.sampled_from([["--enforce-eager"], ["--speculative-config", SPEC], ["-sc", SPEC],
+                                   [f"--compilation-config={json.dumps({'mode': 3})}"]]),
+                  st.tuples(st.sampled_from(["--served-model-name", "--max-num-seqs", "--kv-cache-dtype"]),
+                            st.one_of(_TEXT, st.sampled_from(["'", '"', "{", "a b"]))
+                            .filter(lambda t: not t.startswith("-"))).map(list))
 
 
 @st.composite
 def requests(draw: Any) -> LaunchRequest:
     bundle = draw(st.none() | _TEXT) if draw(st.booleans()) else None
-    words = draw(st.lists(_WORD, max_size=6))
+    words = [w for flag in draw(st.lists(_FLAG, max_size=4)) for w in flag]
     assume(_json_ok(words))
     kw: dict[str, Any] = {
         "model": None if bundle is not None else draw(_TEXT),
@@ -145,9 +150,10 @@ def requests(draw: Any) -> LaunchRequest:
         "host": draw(st.sampled_from(["127.0.0.1", "0.0.0.0", "::1", "localhost", "gpu-7.example.org"])),
         "port": draw(st.integers(1, 65535)), "server_port": draw(st.integers(1, 65535)),
         "side_channel_port": draw(st.integers(1, 65535)),
-        "model_path": draw(st.none() | _TEXT),
+        "model_path": draw(st.none() | _TEXT.filter(lambda t: not t.startswith("-") and t.isprintable())),
         "extra_args": tuple(words),
-        "extra_env": tuple(draw(st.lists(st.tuples(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True),
+        "extra_env": tuple(draw(st.lists(st.tuples(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True)
+                                                   .filter(lambda k: vllmargv.env_rule(k) is None),
                                                    st.text(st.characters(blacklist_characters="\0",
                                                                          blacklist_categories=("Cs",)),
                                                            max_size=12)), max_size=4))),

@@ -25,8 +25,10 @@ TOKEN = "hf_" + "Zx8" * 10  # the importer's own token: must never be printed or
 M = "qwen3.6-27b-nvfp4"
 
 
-def _bundle_data(topology: str = "dp2", **plan_options: Any) -> dict[str, Any]:
-    """A bundle as export makes it (the same core code), as plain data to tamper with."""
+def _bundle_data(topology: str = "dp2", server_env: tuple[tuple[str, str], ...] = (),
+                 **plan_options: Any) -> dict[str, Any]:
+    """A bundle as export makes it (the same core code), as plain data to tamper with; ``server_env`` lands in the
+    plan's first server as a layout started before this host's rules would (a plan the planner no longer makes)."""
     from tui.core.models import Catalog, Workload
     from tui.core.plan.hostfacts import sim_facts
     from tui.core.plan.planner import PlanOptions, plan
@@ -36,8 +38,9 @@ def _bundle_data(topology: str = "dp2", **plan_options: Any) -> dict[str, Any]:
 
     facts = sim_facts("b200", 2)
     profile = Catalog.load().model(M)
-    p = plan(profile, parse_topology(topology), facts, PlanOptions(**plan_options))
-    return build_bundle(source="campaign", source_id="c1", profile=profile, layouts=[(topology, p.to_dict())],
+    p = plan(profile, parse_topology(topology), facts, PlanOptions(**plan_options)).to_dict()
+    p["servers"][0]["env"] = {**dict(p["servers"][0]["env"]), **dict(server_env)}
+    return build_bundle(source="campaign", source_id="c1", profile=profile, layouts=[(topology, p)],
                         workloads={"team-tiny": Workload("team-tiny", 32, 48, 4)}, fingerprint=host_fingerprint(facts))
 
 
@@ -115,19 +118,33 @@ def test_variables_that_load_code_or_move_files_are_refused_even_with_allow_env(
     assert _config_files() == {}
 
 
-def test_an_unlisted_variable_needs_allow_env_and_is_then_carried(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unlisted_tuning_variable_needs_allow_env_and_is_then_carried(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = _bundle_data()
-    _server(data)["env"]["TEAM_KNOB"] = "7"
+    _server(data)["env"]["NCCL_SOCKET_IFNAME"] = "eth7"
     b = _write(tmp_path / "b.yaml", data)
     assert main(["plan", "--sim", "--model", M, "--topology", "dp2", "--no-preflight"]) == 0
     capsys.readouterr()
     assert main(["import", "--sim", str(b), "--yes"]) == 2
-    assert "TEAM_KNOB is not an environment variable a bundle may set (accept it on this host with --allow-env " \
-           "TEAM_KNOB)" in _one_error(capsys.readouterr().err)
-    assert main(["import", "--sim", str(b), "--yes", "--allow-env", "TEAM_KNOB"]) == 0
+    assert "NCCL_SOCKET_IFNAME is not an environment variable a bundle may set (accept it on this host with " \
+           "--allow-env NCCL_SOCKET_IFNAME)" in _one_error(capsys.readouterr().err)
+    assert main(["import", "--sim", str(b), "--yes", "--allow-env", "NCCL_SOCKET_IFNAME"]) == 0
     out = capsys.readouterr().out
-    assert "#   server: TEAM_KNOB=7" in out and "TEAM_KNOB=7 vllm serve" in out
+    assert "#   server: NCCL_SOCKET_IFNAME=eth7" in out and "NCCL_SOCKET_IFNAME=eth7 vllm serve" in out
+
+
+def test_allow_env_lifts_only_tuning_variables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A variable that is no tuning variable of vLLM or the libraries under it is not lifted, and the refusal does
+    not advise a flag that cannot lift it."""
+    data = _bundle_data()
+    _server(data)["env"]["TEAM_KNOB"] = "7"
+    b = _write(tmp_path / "b.yaml", data)
+    assert main(["import", "--sim", str(b), "--yes"]) == 2
+    line = _one_error(capsys.readouterr().err)
+    assert "TEAM_KNOB is not an environment variable a bundle may set" in line and "--allow-env" not in line
+    assert main(["import", "--sim", str(b), "--yes", "--allow-env", "TEAM_KNOB"]) == 2
+    assert "TEAM_KNOB is not one --allow-env can lift" in _one_error(capsys.readouterr().err)
+    assert _config_files() == {}
 
 
 @pytest.mark.parametrize(("change", "field", "says"), [
@@ -141,7 +158,7 @@ def test_an_unlisted_variable_needs_allow_env_and_is_then_carried(tmp_path: Path
     (lambda s: s["argv"].extend(["--tokenizer", "/tmp/tok"]), "argv", "--tokenizer is not a vLLM flag"),
     (lambda s: s["argv"].extend(["--chat-template", "/tmp/t.jinja"]), "argv", "--chat-template is not a vLLM"),
     (lambda s: s["argv"].extend(["--api-key", "k"]), "argv", "--api-key is not a vLLM flag"),
-    (lambda s: s["argv"].extend(["-cc.mode", "3"]), "argv", "not a long vLLM flag"),
+    (lambda s: s["argv"].extend(["-cc.mode", "3"]), "argv", "dotted or appending forms are not taken"),
     (lambda s: s["argv"].extend(["--compilation-config.mode", "3"]), "argv", "dotted or appending forms"),
     (lambda s: s["argv"].extend(["--max-num-seqs", "lots"]), "argv", "--max-num-seqs lots: must be an integer"),
 ])
@@ -374,8 +391,8 @@ def test_export_redacts_secrets_of_any_name_and_credentials_in_urls(tmp_path: Pa
     from tui.core.record.bundle import write_bundle
 
     gh = "ghp_" + "Ab3" * 12
-    data = _bundle_data(extra_env=(("MY_HF_TOKEN_2", gh), ("HF_ENDPOINT", "https://user:pa55word@mirror.example"),
-                                   ("TOKENIZERS_PARALLELISM", "false")))
+    data = _bundle_data(server_env=(("MY_HF_TOKEN_2", gh), ("HF_ENDPOINT", "https://user:pa55word@mirror.example"),
+                                    ("TOKENIZERS_PARALLELISM", "false")))
     b = tmp_path / "b.yaml"
     write_bundle(b, data)
     text = b.read_text(encoding="utf-8")

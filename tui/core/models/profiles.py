@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tui.core import vllmargv
 from tui.core.errors import InputError
 from tui.core.models import ranges
 from tui.core.safeio import shown
@@ -207,9 +208,26 @@ def _ranged(f: Fields, key: str, kind: type, default: Any = None, *, required: b
     return value
 
 
+def _vllm_words(f: Fields, key: str) -> tuple[str, ...]:
+    """A profile's ``args``: each flag judged by its role as vLLM reads it (:mod:`tui.core.vllmargv`), one line
+    naming the file, line and field for the first a profile may not set."""
+    args = tuple(f.str_list(key))
+    vllmargv.check_tail(args, vllmargv.Source.PROFILE, field=f.name(key), file=f.source, line=f.line_of(key))
+    return args
+
+
+def _vllm_env(f: Fields, key: str) -> dict[str, str]:
+    env = f.str_map(key)
+    _check_env_names(f, key, env)
+    for k, v in env.items():
+        vllmargv.check_env(k, v, vllmargv.Source.PROFILE, field=f"{f.name(key)}.{k}", file=f.source,
+                           line=f.line_of(key))
+    return env
+
+
 def _parse_override(f: Fields) -> ServeOverride:
-    args = tuple(f.str_list("args"))
-    env = tuple(f.str_map("env").items())
+    args = _vllm_words(f, "args")
+    env = tuple(_vllm_env(f, "env").items())
     gmu = f.number("gpu_memory_utilization", None, lo=0.05, hi=0.99)
     mml = _ranged(f, "max_model_len", int)
     f.done()
@@ -243,6 +261,7 @@ def parse_model_profile(data: Any, source: str | Path, *, expand_env: bool = Tru
         raise f.error("model", f"{model_raw!r} expands to nothing")
     if any(not ch.isprintable() for ch in model):
         raise f.error("model", f"holds a control character: {shown(model, 80)}")
+    vllmargv.check_model(model, field=f.name("model"), file=f.source, line=f.line_of("model"))
     arch = f.sub("architecture", required=True)
     assert arch is not None
     family = arch.choice("family", ARCH_FAMILIES, required=True)
@@ -293,9 +312,8 @@ def parse_model_profile(data: Any, source: str | Path, *, expand_env: bool = Tru
     trust = v.get("trust_remote_code", bool, False)
     load_format = v.get("load_format", str, None)
     served = v.get("served_model_name", str, None)
-    args = tuple(v.str_list("args"))
-    env = v.str_map("env")
-    _check_env_names(v, "env", env)
+    args = _vllm_words(v, "args")
+    env = _vllm_env(v, "env")
     v.done()
     overrides: list[tuple[str, ServeOverride]] = []
     ov = f.sub("overrides")

@@ -2,15 +2,16 @@
 
 A bundle is data: what it may make this host run is the planner's own output for its profile and topology, plus
 the flags and variables that the shipped ``profiles/bundle-allowlist.yaml`` names, each with a value of the shape
-it lists. :class:`Allowlist` checks one flag (:meth:`Allowlist.check_args` walks a whole argv tail) or one variable
-(:meth:`Allowlist.check_env`) and raises the project's :class:`InputError` naming what was refused and why.
-Variables under ``never_env`` (``PYTHONPATH``, ``LD_*``, ``PATH``, ``*_HOME``...) are refused even where the
-operator passed ``--allow-env NAME``; any other unlisted variable is accepted only then.
+it lists. :class:`Allowlist` checks one flag (:meth:`Allowlist.check_args` walks a whole argv tail, read as vLLM
+reads it by :mod:`tui.core.vllmargv`) or one variable (:meth:`Allowlist.check_env`) and raises the project's
+:class:`InputError` naming what was refused and why. The rules every source shares (placement, secrets, what is
+never taken) are :mod:`tui.core.vllmargv`'s; this list only narrows them for files from another host.
+A variable the list does not name is accepted only where the operator passed ``--allow-env NAME`` and
+:func:`tui.core.vllmargv.liftable` says ``--allow-env`` may lift it.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
 import re
@@ -20,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths
+from tui.core import paths, vllmargv
 from tui.core.errors import InputError
 from tui.core.redact import REDACTED, is_secret_env
 from tui.core.safeio import shown
@@ -29,10 +30,9 @@ from tui.core.yamlio import Fields, LDict, load_file
 ALLOWLIST_FILE = "bundle-allowlist.yaml"
 SHAPES = ("switch", "name", "secret", "bool", "int", "float", "choice", "pattern", "int_list", "json")
 #: flags the planner sets from this host's own flags and facts: a bundle's values are shown, never used
-PLACEMENT_FLAGS = frozenset({"--host", "--port", "--tensor-parallel-size", "--data-parallel-size",
-                             "--data-parallel-size-local", "--kv-transfer-config", "--device-ids"})
+PLACEMENT_FLAGS = frozenset(f for f, r in vllmargv.FLAG_RULES.items() if r.kind is vllmargv.Kind.PLACEMENT)
 #: variables the planner sets from this host (GPU choice, side-channel ports)
-PLACEMENT_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "VLLM_NIXL_SIDE_CHANNEL_PORT"})
+PLACEMENT_ENV = frozenset(p for p, r in vllmargv.ENV_RULES if r.kind is vllmargv.Kind.PLACEMENT and "*" not in p)
 _NAME_MAX = 256
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 
@@ -130,12 +130,14 @@ def _no_constant(name: str) -> Any:
 class Allowlist:
     flags: dict[str, Shape]
     env: dict[str, Shape]
-    never_env: tuple[str, ...]
     source: str = ""
     _lines: dict[str, int] = field(default_factory=dict)
 
-    def never(self, name: str) -> bool:
-        return any(fnmatch.fnmatchcase(name, pat) for pat in self.never_env)
+    @staticmethod
+    def never(name: str) -> bool:
+        """Whether no bundle may set ``name``, whatever the operator passes (:func:`vllmargv.env_rule`)."""
+        rule = vllmargv.env_rule(name)
+        return rule is not None and rule.kind in (vllmargv.Kind.CODE, vllmargv.Kind.PLACEMENT)
 
     def flag(self, flag: str) -> Shape | None:
         return self.flags.get(canonical_flag(flag))
@@ -143,16 +145,22 @@ class Allowlist:
     def check_env(self, name: str, value: str, *, allow_env: Collection[str] = (),
                   error: Callable[[str], InputError]) -> None:
         """Refuse ``name=value`` unless the allowlist names it with a value of its shape, or the operator passed
-        ``--allow-env NAME`` (never for ``never_env``). ``error`` makes the InputError with the file's place."""
+        ``--allow-env NAME`` for a variable :func:`vllmargv.liftable` names (never one that loads code or moves
+        files or traffic). ``error`` makes the InputError with the file's place."""
         if not _ENV_NAME.match(name):
             raise error(f"{shown(name, 60)!r} is not an environment variable name")
-        if self.never(name):
-            raise error(f"{name} is never taken from a bundle, even with --allow-env (it would change what code "
-                        "or files a process loads): set it in your own environment if you mean it")
+        rule = vllmargv.env_rule(name)
+        if rule is not None and rule.kind is not vllmargv.Kind.SECRET:
+            raise error(f"{name} is never taken from a bundle, even with --allow-env ({rule.why}): set it in your "
+                        "own environment if you mean it")
         shape = self.env.get(name)
         if shape is None and value == REDACTED and is_secret_env(name):
             return  # a secret the plan needs by name: its value comes from this host's environment
         if shape is None:
+            if name in allow_env and not vllmargv.liftable(name):
+                raise error(f"{name} is not one --allow-env can lift (it lifts tuning variables of vLLM and the "
+                            "libraries under it: VLLM_*, NCCL_*, UCX_*, CUDA_*, TORCH_*, OMP_* ...): set it in your "
+                            "own environment if you mean it")
             if name in allow_env:
                 if is_secret_env(name) and value != REDACTED:
                     raise error(f"{name} is a secret: a bundle never carries its value (set it in this host's "
@@ -161,8 +169,10 @@ class Allowlist:
                     raise error(f"{name}: a value accepted with --allow-env must be one line of at most 4096 "
                                 "characters")
                 return
-            raise error(f"{name} is not an environment variable a bundle may set (accept it on this host with "
-                        f"--allow-env {name})")
+            if vllmargv.liftable(name):
+                raise error(f"{name} is not an environment variable a bundle may set (accept it on this host with "
+                            f"--allow-env {name})")
+            raise error(f"{name} is not an environment variable a bundle may set")
         why = shape.check(value)
         if why:
             raise error(f"{name} {why}" if shape.kind == "secret" or is_secret_env(name)
@@ -186,39 +196,27 @@ class Allowlist:
 
 
 def canonical_flag(flag: str) -> str:
-    """``--max_num_seqs`` and ``--max-num-seqs`` are one flag to vLLM."""
-    return "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+    """The long name vLLM reads ``flag`` as (``--max_num_seqs``, ``--max-num-s`` → ``--max-num-seqs``)."""
+    return vllmargv.flag_of(flag)
 
 
 def split_flags(args: Sequence[str], allow: Allowlist, *, error: Callable[[str], InputError]
                 ) -> list[tuple[str, str | None]]:
-    """``[--a, 1, --b=2, --switch]`` → ``[(--a, 1), (--b, 2), (--switch, None)]``; which flags take no value is
-    the allowlist's (``switch``). Refuses bare words, short flags (``-tp``) and dotted forms (``--x.y``)."""
+    """``[--a, 1, --b=2, --switch]`` → ``[(--a, 1), (--b, 2), (--switch, None)]``, each flag under the long name
+    vLLM reads it as (:func:`vllmargv.read_words`: ``-tp``, ``--tensor_parallel``, a unique prefix). Refuses bare
+    words, ambiguous abbreviations, flags vLLM does not know and dotted or appending forms (``--x.y``)."""
     out: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if not a.startswith("--") or len(a) < 3:
-            raise error(f"{shown(a, 60)!r} is not a long vLLM flag (a bundle's arguments are '--flag value' "
-                        "items; short forms such as -tp are not taken)")
-        name, eq, inline = a.partition("=")
-        flag = canonical_flag(name)
-        if "." in flag or "+" in flag:
+    for word in vllmargv.read_words(args):
+        first = word.written[0]
+        if word.problem is not None and word.problem != "unknown":
+            raise error(f"{shown(' '.join(word.written), 60)}: {word.problem}")
+        if word.flag is None:
+            raise error(f"{shown(first, 60)!r} is not a vLLM flag (a bundle's arguments are '--flag value' items)")
+        name = first.split("=", 1)[0]
+        if "." in name or "+" in name:
             raise error(f"{shown(name, 60)}: dotted or appending forms are not taken from a bundle (write the whole "
                         "JSON value)")
-        shape = allow.flags.get(flag)
-        if eq:
-            out.append((flag, inline))
-            i += 1
-        elif shape is not None and shape.kind == "switch":
-            out.append((flag, None))
-            i += 1
-        elif i + 1 < len(args) and not (args[i + 1].startswith("--") and len(args[i + 1]) > 2):
-            out.append((flag, args[i + 1]))
-            i += 2
-        else:
-            out.append((flag, None))
-            i += 1
+        out.append((word.flag, word.value))
     return out
 
 
@@ -274,10 +272,9 @@ def parse_allowlist(data: Any, source: str | Path) -> Allowlist:
             raise ev.error(key, "not an environment variable name")
         env[key] = _parse_shape(ev.get(key, (str, dict)), ev, key)
     ev.done()
-    never = tuple(top.str_list("never_env"))
     top.done()
     lines = {k: data.line_of(k) for k in data} if isinstance(data, LDict) else {}
-    return Allowlist(flags=flags, env=env, never_env=never, source=str(source), _lines=lines)
+    return Allowlist(flags=flags, env=env, source=str(source), _lines=lines)
 
 
 @cache

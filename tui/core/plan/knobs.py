@@ -28,10 +28,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths
+from tui.core import paths, vllmargv
 from tui.core.errors import InputError, PlanRefused
 from tui.core.models import ModelProfile
-from tui.core.plan.allowlist import PLACEMENT_FLAGS
 from tui.core.plan.argtext import check_json_flags
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.plan.spec import LaunchPlan, ServerSpec, Workaround
@@ -50,9 +49,6 @@ MAX_AXES = 6
 MAX_VALUES = 16
 MAX_CONFIGURATIONS = 256
 MAX_KNOBS = 128
-#: flags a knob may not set: the planner's own (placement, memory, the model), secrets aside
-PLANNER_FLAGS = PLACEMENT_FLAGS | {"--gpu-memory-utilization", "--max-model-len", "--served-model-name", "--model",
-                                   "--load-format", "--trust-remote-code", "--api-key"}
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")
 _VALUE = re.compile(r"[A-Za-z0-9_.-]{1,32}\Z")
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
@@ -397,19 +393,14 @@ def refusals(settings: Sequence[Setting], profile: ModelProfile, plan: LaunchPla
 
 
 def _remove(argv: list[str], flag: str) -> list[str]:
-    """``argv`` without ``flag`` (either form) and its value, and without its ``--no-``/positive twin."""
-    base = flag.split("=", 1)[0]
+    """``argv`` without ``flag`` in any spelling vLLM reads as it (``-cc``, ``--compilation_config=...``) and its
+    values, and without its ``--no-``/positive twin; the executable, ``serve`` and the model are never touched."""
+    base = vllmargv.flag_of(flag)
     twins = {base, base.replace("--no-", "--", 1) if base.startswith("--no-") else "--no-" + base[2:]}
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        name = a.split("=", 1)[0]
-        if i > 2 and name in twins:
-            i += 1 if ("=" in a or i + 1 >= len(argv) or argv[i + 1].startswith("-")) else 2
-            continue
-        out.append(a)
-        i += 1
+    out = argv[:3]
+    for word in vllmargv.read_words(argv[3:]):
+        if word.flag not in twins:
+            out += word.written
     return out
 
 
@@ -471,15 +462,16 @@ def _check_words(words: list[str], f: Fields, key: str) -> tuple[str, ...]:
     for w in words:
         if "\0" in w or "\n" in w:
             raise f.error(key, "a NUL or a newline cannot be on a command line")
-        if w.startswith("-"):
-            flag = w.split("=", 1)[0]
-            if flag in PLANNER_FLAGS:
-                raise f.error(key, f"{flag} is the planner's (placement, memory, the model): a knob may not set it")
-            if is_secret_flag(flag):
-                raise f.error(key, f"{flag} would put a secret on vLLM's command line")
+        if w.startswith("-") and is_secret_flag(w.split("=", 1)[0]):
+            raise f.error(key, f"{w.split('=', 1)[0]} would put a secret on vLLM's command line")
+    for w in words:
         if redact_text(w) != w:
             raise f.error(key, "a secret is never a knob's value (it would be on vLLM's command line, which vLLM "
                                "logs)")
+    try:
+        vllmargv.check_tail([w.replace("{n}", "1") for w in words], vllmargv.Source.KNOB, field=f.name(key))
+    except InputError as err:
+        raise f.error(key, err.message) from None
     try:
         check_json_flags([w.replace("{n}", "1") for w in words], flag=f.name(key))
     except InputError as err:
@@ -495,6 +487,10 @@ def _check_env(env: dict[str, str], f: Fields, key: str) -> tuple[tuple[str, str
             raise f.error(key, f"{k}: a secret is never a knob's value (set it in this host's environment)")
         if "\0" in v or len(v) > 256:
             raise f.error(key, f"{k}: a value of at most 256 characters, no NUL")
+        try:
+            vllmargv.check_env(k, v, vllmargv.Source.KNOB, field=f"{f.name(key)}.{k}")
+        except InputError as err:
+            raise f.error(key, err.message) from None
     return tuple(env.items())
 
 

@@ -25,6 +25,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tui.core import vllmargv
 from tui.core.errors import InputError, PlanRefused
 from tui.core.models import ModelProfile
 from tui.core.plan.hostfacts import HostFacts
@@ -189,11 +190,7 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
     """Build the launch plan. Raises PlanRefused (exit 2) for a request the host cannot honour."""
     opts = options or PlanOptions()
     topo = parse_topology(topology) if isinstance(topology, str) else topology
-    for a in (*opts.extra_args, *profile.extra_args):
-        if a.startswith("--") and is_secret_flag(a):
-            raise InputError(f"{a.split('=', 1)[0]} would put a secret on vLLM's command line, which vLLM logs at "
-                             "start-up: pass --api-key (it reaches the servers as VLLM_API_KEY) or set HF_TOKEN in "
-                             "the environment", field="--arg")
+    _check_sources(profile, opts)
     _check_part(topo, opts)
     gpus, warnings = _select_gpus(topo, facts, opts.gpus, opts.allow_shared_gpus, _part_need(topo, opts))
     workarounds: list[Workaround] = []
@@ -285,8 +282,9 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
         env = [("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus))), ("VLLM_ENGINE_READY_TIMEOUT_S", READY_TIMEOUT_ENV)]
         parallel = ["--tensor-parallel-size", str(topo.tp)] if topo.kind == "tp" else \
             ["--data-parallel-size", str(topo.dp)]
-        argv = [exe, "serve", model, "--host", opts.host, "--port", str(opts.port), *parallel, *tail_args(None)]
-        servers.append(ServerSpec(name="server", role="single", argv=tuple(argv), env=tuple(env + base_env(None)),
+        argv = vllmargv.server_argv(exe, model, "--host", opts.host, "--port", str(opts.port), *parallel,
+                                    *tail_args(None))
+        servers.append(ServerSpec(name="server", role="single", argv=argv, env=tuple(env + base_env(None)),
                                   gpus=gpus, host=opts.host, port=opts.port, tp=topo.tp, dp=topo.dp))
     else:
         if profile.is_hybrid:
@@ -315,10 +313,10 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
                 if profile.is_hybrid:
                     env.append(("VLLM_SSM_CONV_STATE_LAYOUT", "DS"))
                 kv_cfg = json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role}, separators=(",", ":"))
-                argv = [exe, "serve", model, "--host", opts.host, "--port", str(port),
-                        "--tensor-parallel-size", str(topo.tp), "--kv-transfer-config", kv_cfg,
-                        *tail_args(role_ov)]
-                servers.append(ServerSpec(name=f"{role}-{k}", role=role, argv=tuple(argv),
+                argv = vllmargv.server_argv(exe, model, "--host", opts.host, "--port", str(port),
+                                            "--tensor-parallel-size", str(topo.tp), "--kv-transfer-config", kv_cfg,
+                                            *tail_args(role_ov))
+                servers.append(ServerSpec(name=f"{role}-{k}", role=role, argv=argv,
                                           env=tuple(env + base_env(role_ov)), gpus=sg, host=opts.host, port=port,
                                           tp=topo.tp, dp=1, side_channel_port=side, kv_role=kv_role))
         if not opts.roles or opts.peers:
@@ -337,6 +335,28 @@ def plan(profile: ModelProfile, topology: Topology | str, facts: HostFacts,
     return result
 
 
+def _check_sources(profile: ModelProfile, opts: PlanOptions) -> None:
+    """Every flag and variable a plan takes from outside the planner, judged by its role where it is used
+    (:mod:`tui.core.vllmargv`): the profile's and its overrides' (as a profile's) and the operator's ``--arg``
+    and ``--env``. The model is checked by :func:`vllmargv.server_argv` as each argv is built."""
+    for a in (*opts.extra_args, *profile.extra_args):
+        if a.startswith("--") and is_secret_flag(a):
+            raise InputError(f"{a.split('=', 1)[0]} would put a secret on vLLM's command line, which vLLM logs at "
+                             "start-up: pass --api-key (it reaches the servers as VLLM_API_KEY) or set HF_TOKEN in "
+                             "the environment", field="--arg")
+    src = f"profile {profile.id}"
+    vllmargv.check_tail(profile.extra_args, vllmargv.Source.PROFILE, field="vllm.args", file=src)
+    for k, v in profile.env:
+        vllmargv.check_env(k, v, vllmargv.Source.PROFILE, field=f"vllm.env.{k}", file=src)
+    for name, ov in profile.overrides:
+        vllmargv.check_tail(ov.args, vllmargv.Source.PROFILE, field=f"overrides.{name}.args", file=src)
+        for k, v in ov.env:
+            vllmargv.check_env(k, v, vllmargv.Source.PROFILE, field=f"overrides.{name}.env.{k}", file=src)
+    vllmargv.check_tail(opts.extra_args, vllmargv.Source.OPERATOR, field="--arg")
+    for k, v in opts.extra_env:
+        vllmargv.check_env(k, v, vllmargv.Source.OPERATOR, field="--env")
+
+
 def _dp_part(topo: Topology, opts: PlanOptions, exe: str, model: str, gpus: tuple[int, ...], tail: list[str],
              env_tail: list[tuple[str, str]]) -> ServerSpec:
     """This host's ranks of data parallel across hosts (vLLM's multi-node DP): the head (start rank 0) runs the API
@@ -349,11 +369,11 @@ def _dp_part(topo: Topology, opts: PlanOptions, exe: str, model: str, gpus: tupl
     dp = ["--data-parallel-size", str(topo.dp), "--data-parallel-size-local", str(local)]
     rpc = ["--data-parallel-address", address, "--data-parallel-rpc-port", str(opts.dp_rpc_port)]
     if start == 0:
-        argv = [exe, "serve", model, "--host", opts.host, "--port", str(opts.port), *dp, *rpc, *tail]
-        return ServerSpec(name="server", role="single", argv=tuple(argv), env=tuple(env + env_tail), gpus=gpus,
+        argv = vllmargv.server_argv(exe, model, "--host", opts.host, "--port", str(opts.port), *dp, *rpc, *tail)
+        return ServerSpec(name="server", role="single", argv=argv, env=tuple(env + env_tail), gpus=gpus,
                           host=opts.host, port=opts.port, tp=topo.tp, dp=local)
-    argv = [exe, "serve", model, "--headless", *dp, "--data-parallel-start-rank", str(start), *rpc, *tail]
-    return ServerSpec(name=f"engines-{start}", role="headless", argv=tuple(argv), env=tuple(env + env_tail),
+    argv = vllmargv.server_argv(exe, model, "--headless", *dp, "--data-parallel-start-rank", str(start), *rpc, *tail)
+    return ServerSpec(name=f"engines-{start}", role="headless", argv=argv, env=tuple(env + env_tail),
                       gpus=gpus, host=address, port=opts.port, tp=topo.tp, dp=local)
 
 
@@ -399,20 +419,13 @@ def check_plan(p: LaunchPlan) -> None:
 
 
 def _remove_flag(argv: list[str], flag: str) -> list[str]:
-    out: list[str] = []
-    i = 0
-    names = {flag, flag.replace("_", "-")}
-    while i < len(argv):
-        a = argv[i]
-        base = a.split("=", 1)[0].replace("_", "-")
-        if base in names and i > 2:  # never the executable, "serve" or the model
-            if "=" not in a and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                i += 2
-            else:
-                i += 1
-            continue
-        out.append(a)
-        i += 1
+    """``argv`` without ``flag`` in any spelling vLLM reads as it (``-tp``, ``--tensor_parallel_size=2``), its
+    values going with it; the executable, ``serve`` and the model are never touched."""
+    target = vllmargv.flag_of(flag)
+    out = argv[:3]
+    for word in vllmargv.read_words(argv[3:]):
+        if word.flag != target:
+            out += word.written
     return out
 
 
@@ -423,6 +436,8 @@ def apply_fix(p: LaunchPlan, fix: PlanFix, label: str) -> LaunchPlan:
         if fix.roles and s.role not in fix.roles:
             servers.append(s)
             continue
+        for k, v in fix.set_env:
+            vllmargv.check_env(k, v, vllmargv.Source.PLAYBOOK, field=f"fix.set_env.{k}", file=f"playbook entry {label}")
         env = [(k, v) for k, v in s.env if k not in fix.unset_env]
         set_keys = dict(fix.set_env)
         env = [(k, set_keys.pop(k) if k in set_keys else v) for k, v in env]
@@ -434,6 +449,7 @@ def apply_fix(p: LaunchPlan, fix: PlanFix, label: str) -> LaunchPlan:
             parts = shlex.split(item)
             if not parts:
                 continue
+            vllmargv.check_tail(parts, vllmargv.Source.PLAYBOOK, field="fix.add_args", file=f"playbook entry {label}")
             argv = _remove_flag(argv, parts[0])
             argv += parts
         servers.append(replace(s, env=tuple(env), argv=tuple(argv)))

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
-from tui.core import netaddr
+from tui.core import netaddr, vllmargv
 from tui.core.errors import AppError, InputError
 from tui.core.models import Catalog, ModelProfile
 from tui.core.models.ranges import MODEL
@@ -135,9 +135,9 @@ class LaunchRequest:
         def bad(name: str, message: str, hint: str | None = None) -> None:
             out.append(InputError(message, field=FLAGS[name], hint=hint))
 
-        def guard(fn: Any, *args: Any) -> None:
+        def guard(fn: Any, *args: Any, **kwargs: Any) -> None:
             try:
-                fn(*args)
+                fn(*args, **kwargs)
             except InputError as err:
                 out.append(err)
 
@@ -209,6 +209,13 @@ class LaunchRequest:
             if any("\0" in w for w in words):
                 bad(name, "a NUL character cannot be passed on a command line")
         guard(check_json_flags, self.extra_args)
+        if not any("\0" in w for w in self.extra_args):
+            guard(vllmargv.check_tail, self.extra_args, vllmargv.Source.OPERATOR, field=FLAGS["extra_args"])
+        for k, v in self.extra_env:
+            if ENV_NAME.match(k) and "\0" not in v:
+                guard(vllmargv.check_env, k, v, vllmargv.Source.OPERATOR, field=FLAGS["extra_env"])
+        if self.model_path is not None and self.model_path.strip():
+            guard(vllmargv.check_model, self.model_path, field=FLAGS["model_path"])
         for key, value in self.knobs:
             if not _KNOB_KEY.match(key) or not _KNOB_VALUE.match(value):
                 bad("knobs", f"expected [ROLE.]NAME=VALUE with one value (as in attn=triton), got "
