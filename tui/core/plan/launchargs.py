@@ -65,8 +65,11 @@ def add_part_arguments(p: argparse.ArgumentParser | Any) -> None:
 def add_bundle_arguments(p: argparse.ArgumentParser | Any) -> None:
     """What an operator may accept from a bundle on this host, beyond the allowlist (``import``, ``up --bundle``)."""
     p.add_argument("--allow-env", action="append", default=[], metavar="NAME",
-                   help="accept this environment variable from the bundle though the allowlist does not name it "
-                        "(never PYTHONPATH, LD_*, PATH, *_HOME and the like); repeatable")
+                   help="accept this environment variable from the bundle though the allowlist does not name it: "
+                        "only tuning variables of vLLM and the libraries under it (VLLM_*, NCCL_*, UCX_*, CUDA_*, "
+                        "TORCH_*, PYTORCH_*, OMP_*, ...); never one that loads code or libraries, chooses a cache, "
+                        "config or plugin folder, or moves traffic or trust (PYTHONPATH, LD_*, *_HOME, *_DIR, "
+                        "*PLUGIN*, proxies, CA bundles), nor placement (CUDA_VISIBLE_DEVICES); repeatable")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="accept the bundle profile's trust_remote_code: vLLM then runs the Python code of the "
                         "model's repository on this host")
