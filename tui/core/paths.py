@@ -60,14 +60,16 @@ def recordings_dir() -> Path:
 
 
 def roots() -> list[Path]:
-    """The project's own folders, the deepest first: what :func:`root_for` finds a path under."""
-    found = [Path(os.path.abspath(d())) for d in (runs_dir, recordings_dir, state_dir, data_dir, config_dir)]
-    return sorted(dict.fromkeys(found), key=lambda d: len(d.parts), reverse=True)
+    """The project's own folders, the outermost first: what :func:`root_for` finds a path under."""
+    found = [Path(os.path.abspath(d())) for d in (state_dir, data_dir, config_dir, runs_dir, recordings_dir)]
+    return sorted(dict.fromkeys(found), key=lambda d: len(d.parts))
 
 
 def root_for(path: Path) -> Path | None:
-    """The project folder (runs, recordings, state, data or config) that holds ``path``, the deepest one; None
-    when it is in none of them (a folder the operator named on the command line)."""
+    """The project folder (state, data or config; runs or recordings where they are set elsewhere) that holds
+    ``path``, the outermost one: it is checked as a whole (this user's, writable by nobody else), and every folder
+    below it is opened without following a link (``data/runs`` a symlink is refused: set ``DISAGG_TUI_RUNS_DIR``
+    instead). None when ``path`` is in none of them (a file the operator named on the command line)."""
     p = Path(os.path.abspath(path))
     return next((r for r in roots() if p == r or r in p.parents), None)
 

@@ -79,17 +79,18 @@ def _ancestors(path: Path) -> list[Path]:
     return list(reversed(path.parents))
 
 
-def check_dir(path: Path) -> None:
+def check_dir(path: Path, *, above_only: bool = False) -> None:
     """Refuse ``path`` as a project root unless it is a directory of this user's that nobody else can write, and
     every folder above it (as written and once symlinks are resolved) is this user's or root's and not writable by
-    others unless sticky: :class:`UnsafeDir` naming the first folder that is not."""
+    others unless sticky: :class:`UnsafeDir` naming the first folder that is not. ``above_only``: ``path`` is
+    checked as a folder above a root is (the nearest existing folder above one about to be made)."""
     lexical = Path(os.path.abspath(path))
     try:
         real = Path(os.path.realpath(lexical, strict=True))
     except OSError as exc:
         raise UnsafeDir(lexical, f"cannot be checked ({exc.strerror or exc})", None) from None
     above: list[Path] = []
-    for d in (*_ancestors(lexical), *_ancestors(real)):
+    for d in (*_ancestors(lexical), *_ancestors(real), *((lexical, real) if above_only else ())):
         if d not in above:
             above.append(d)
     for d in above:
@@ -100,31 +101,23 @@ def check_dir(path: Path) -> None:
         why = _owner_problem(st, strict=False)
         if why is not None:
             raise UnsafeDir(d, f"{why}, above {lexical}", _hint(why, d))
-    for d in dict.fromkeys((lexical, real)):
+    for d in dict.fromkeys(() if above_only else (lexical, real)):
         st = os.stat(d)
         why = _owner_problem(st, strict=True)
         if why is not None:
             raise UnsafeDir(d, why, _hint(why, d))
 
 
-#: roots checked in this process: abspath -> (device, inode, mode, owner) when checked (a change is checked again)
-_checked: dict[str, tuple[int, int, int, int]] = {}
-
-
 def check_root(root: Path, *, create: bool = False) -> Path:
-    """:func:`check_dir` once per process for each root (again when the folder's identity, mode or owner
-    changed); ``create``: make it first (``mkdir -p``, mode 0700, following links above it) when missing."""
+    """:func:`check_dir` of a project root, each time it is used (a dozen ``stat`` calls: a folder made shared
+    since the last write is seen); ``create``: make it first (``mkdir -p``, mode 0700, following links above it)
+    when missing, once the folders above it are checked (nothing is made inside a shared folder)."""
     root = Path(os.path.abspath(root))
     if create and not os.path.isdir(root):
+        existing = next(p for p in root.parents if os.path.isdir(p))
+        check_dir(existing, above_only=True)
         _make_above(root)
-    try:
-        st = os.stat(root)
-    except OSError as exc:
-        raise UnsafeDir(root, f"cannot be checked ({exc.strerror or exc})", None) from None
-    ident = (st.st_dev, st.st_ino, st.st_mode, st.st_uid)
-    if _checked.get(str(root)) != ident:
-        check_dir(root)
-        _checked[str(root)] = ident
+    check_dir(root)
     return root
 
 
@@ -284,9 +277,13 @@ def open_append(path: Path, *, root: Path | None = None, buffering: int = 0) -> 
             fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
         except OSError as exc:
             raise _refusal(dir_fd, name, parent / name, exc) from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        why = ("is not a regular file (a FIFO, a device or a socket)" if not stat.S_ISREG(st.st_mode)
+               else f"is owned by uid {st.st_uid}, not by this user" if st.st_uid != os.geteuid()
+               else f"has {st.st_nlink} hard links (a file of ours has one)" if st.st_nlink > 1 else None)
+        if why is not None:
             os.close(fd)
-            raise UnsafeDir(parent / name, "is not a regular file (a FIFO, a device or a socket)")
+            raise UnsafeDir(parent / name, why)
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     finally:
         os.close(dir_fd)

@@ -524,7 +524,10 @@ class StateStore:
 
     def read(self) -> dict[str, LayoutRecord]:
         """A snapshot under a shared lock (a writer's change is seen whole). Writes only to quarantine a record
-        that does not read back (under the exclusive lock, then)."""
+        that does not read back (under the exclusive lock, then). A state folder that others can write is
+        refused even while it holds no state file (``safewrite.UnsafeDir``)."""
+        if os.path.isdir(self.root):
+            safewrite.check_root(self.root)
         if not os.path.lexists(self.file):  # a broken link in its place is no missing file: _read says so
             return {}
         with self._open_lock() as lock:
