@@ -12,7 +12,9 @@ Here, once:
 - :func:`read_words` reads an argv tail as vLLM's ``FlexibleArgumentParser`` does (underscores to dashes in the
   flag's name, short aliases, unique prefixes, ``=`` and space forms, ``--no-`` forms, dotted keys, ``-O3``), each
   word resolved against the flag table of vLLM 0.24.0 (``profiles/vllm-serve-flags.txt``, made from its
-  ``vllm serve --help=all`` by :func:`parse_help`);
+  ``vllm serve --help=all`` by :func:`parse_help`); the preprocessing is ``FlexibleArgumentParser.parse_args`` of
+  vLLM 0.24.0 (``vllm/utils/argparse_utils.py``: underscores before the first '.', ``-O``, dotted keys on any word
+  that starts with '-'; ``allow_abbrev`` left at argparse's default, so unique prefixes are read);
 - :data:`FLAG_RULES` and :func:`flag_rule` say what a flag is to this project (placement the planner sets, the
   planner's memory settings, a secret, or a flag that loads code or files, reads a file, changes who may call the
   server or where traffic goes), and :func:`env_rule` the same of a variable;
@@ -287,8 +289,8 @@ def resolve(word: str, table: FlagTable | None = None) -> tuple[Flag | None, str
     key, eq, inline = word.partition("=")
     if eq and key in index:
         return index[key], inline, None
-    if word.startswith("-O") and len(word) > 2:  # vLLM's -O3 / -O.mode: the optimization level or compilation
-        return index.get("--optimization-level" if word[2:].isdigit() else "--compilation-config"), word[2:], None
+    if word.startswith("-O") and len(word) > 2:  # vLLM's own: -O3, -O=3, -Odecode are --optimization-level
+        return index.get("--optimization-level"), word[3:] if word[2] == "=" else word[2:], None
     short = [(f, s) for s, f in index.items() if s == word[:2] or (s.startswith(word) and not s.startswith("--"))]
     if len(short) > 1:
         return None, None, f"{word} is ambiguous to vLLM"
