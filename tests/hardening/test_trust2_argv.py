@@ -89,6 +89,13 @@ class TestArgvByRole:
                                   f"--model-path={model}"]))
         assert "--model-path" in line and "starts with '-'" in line, line
 
+    @pytest.mark.parametrize("key", ["served_model_name", "load_format"])
+    def test_a_profile_value_after_a_planner_flag_is_never_an_option(self, key: str, tmp_path: Path) -> None:
+        f, data = _profile(tmp_path, **{key: "--worker-extension-cls=evil.X"})
+        _write(f, data)
+        line = _one_line(run_cli(["plan", "--sim", "--model", str(f), "--topology", "tp1", "--no-preflight"]))
+        assert f"{f}:" in line and f"vllm.{key}" in line and "not starting with '-'" in line, line
+
     def test_the_builder_refuses_an_option_shaped_model_whatever_reached_it(self) -> None:
         profile = Catalog.load().model(M)
         for model in ("-tp", "--config=x.yaml"):

@@ -480,6 +480,15 @@ def check_model(model: str, *, field: str = "model", file: str | Path | None = N
     return model
 
 
+def check_value(value: str, *, field: str, file: str | Path | None = None, line: int | None = None) -> str:
+    """A value the planner writes after its own flag (a profile's ``served_model_name``, ``load_format``): one
+    printable line that vLLM's parser cannot take for an option (``--load-format --worker-extension-cls=x``)."""
+    if not value or value.startswith("-") or not value.isprintable() or len(value) > 256:
+        raise InputError(f"{shown(value, 80)!r}: expected printable text of at most 256 characters, not starting "
+                         "with '-' (vLLM would read it as an option)", file=file, line=line, field=field)
+    return value
+
+
 def server_argv(exe: str, model: str, *words: str) -> tuple[str, ...]:
     """The one builder of a server's argv: ``EXE serve MODEL WORDS…``, the model checked by :func:`check_model`.
     The words are the planner's own (placement) and the tails each source's :func:`check_tail` let through."""

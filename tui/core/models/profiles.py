@@ -312,6 +312,9 @@ def parse_model_profile(data: Any, source: str | Path, *, expand_env: bool = Tru
     trust = v.get("trust_remote_code", bool, False)
     load_format = v.get("load_format", str, None)
     served = v.get("served_model_name", str, None)
+    for key, value in (("load_format", load_format), ("served_model_name", served)):
+        if value is not None:
+            vllmargv.check_value(value, field=v.name(key), file=v.source, line=v.line_of(key))
     args = _vllm_words(v, "args")
     env = _vllm_env(v, "env")
     v.done()

@@ -345,6 +345,10 @@ def _check_sources(profile: ModelProfile, opts: PlanOptions) -> None:
                              "start-up: pass --api-key (it reaches the servers as VLLM_API_KEY) or set HF_TOKEN in "
                              "the environment", field="--arg")
     src = f"profile {profile.id}"
+    for key, value in (("vllm.load_format", profile.load_format),
+                       ("vllm.served_model_name", profile.served_model_name)):
+        if value is not None:
+            vllmargv.check_value(value, field=key, file=src)
     vllmargv.check_tail(profile.extra_args, vllmargv.Source.PROFILE, field="vllm.args", file=src)
     for k, v in profile.env:
         vllmargv.check_env(k, v, vllmargv.Source.PROFILE, field=f"vllm.env.{k}", file=src)
