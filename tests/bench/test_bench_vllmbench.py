@@ -21,7 +21,7 @@ import json, sys, time
 args = sys.argv[1:]
 assert args[:2] == ["bench", "serve"], args
 opt = {args[i]: args[i + 1] for i in range(2, len(args) - 1) if args[i].startswith("--")}
-if "--fail" in opt.get("--model", ""):
+if opt.get("--model", "") == "fail-at-test-run":
     print("ValueError: Initial test run failed", file=sys.stderr)
     sys.exit(1)
 print("Starting main benchmark run...")
@@ -216,7 +216,7 @@ async def test_a_stopped_vllm_bench_is_killed_and_marked_incomplete(stub, tmp_pa
 async def test_failing_vllm_bench_is_a_failed_run(stub, tmp_path: Path) -> None:
     url, _ = await stub(mode="fast")
     opts = _opts()
-    opts.model = "--fail"
+    opts.model = "fail-at-test-run"
     target = BenchTarget(endpoint=url, topology="tp1", campaign="vb", runs_root=tmp_path)
     with pytest.raises(RunFailed, match="exited with code 1: ValueError: Initial test run failed"):
         await run_vllm_bench(_fake(tmp_path), opts, target, "/tok")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tui.core import paths, safewrite
+from tui.core import paths, safewrite, vllmargv
 from tui.core.bench.events import BenchDone, BenchLine, BenchTick
 from tui.core.bench.runner import (
     BenchOptions,
@@ -59,6 +59,8 @@ def bench_argv(command: Sequence[str], opts: BenchOptions, endpoint: str, model:
     if opts.prompts_file:
         raise InputError("the vllm bench runner sends vllm's random dataset only; drop --prompts",
                          field="--runner")
+    vllmargv.check_value(model, field="model")  # a served name from the server's answer: never an option
+    vllmargv.check_model(tokenizer, field="--tokenizer")
     argv = [*command, "bench", "serve", "--base-url", endpoint, "--model", model, "--tokenizer", tokenizer,
             "--dataset-name", "random", "--random-input-len", str(w.input_len),
             "--random-output-len", str(w.output_len), "--random-range-ratio", str(w.range_ratio),
