@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tui.core import paths, safeio, typedread
+from tui.core import paths, safeio, safewrite, typedread
 from tui.core.errors import InputError
 from tui.core.events import Event, EventBus, event_from_dict
 from tui.core.launch.supervisor import create_time, process_alive
@@ -35,8 +35,11 @@ class EventsWriter:
         self.path = path
         self.redactor = redactor or Redactor()
         paths.make_dirs(path.parent)
-        fd = safeio.open_append(path, 0o600, field="--events-to")
-        self._fh: BinaryIO | None = os.fdopen(fd, "ab", buffering=0)
+        root = paths.root_for(path)
+        if root is not None:  # a console's benchmark: its events file in the state folder, never through a link
+            self._fh: BinaryIO | None = safewrite.open_append(path, root=root)
+        else:  # a file the operator named
+            self._fh = os.fdopen(safeio.open_append(path, 0o600, field="--events-to"), "ab", buffering=0)
         pid = os.getpid()
         self._line({"t": HEADER, "pid": pid, "create_time": create_time(pid),
                     "argv": self.redactor.value(list(argv if argv is not None else sys.argv[1:]))})
