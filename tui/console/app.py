@@ -29,6 +29,8 @@ from textual import events, work
 from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
+from textual.filter import LineFilter
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Input, Select, TextArea
 from textual.worker import Worker, WorkerState, get_current_worker
@@ -55,6 +57,7 @@ from tui.console.messages import (
     WorkerFailed,
 )
 from tui.console.remotes import RemoteSource, declare
+from tui.console.safetext import UnprintableFilter
 from tui.console.screens.base import ConsoleScreen
 from tui.console.screens.bench import BenchScreen
 from tui.console.screens.campaign import CampaignScreen
@@ -63,7 +66,7 @@ from tui.console.screens.launch import LaunchScreen
 from tui.console.screens.playbook import PlaybookScreen
 from tui.console.screens.results import ResultsScreen
 from tui.console.state import BAND, ConsoleState
-from tui.core.errors import AppError
+from tui.core.errors import AppError, printable
 from tui.core.events import Event, Notice
 from tui.core.follow import LayoutFollower
 from tui.core.host.base import Host, HostOptions
@@ -118,6 +121,10 @@ def make_console(options: HostOptions | None = None, *, live: bool = True, clock
     for ev in events:
         app.state.apply(ev)
     return app
+
+
+#: the console's one net under every line it draws (one object: Textual caches a line's filtered form by filter)
+UNPRINTABLE = UnprintableFilter()
 
 
 class ConsoleApp(App[int]):
@@ -194,6 +201,19 @@ class ConsoleApp(App[int]):
         self._screens: list[ConsoleScreen] = []
         for mode, screen_class in self.SCREENS_OF_MODES.items():
             self.add_mode(mode, partial(self._make_screen, screen_class))
+
+    def get_line_filters(self) -> list[LineFilter]:
+        """Textual's filters and the console's net: no widget's line reaches the terminal with a control character
+        (:class:`tui.console.safetext.UnprintableFilter`)."""
+        return [*super().get_line_filters(), UNPRINTABLE]
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """As Textual's, but a notification is plain text whoever asks (a screen's ``notify`` says markup): its
+        message and title through the sink (a quoted value from outside: escaped, its markup shown as written,
+        never an action or a link)."""
+        super().notify(printable(message, keep="\n"), title=printable(title), severity=severity, timeout=timeout,
+                       markup=False)
 
     def _make_screen(self, screen_class: type[ConsoleScreen]) -> ConsoleScreen:
         screen = screen_class(self.ctx, self.state)

@@ -152,7 +152,8 @@ class ReplayConsoleApp(ConsoleApp, inherit_bindings=False):
 
     def notify(self, message: str, *, title: str = "", severity: Any = "information", timeout: float | None = None,
                markup: bool = True) -> None:
-        """As Textual's; a notice that is not a jump's is kept when the next jump clears the last one."""
+        """As the console's (plain text, through the sink); a notice that is not a jump's is kept when the next jump
+        clears the last one."""
         self._other_notice_until = max(self._other_notice_until,
                                        time.monotonic() + (timeout or self.NOTIFICATION_TIMEOUT))
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)

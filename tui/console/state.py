@@ -341,7 +341,7 @@ def owners_of(sample: GpuSample) -> list[tuple[str, str, int]]:
     """(owner, role, bytes) of the processes on a GPU, the servers' first (summed per owner)."""
     acc: dict[tuple[str, str], int] = {}
     for p in sample.processes:
-        owner = p.owner or (p.name or f"pid {p.pid}")
+        owner = printable(p.owner or (p.name or f"pid {p.pid}"))  # a process's name is anyone's
         role = p.role or ""
         if p.tp_rank is not None:
             role = f"{role} TP{p.tp_rank}".strip()

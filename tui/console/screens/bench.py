@@ -28,6 +28,7 @@ from textual.widgets.option_list import Option
 from tui.console import fmt
 from tui.console.context import ConsoleContext
 from tui.console.messages import BenchRequested, BenchStopRequested
+from tui.console.safetext import text
 from tui.console.screens.base import ConsoleScreen
 from tui.console.state import BENCH, ConsoleState
 from tui.console.widgets.charts import TimeSeriesChart
@@ -242,7 +243,7 @@ class BenchScreen(ConsoleScreen):
             xfer = ""
             if f.kv_transfer is not None and f.kv_transfer.bytes_per_s is not None:
                 xfer = fmt.kv_rate(f.kv_transfer, long=False)  # the core's definition, both figures labelled
-            table.add_row(v.name, f"{f.running or 0:.0f}/{f.waiting or 0:.0f}",
+            table.add_row(text(v.name), f"{f.running or 0:.0f}/{f.waiting or 0:.0f}",
                           "—" if f.kv_cache_usage is None else f"{f.kv_cache_usage * 100:.1f}",
                           fmt.num(f.generation_tps), fmt.ms(f.ttft.p50 if f.ttft else None),
                           fmt.ms(f.tpot.p50 if f.tpot else None), xfer)

@@ -47,6 +47,7 @@ from tui.console.knobs import (
     set_axis_value,
 )
 from tui.console.messages import CampaignChoice, CampaignRequested, CampaignResumeRequested
+from tui.console.safetext import text
 from tui.console.screens.base import ConsoleScreen
 from tui.console.screens.launch import candidate_topologies
 from tui.console.state import ConsoleState
@@ -122,7 +123,7 @@ def grid(state: CampaignState) -> Table:
     t = Table(expand=True, box=None, pad_edge=False, padding=(0, 1, 1, 0) if state.configs else (0, 1))
     t.add_column("layout" if state.configs else "topology")
     for w, r in columns:
-        t.add_column(f"{w}" + (f" @{r}" if r and r != "inf" else ""), justify="right")
+        t.add_column(text(f"{w}" + (f" @{r}" if r and r != "inf" else "")), justify="right")  # a str is markup
     for topo, config in state.layouts():
         row: list[Text | str] = [_layout_label(topo, config)]
         for w, r in columns:
@@ -269,7 +270,7 @@ class CampaignScreen(ConsoleScreen):
         ctx = self.ctx
         models = self.query_one("#c-model", OptionList)
         for mid in sorted(ctx.catalog.models):
-            models.add_option(Option(mid, id=mid))
+            models.add_option(Option(text(mid), id=mid))  # an option's str prompt is markup
         lay = self.state.layout or self.state.last_layout  # the model up, or up last
         ids = sorted(ctx.catalog.models)
         if ids:

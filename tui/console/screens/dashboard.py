@@ -20,6 +20,7 @@ from tui.console.widgets.gpus import GpuPanel
 from tui.console.widgets.header import HeaderBar
 from tui.console.widgets.logpane import LogPane, LogView
 from tui.console.widgets.servers import ServerTable
+from tui.core.printable import printable
 
 
 class DashboardScreen(ConsoleScreen):
@@ -153,7 +154,7 @@ class DashboardScreen(ConsoleScreen):
             self.notify("no diagnosis", timeout=3)
             return
         body = Text()
-        body.append(d.headline() + "\n\n", style="bold")
+        body.append(printable(d.headline()) + "\n\n", style="bold")
         if d.line:
             body.append("The line:\n", style="bold")
             body.append(d.line.strip() + "\n\n", style="red")

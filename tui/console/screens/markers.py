@@ -15,6 +15,7 @@ from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
 from tui.console.screens.base import ConsoleModal
+from tui.core.printable import printable
 from tui.core.record.markers import Marker
 
 #: markers listed at most (a day's recording has a few thousand)
@@ -44,7 +45,7 @@ class MarkersModal(ConsoleModal[float | None]):
             for i, m in enumerate(self.markers):
                 line = Text(time.strftime("%H:%M:%S ", time.localtime(m.ts)), style="dim")
                 line.append(f"{m.kind:<10}", style="bold red" if m.kind in ("failure", "diagnosis") else "bold")
-                line.append(f" {m.label}")
+                line.append(f" {printable(m.label, 300)}")
                 options.append(Option(line, id=str(i)))
             yield OptionList(*options, id="markers")
             yield Label(Text("enter jumps there · esc closes", style="dim"))

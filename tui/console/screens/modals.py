@@ -14,7 +14,15 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
+from tui.console.safetext import text
 from tui.console.state import ConsoleState
+from tui.core.printable import printable
+
+
+def as_text(body: str | Text) -> Text:
+    """A dialog's body: a string (a diagnosis, a plan, what a file said) is plain text through the sink, its line
+    breaks kept, never markup; a ``Text`` the console built is drawn as it is."""
+    return body if isinstance(body, Text) else text(body, keep="\n")
 
 
 class QuitModal(ModalScreen[str | None]):
@@ -56,12 +64,12 @@ class QuitModal(ModalScreen[str | None]):
         with Vertical(id="quit-dialog", classes="dialog"):
             yield Label(Text.assemble(("Quit the console?", "bold")))
             # Static, not Label: a long line wraps in the dialog's width (80 columns) instead of being cut
-            if lay is not None:
-                yield Static(f"{lay.topology} of {lay.profile_id} ({lay.status}) is running on this host"
-                             + (f", {lay.started_by}." if lay.started_by else "."))
+            if lay is not None:  # names from the state file: plain text, never markup
+                yield Static(text(f"{lay.topology} of {lay.profile_id} ({lay.status}) is running on this host"
+                                  + (f", {lay.started_by}." if lay.started_by else ".")))
             if self.across:
-                yield Static(f"A layout across {', '.join(self.across)} is up (stopping it runs disagg-tui down "
-                             f"--hosts {','.join(self.across)}: each host stops its own part).", id="quit-across")
+                yield Static(text(f"A layout across {', '.join(self.across)} is up (stopping it runs disagg-tui down "
+                                  f"--hosts {','.join(self.across)}: each host stops its own part)."), id="quit-across")
             yield Static("Its servers keep running unless you stop them; a console opened later reattaches.")
             if lay is not None and lay.held_by:
                 yield Static(Text(f"It is in use by {lay.held_by}: stopping its servers stops the layout under "
@@ -97,8 +105,8 @@ class ConfirmModal(ModalScreen[bool]):
 
     def __init__(self, title: str, body: str | Text, yes: str) -> None:
         super().__init__()
-        self.title_text = title
-        self.body = body
+        self.title_text = printable(title)
+        self.body = as_text(body)
         self.yes = yes
 
     def compose(self) -> ComposeResult:
@@ -138,8 +146,8 @@ class TextModal(ModalScreen[None]):
 
     def __init__(self, title: str, body: str | Text) -> None:
         super().__init__()
-        self.title_text = title
-        self.body = body
+        self.title_text = printable(title)
+        self.body = as_text(body)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="text-dialog", classes="dialog"):
@@ -174,6 +182,5 @@ class TextModal(ModalScreen[None]):
         self.dismiss(None)
 
     def action_copy(self) -> None:
-        plain = self.body.plain if isinstance(self.body, Text) else str(self.body)
-        self.app.copy_to_clipboard(plain)
+        self.app.copy_to_clipboard(self.body.plain)
         self.app.notify("copied to the clipboard (OSC 52)", timeout=2)

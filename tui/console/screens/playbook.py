@@ -30,6 +30,7 @@ from tui.core.launch.failures import PastFailure, past_failures
 from tui.core.playbook import Diagnosis, Entry, load_playbook
 from tui.core.playbook.edit import Listed, delete_entry, disable_entry, enable_entry, listing
 from tui.core.playbook.loader import shipped_playbook_path
+from tui.core.printable import printable
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -274,7 +275,7 @@ class PlaybookScreen(ConsoleScreen):
         listed = {f.layout_id for f in self.failures}
         if self.state.diagnoses and (lay is None or lay.id not in listed):
             top = sorted(self.state.diagnoses, key=lambda d: d.sort_key())[0]
-            what = f"{lay.topology} of {lay.profile_id}" if lay is not None else "the layout shown"
+            what = printable(f"{lay.topology} of {lay.profile_id}") if lay is not None else "the layout shown"
             ol.add_option(Option(Text(fmt.cut_words(f"now · {what}: {top.headline()}"
                                                     + (f" (+{len(self.state.diagnoses) - 1})"
                                                        if len(self.state.diagnoses) > 1 else ""), width),

@@ -16,6 +16,7 @@ from tui.console.fixview import shown_fix
 from tui.console.state import ConsoleState, ServerView
 from tui.console.widgets.panel import TextPanel
 from tui.core.playbook import Playbook
+from tui.core.printable import printable
 
 
 class Band(TextPanel):
@@ -70,13 +71,14 @@ def _remote(model: ConsoleState, v: ServerView, width: int) -> Text:
 
     rv = model.remotes[v.host]
     d = diagnosis_of(rv, v.name)
-    t = Text.assemble((f"{v.name}", "bold"), f" on {v.host}" + (f" ({v.role})" if v.role else "") + ": ")
+    t = Text.assemble((printable(v.name), "bold"),
+                      printable(f" on {v.host}" + (f" ({v.role})" if v.role else "")) + ": ")
     starting = v.started and v.exited is None and v.phase != "ready" and d is None
     if d is not None:
         t.append("failed: " if d.is_failure else "warning: ", style=fmt.BAD if d.is_failure else fmt.WARN)
-        t.append(d.entry_id, style="bold")
+        t.append(printable(d.entry_id), style="bold")
         t.append(f" · {d.title}")
-        t.append("\nFix (on " + v.host + "): ", style="bold")
+        t.append("\nFix (on " + printable(v.host) + "): ", style="bold")
         t.append(d.fix or "no fix known: see its log", style="")
     elif v.exited is not None:
         t.append(fmt.exit_words(v.exited.returncode, v.exited.during), style=fmt.BAD)
@@ -191,9 +193,9 @@ def _diagnosis(model: ConsoleState, width: int, book: Playbook | None) -> Text:
     fix = shown_fix(d, book, model)
     t = Text()
     t.append("✖ " if d.is_failure else "▲ ", style=fmt.BAD if d.is_failure else fmt.WARN)
-    t.append(f"{d.server} " if d.server else "", style="bold")
+    t.append(f"{printable(d.server)} " if d.server else "", style="bold")  # keys, kept raw: shown escaped
     t.append("failed: " if d.is_failure else "warning: ")
-    t.append(d.entry_id, style="bold")
+    t.append(printable(d.entry_id), style="bold")
     t.append(f" · {d.title}")
     first = d.explanation.strip().splitlines()[0] if d.explanation.strip() else ""
     for line in textwrap.wrap(first, max(width - 2, 20))[:2]:

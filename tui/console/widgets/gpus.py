@@ -11,6 +11,7 @@ from tui.console import fmt
 from tui.console.remotes import RemoteView
 from tui.console.state import ConsoleState, GpuView, owners_of
 from tui.console.widgets.panel import TextPanel
+from tui.core.printable import printable
 
 #: owners by role; never green, yellow or red, which mean ok, warning and failure
 ROLE_STYLES = {"prefill": "blue", "decode": "cyan", "single": "bright_blue", "proxy": "magenta"}
@@ -129,7 +130,7 @@ def _local_header(model: ConsoleState, width: int) -> Text:
     if model.simulated:
         t.append(" SIMULATED", style="bold yellow")
     t.append(f" · {len(model.gpus)} GPU{'' if len(model.gpus) == 1 else 's'}")
-    label = model.host_label.replace("SIMULATED ", "").replace("SIMULATED", "").strip(" ·")
+    label = printable(model.host_label.replace("SIMULATED ", "").replace("SIMULATED", "").strip(" ·"))
     if label and width >= 96:
         t.append(f" · {label}", style=fmt.DIM)
     t.truncate(width, overflow="ellipsis")
@@ -147,9 +148,9 @@ def _remote_header(model: ConsoleState, rv: RemoteView, width: int) -> Text:
     down = rv.down
     if down is not None:
         left = down.ts + down.retry_in_s - model.clock()
-        t.append(f" · UNREACHABLE ({down.reason})", style=fmt.BAD)
-        if down.detail and width >= 96:
-            t.append(f": {down.detail}", style=fmt.BAD)
+        t.append(f" · UNREACHABLE ({printable(down.reason, 40)})", style=fmt.BAD)
+        if down.detail and width >= 96:  # what ssh or the remote host said: through the sink
+            t.append(f": {printable(down.detail, 300)}", style=fmt.BAD)
         t.append(f" · retry in {left:.0f} s" if left >= 0.5 else " · retrying…", style=fmt.WARN)
         if rv.received:
             seen = time.strftime("%H:%M:%S", time.localtime(rv.received))
@@ -181,7 +182,7 @@ def _gpu_lines(model: ConsoleState, view: GpuView, width: int,
     stale = old or dim  # greyed: old, or its host unreachable (its header says since when)
     wide = width >= 120
     medium = width >= 96
-    name = g.name.replace("NVIDIA ", "").split(" ")[0] if g.name else "?"
+    name = printable(g.name.replace("NVIDIA ", "").split(" ")[0] if g.name else "?", 24)
     line = Text()
     line.append(f"GPU{g.index} ", style="bold")
     line.append(f"{name:<6}", style="bold")

@@ -9,6 +9,7 @@ from rich.text import Text
 from tui.console import fmt
 from tui.console.state import ConsoleState
 from tui.console.widgets.panel import TextPanel
+from tui.core.printable import printable
 
 STATUS_STYLE = {"ready": fmt.OK, "starting": fmt.BUSY, "failed": fmt.BAD, "degraded": fmt.BAD, "stopping": fmt.WARN}
 
@@ -29,10 +30,10 @@ def render_header(model: ConsoleState, width: int, *, replay: str | None = None,
     t.append(" disagg-tui ", style="bold reverse")
     if replay:
         t.append(" REPLAY ", style="bold reverse magenta")
-        t.append(f" {replay}")
+        t.append(f" {printable(replay)}")
     if model.simulated:
         t.append(" SIMULATED ", style="bold reverse yellow")
-    label = model.host_label.replace("SIMULATED ", "").replace("SIMULATED", "").strip(" ·")
+    label = printable(model.host_label.replace("SIMULATED ", "").replace("SIMULATED", "").strip(" ·"))
     if label and not (replay and width < 100):  # 80 columns of a replay: its position, the layout and the clock
         t.append(f" {label}" if width >= 100 else f" {label[:28]}")
     if screen:
@@ -42,8 +43,8 @@ def render_header(model: ConsoleState, width: int, *, replay: str | None = None,
     if lay is None:
         t.append("no layout", style=fmt.DIM)
     else:
-        t.append(f"{lay.topology} {lay.profile_id if width >= 100 else ''}".rstrip() + " · ")
-        t.append(lay.status, style=STATUS_STYLE.get(lay.status, ""))
+        t.append(printable(f"{lay.topology} {lay.profile_id if width >= 100 else ''}".rstrip()) + " · ")
+        t.append(printable(lay.status), style=STATUS_STYLE.get(lay.status, ""))
         since = layout_since(model)
         if width >= 120 and since:
             t.append(" since " + time.strftime("%H:%M:%S", time.localtime(since)), style=fmt.DIM)

@@ -33,6 +33,7 @@ from textual.widget import Widget
 from textual.widgets import Input
 
 from tui.console import loglines
+from tui.console.safetext import plain
 from tui.console.state import ConsoleState, ServerView
 
 # kept here too: what was imported from this module before the words moved to ``loglines``
@@ -192,9 +193,10 @@ class LogPane(Widget, can_focus=True):
             parts.append("wrapped (w)")
         if not self.following:
             parts.append(f"{self.back} lines back (End or f follows)")
-        self.border_title = " · ".join(parts)
+        # a border title is markup: a server's, a host's or a path's name (and a search for "[rank0]") as written
+        self.border_title = plain(" · ".join(parts), 300)
         path = view.log_path if view is not None else ""
-        self.border_subtitle = f"{view.host}:{path}" if path and view is not None and view.host else path
+        self.border_subtitle = plain(f"{view.host}:{path}" if path and view is not None and view.host else path, 300)
 
     # --- the operator's controls ---------------------------------------------------------------------------
     def action_scroll_back(self, lines: int) -> None:

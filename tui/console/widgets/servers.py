@@ -19,6 +19,7 @@ from textual.widget import Widget
 
 from tui.console import fmt
 from tui.console.state import SERVER_PERIOD_S, STALE_PERIODS, ConsoleState, ServerView
+from tui.core.printable import printable
 
 WIDE = (("server", 10), ("role", 7), ("GPU", 4), ("port", 5), ("state", 20), ("run/wait", 9), ("KV %", 6),
         ("prompt tok/s", 12), ("gen tok/s", 10), ("KV in (moved)", 22))
@@ -161,7 +162,7 @@ def kv_in_cell(v: ServerView, width: int = 22) -> str:
 
 
 def row_for(model: ConsoleState, v: ServerView, compact: bool, state_w: int = 22, kv_w: int = 22) -> list[object]:
-    name = Text(v.name, style="bold" if not model.server_stale(v) else "dim")
+    name = Text(printable(v.name), style="bold" if not model.server_stale(v) else "dim")
     gpus = ",".join(str(g) for g in v.gpus) or ("—" if v.role != "proxy" else "")
     state = state_cell(model, v, state_w)
     f = v.figures if v.exited is None else None  # a server that has ended has no figures now
