@@ -79,11 +79,11 @@ def _ancestors(path: Path) -> list[Path]:
     return list(reversed(path.parents))
 
 
-def check_dir(path: Path, *, above_only: bool = False) -> None:
+def check_dir(path: Path, *, above_only: bool = False, made: Path | None = None) -> None:
     """Refuse ``path`` as a project root unless it is a directory of this user's that nobody else can write, and
     every folder above it (as written and once symlinks are resolved) is this user's or root's and not writable by
     others unless sticky: :class:`UnsafeDir` naming the first folder that is not. ``above_only``: ``path`` is
-    checked as a folder above a root is (the nearest existing folder above one about to be made)."""
+    checked as a folder above a root is (the nearest existing folder above ``made``, a root about to be made)."""
     lexical = Path(os.path.abspath(path))
     try:
         real = Path(os.path.realpath(lexical, strict=True))
@@ -100,7 +100,7 @@ def check_dir(path: Path, *, above_only: bool = False) -> None:
             raise UnsafeDir(d, f"cannot be checked ({exc.strerror or exc})", None) from None
         why = _owner_problem(st, strict=False)
         if why is not None:
-            raise UnsafeDir(d, f"{why}, above {lexical}", _hint(why, d))
+            raise UnsafeDir(d, f"{why}, above {made or lexical}", _hint(why, d))
     for d in dict.fromkeys(() if above_only else (lexical, real)):
         st = os.stat(d)
         why = _owner_problem(st, strict=True)
@@ -115,7 +115,7 @@ def check_root(root: Path, *, create: bool = False) -> Path:
     root = Path(os.path.abspath(root))
     if create and not os.path.isdir(root):
         existing = next(p for p in root.parents if os.path.isdir(p))
-        check_dir(existing, above_only=True)
+        check_dir(existing, above_only=True, made=root)
         _make_above(root)
     check_dir(root)
     return root
