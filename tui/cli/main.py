@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from tui import __version__
 from tui.cli.context import CliContext, add_global_options, add_hosts_option
-from tui.core.errors import EXIT_BAD_INPUT, AppError
+from tui.core.errors import EXIT_BAD_INPUT, AppError, printable
 from tui.core.procs import reset_ignored_sigint
 
 #: each command and the module that registers it (``register(sub)``; a module may register several), in help order
@@ -53,7 +53,8 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        # a value argparse quotes may be pasted from anywhere: one printable line (parse errors print before ctx.err)
+        self.exit(EXIT_BAD_INPUT, printable(f"{self.prog}: error: {message} (see '{self.prog} --help')") + "\n")
 
 
 def _top_parser(**kwargs: Any) -> OneLineParser:
