@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from tui import __version__
+from tui.core import paths
 from tui.core.errors import InputError
 from tui.core.models import ModelProfile, Workload, parse_model_profile, parse_workload
 from tui.core.plan.allowlist import Allowlist, load_allowlist
 from tui.core.plan.spec import LaunchPlan
 from tui.core.redact import REDACTED, Redactor
 from tui.core.safeio import guarded, shown
+from tui.core.safewrite import write_atomic
 from tui.core.topology import parse_topology
 from tui.core.yamlio import Fields, LDict, LList, dump, load_file, plain
 
@@ -178,11 +180,9 @@ def write_bundle(path: Path, data: Mapping[str, Any]) -> None:
     text = ("# disagg-tui bundle: a working setup to hand on. 'disagg-tui import FILE' adds its profile and "
             "workloads;\n# 'disagg-tui up --bundle FILE' launches its plan. Secrets are <redacted>: see "
             "secrets_needed.\n") + dump(dict(data))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror or exc}", file=path, field="-o") from None
+    # all or nothing, never through a symlink planted at -o (a teammate's bundle folder on a shared host); a
+    # bundle is handed on, so it is readable as the umask allows (its secrets are <redacted>)
+    write_atomic(path, text, mode=0o644, root=paths.root_for(path))
 
 
 # --- reading ---------------------------------------------------------------------------------------------------

@@ -107,7 +107,7 @@ def plan_here(bundle: Bundle, layout: BundleLayout, facts: HostFacts, options: P
             opts = replace(opts, gpu_memory_utilization=float(value)) if attr == "gpu_memory_utilization" else \
                 replace(opts, max_model_len=int(value))
     ours = plan(bundle.profile, layout.topology, facts, opts)
-    ours = _knobs_here(bundle, layout, ours, facts, knobs)
+    ours, by_knob = _knobs_here(bundle, layout, ours, facts, knobs, rules)
     ours, notes = _fixes_here(bundle, layout, ours, facts, book)
 
     mine = {s.name: s for s in ours.servers}
@@ -148,6 +148,10 @@ def plan_here(bundle: Bundle, layout: BundleLayout, facts: HostFacts, options: P
                 exporter.append(f"{s.name}: {text} (a workaround the exporting host needed; this host's planner "
                                 "decides its own)")
                 continue
+            if (s.role, flag) in by_knob:
+                exporter.append(f"{s.name}: {text} (here: {_shown_flag(flag, my_flags.get(flag))}, knob "
+                                f"{by_knob[s.role, flag]} from this host's catalogue)")
+                continue
             rules.check_args([flag] if value is None else [flag, value],
                              error=refuser(s.name, "argv"))
             add.append((flag, value))
@@ -157,6 +161,10 @@ def plan_here(bundle: Bundle, layout: BundleLayout, facts: HostFacts, options: P
                 continue
             if key in PLACEMENT_ENV:
                 exporter.append(f"{s.name}: {key}={shown(value, 40)} (here: {env.get(key, 'unset')})")
+                continue
+            if (s.role, key) in by_knob:
+                exporter.append(f"{s.name}: {key}={shown(value, 40)} (here: {env.get(key, 'unset')}, knob "
+                                f"{by_knob[s.role, key]} from this host's catalogue)")
                 continue
             if f"{key}={value}" in host_made:
                 exporter.append(f"{s.name}: {key}={value} (a workaround the exporting host needed; this host's "
@@ -187,21 +195,26 @@ def _at(bundle: Bundle, layout: BundleLayout, key: str, field: str) -> tuple[int
 
 
 def _knobs_here(bundle: Bundle, layout: BundleLayout, ours: LaunchPlan, facts: HostFacts,
-                catalog: KnobCatalog | None) -> LaunchPlan:
-    """``ours`` with the bundle layout's knobs applied from this host's catalogue (as ``up --knob`` applies them):
-    what ``attn=triton`` adds is this host's catalogue's word, never the bundle's argv."""
+                catalog: KnobCatalog | None, rules: Allowlist) -> tuple[LaunchPlan, dict[tuple[str, str], str]]:
+    """``ours`` with the bundle layout's knobs applied from this host's catalogue (as ``up --knob`` applies them),
+    and what they decide: (role, flag or variable) → the knob (``attn=triton``). What a knob adds is this host's
+    catalogue's word, never the bundle's argv."""
     pairs = layout.plan.knobs
     if not pairs:
-        return ours
+        return ours, {}
     cat = catalog or KnobCatalog.load()
+    decided: dict[tuple[str, str], str] = {}
     for key, value in pairs:
         line, field = _at(bundle, layout, f"plan.knobs.{key}", f"knobs.{key}")
         try:
-            cat.settings([(key, value)], where=field)
+            (setting,) = cat.settings([(key, value)], where=field)
+            names = [f for f, _ in split_flags(setting.choice.words(), rules, error=InputError)]
         except InputError as exc:
             raise InputError(f"{exc.message} (this host's knob catalogue)", file=bundle.path, line=line,
                              field=field) from None
-    return check_request_knobs(cat, pairs, bundle.profile, ours, facts)
+        names += [k for k, _ in setting.choice.env()]
+        decided.update({(role, n): f"{key}={value}" for role in setting.roles() for n in names})
+    return check_request_knobs(cat, pairs, bundle.profile, ours, facts), decided
 
 
 def _fixes_here(bundle: Bundle, layout: BundleLayout, ours: LaunchPlan, facts: HostFacts,
