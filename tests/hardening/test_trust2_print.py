@@ -360,7 +360,9 @@ class TestConsole:
         monkeypatch.setattr("tui.core.plan.preflight.port_free", lambda host, port: True)
         monkeypatch.setattr("tui.console.app.UNPRINTABLE", _NoNet())
         t = tick("a")
-        host_a = FakeRemote(RemoteTick(ts=t.ts, host="a", tick=_poison_tick(t.tick)))
+        host_a = FakeRemote(RemoteTick(ts=t.ts, host="a", tick=_poison_tick(t.tick)))  # refused: a bad tick
+        t = tick("c")
+        host_c = FakeRemote(RemoteTick(ts=t.ts, host="c", tick=_poison_tick(t.tick, MARKUP)))  # printable: drawn
         host_b = FakeRemote(HostUnreachable(ts=scripted.T0, host="b", reason="refused" + SHORT, retry_in_s=4.0,
                                             detail="ssh: " + EVIL))
         follows = {"a": FakeRemote(*follow("a", LogLine(ts=scripted.T0, server="decode-0", lineno=1,
@@ -372,7 +374,7 @@ class TestConsole:
                       explanation="e " + EVIL + "\nsecond " + EVIL, fix="f " + EVIL)]
         options = HostOptions(sim=True)
         app = make_console(options, live=False, clock=scripted.clock, events=events, host=SimHost(options),
-                           book=load_playbook(), remotes={"a": host_a, "b": host_b}, follows=follows)
+                           book=load_playbook(), remotes={"a": host_a, "b": host_b, "c": host_c}, follows=follows)
         problems: list[str] = []
         async with app.run_test(size=(160, 48)) as pilot:
             app.notify("a notice quoting " + EVIL, title="title " + SHORT, timeout=60)
@@ -412,12 +414,12 @@ class _NoNet:
         return segments
 
 
-def _poison_tick(data: Any) -> Any:
-    """A remote tick's texts (names, labels, the model) ended by :data:`SHORT`; its figures and states kept."""
+def _poison_tick(data: Any, tail: str = SHORT) -> Any:
+    """A remote tick's texts (names, labels, the model) ended by ``tail``; its figures and states kept."""
     keys = {"hostname", "name", "model", "profile", "id", "label", "endpoint", "uuid", "owner", "layout"}
     if isinstance(data, dict):
-        return {k: (v + SHORT if k in keys and isinstance(v, str) else _poison_tick(v)) for k, v in data.items()}
+        return {k: (v + tail if k in keys and isinstance(v, str) else _poison_tick(v, tail)) for k, v in data.items()}
     if isinstance(data, list):
-        return [_poison_tick(v) for v in data]
+        return [_poison_tick(v, tail) for v in data]
     return data
 

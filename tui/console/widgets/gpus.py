@@ -182,7 +182,7 @@ def _gpu_lines(model: ConsoleState, view: GpuView, width: int,
     stale = old or dim  # greyed: old, or its host unreachable (its header says since when)
     wide = width >= 120
     medium = width >= 96
-    name = printable(g.name.replace("NVIDIA ", "").split(" ")[0] if g.name else "?", 24)
+    name = printable(g.name.replace("NVIDIA ", "").split(" ")[0] if g.name else "?")
     line = Text()
     line.append(f"GPU{g.index} ", style="bold")
     line.append(f"{name:<6}", style="bold")
