@@ -416,3 +416,104 @@ class TestKnobRoundTrip:
         assert "--attention-backend TRITON_ATTN" in out and "vllm serve" in out
         assert "FLASHINFER (here: --attention-backend TRITON_ATTN, knob attn=triton" in out
         assert not re.search(r"vllm serve .*FLASHINFER", out)
+
+
+def _result(n: int, **replace: Any) -> dict[str, Any]:
+    """A ``vllm bench serve --save-detailed`` result of ``n`` requests (the real H200 one's summary, its per-request
+    arrays repeated to ``n``), with fields replaced."""
+    from tests.conftest import H200
+
+    real = json.loads((H200 / "bench" / "bench2_in7500_out200_n128.json").read_text(encoding="utf-8"))
+    m = len(real["ttfts"])
+    out = {k: (v * (n // m + 1))[:n] if isinstance(v, list) and len(v) == m else v for k, v in real.items()}
+    out.update(replace)
+    return out
+
+
+class TestResultsImportBounded:
+    """``results import`` of a result from anywhere is bounded: at most MAX_REQUESTS requests (a one-line refusal
+    before any per-request work: a million requests took 97 s and 1.8 GB), read once, every per-request value
+    checked at C speed, a NaN, an infinity or a number out of range named by its field."""
+
+    def _import(self, tmp_path: Path, data: dict[str, Any] | bytes) -> tuple[int, str, str]:
+        f = tmp_path / "r.json"
+        f.write_bytes(data if isinstance(data, bytes) else json.dumps(data).encode())
+        code = main(["results", "import", str(f)])
+        return code, *self._out
+
+    @pytest.fixture(autouse=True)
+    def _capture(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self._capsys = capsys
+
+    @property
+    def _out(self) -> tuple[str, str]:
+        out, err = self._capsys.readouterr()
+        return out, err
+
+    def test_a_million_requests_is_refused_in_one_line_within_seconds(self, tmp_path: Path) -> None:
+        import time
+
+        n = 1_000_000
+        arrays = {"ttfts": "[" + ",".join(["0.25"] * n) + "]", "input_lens": "[" + ",".join(["128"] * n) + "]",
+                  "output_lens": "[" + ",".join(["8"] * n) + "]",
+                  "start_times": "[" + ",".join(f"{i * 0.001:.3f}" for i in range(n)) + "]"}
+        head = json.dumps(_result(0))[:-1]
+        raw = (head + "," + ",".join(f'"{k}": {v}' for k, v in arrays.items()) + "}").encode()
+        t0 = time.monotonic()
+        code, _, err = self._import(tmp_path, raw)
+        took = time.monotonic() - t0
+        assert code == 2
+        line = _one_error(err)
+        assert "1,000,000 requests: at most 100,000 are imported" in line and "--save-detailed" in line
+        assert took < 15, took  # the issue's bound; ~1 s here
+        assert not paths.runs_dir().exists() or not any(paths.runs_dir().rglob("*.json"))
+
+    def test_the_cap_is_exact(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from tui.core.bench import vllmresult
+
+        monkeypatch.setattr(vllmresult, "MAX_REQUESTS", 40)
+        code, out, err = self._import(tmp_path, _result(40))
+        assert code == 0, err
+        assert "40 request records" in out
+        code, _, err = self._import(tmp_path, _result(41))
+        assert code == 2 and "41 requests: at most 40 are imported" in _one_error(err)
+
+    @pytest.mark.parametrize(("change", "field", "says"), [
+        (lambda r: r["itls"].__setitem__(3, "[0.01, NaN]"), "itls[3][1]", "must be a finite number"),
+        (lambda r: r["ttfts"].__setitem__(2, "1e400"), "ttfts[2]", "a number of seconds"),
+        (lambda r: r["ttfts"].__setitem__(5, "-Infinity"), "ttfts[5]", "must be a finite number"),
+        (lambda r: r["input_lens"].__setitem__(7, "true"), "input_lens[7]", "a whole number"),
+        (lambda r: r["output_lens"].__setitem__(0, "-1"), "output_lens[0]", "a whole number"),
+        (lambda r: r["itls"].__setitem__(9, "[0.1, [0.2]]"), "itls[9]", "a list of seconds"),
+        (lambda r: r["errors"].__setitem__(4, "7"), "errors[4]", "a text or null"),
+        (lambda r: r["start_times"].__setitem__(1, "1" + "0" * 40), "start_times[1]", "seconds"),
+    ])
+    def test_a_value_out_of_shape_is_named_by_its_field(self, change: Any, field: str, says: str,
+                                                        tmp_path: Path) -> None:
+        data = _result(64)
+        text: dict[str, Any] = {k: [json.dumps(x) for x in v] if isinstance(v, list) else v for k, v in data.items()}
+        change(text)
+        raw = "{" + ",".join(f"{json.dumps(k)}: " + ("[" + ",".join(v) + "]" if isinstance(v, list) else json.dumps(v))
+                             for k, v in text.items()) + "}"
+        code, _, err = self._import(tmp_path, raw.encode())
+        assert code == 2
+        line = _one_error(err)
+        assert f"field '{field}'" in line and says in line, line
+
+    def test_what_is_kept_always_reads_back(self, tmp_path: Path) -> None:
+        """A key the import does not read rides along into summary.json: one a later reader refuses (an integer of
+        40 digits, nesting past 64) is refused now, so the stored run never breaks ``results``."""
+        for extra, says in (("1" + "0" * 40, "an integer of 41 digits"),
+                            ("[" * 70 + "]" * 70, "nested deeper than 64 levels")):
+            raw = json.dumps(_result(8))[:-1] + f', "x_extra": {extra}}}'
+            code, _, err = self._import(tmp_path, raw.encode())
+            assert code == 2 and says in _one_error(err), err
+        assert self._import(tmp_path, _result(8))[0] == 0
+        assert main(["results"]) == 0
+    def test_brackets_inside_texts_are_no_nesting(self, tmp_path: Path) -> None:
+        data = _result(16)
+        data["errors"][3] = "[" * 100 + '\\"{' * 50
+        data["model_id"] = "{[" * 60
+        code, out, err = self._import(tmp_path, data)
+        assert code == 0, err
+        assert "16 request records" in out

@@ -12,7 +12,7 @@ from tui.core import safeio
 from tui.core.bench import scope, serverside, table
 from tui.core.bench.metrics import parse_goodput
 from tui.core.bench.store import find_runs, load_runs, write_json
-from tui.core.bench.vllmresult import import_vllm_result
+from tui.core.bench.vllmresult import import_vllm_result, record_count
 from tui.core.errors import EXIT_OK, InputError
 from tui.core.plan.argtext import parse_pairs
 from tui.core.plan.gpuspecs import PRESETS
@@ -133,6 +133,6 @@ def run_import(args: argparse.Namespace, ctx: CliContext, files: list[str]) -> i
         if env:  # what the servers ran with, where a prediction reads it (a plan's first server)
             write_json(run.path / "plan.json", {"imported": True, "topology": run.meta.topology,
                                                 "servers": [{"argv": [], "env": env}]})
-        n = len(run.records())
+        n = record_count(run)
         ctx.print(f"imported {f} as {run.id} ({run.path}; {n} request records)")
     return EXIT_OK
