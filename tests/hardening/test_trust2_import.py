@@ -193,6 +193,19 @@ class TestAtomicImport:
         assert _tree(paths.config_dir()) == {}
         assert not (paths.state_dir() / "layouts").exists() or not any((paths.state_dir() / "layouts").iterdir())
 
+    @pytest.mark.parametrize("name", ["../../evil", "a\nb: 1", "x\x1b]52;c;cm0gLXJm\x07", "-rf", "Big", "x" * 97,
+                                      "ok name", ".hidden"])
+    def test_a_workload_name_the_workloads_file_would_refuse_is_refused_at_its_line(
+            self, name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        data = _bundle(profile_id="new-one")
+        data["workloads"] = {"fine": data["workloads"]["team-tiny"], name: data["workloads"]["team-tiny"]}
+        assert main(["import", "--sim", str(_write(tmp_path / "b.yaml", data)), "--yes"]) == 2
+        out, err = capsys.readouterr()
+        line = _one_error(err)
+        assert re.search(r"b\.yaml:\d+: field 'workloads\.", line) and "workload names are" in line, line
+        assert out == "" and "\x1b" not in err and "\x07" not in err  # refused before anything is shown
+        assert _tree(paths.config_dir()) == {}
+
     def test_an_import_that_succeeds_leaves_private_complete_files(self, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
         b = _write(tmp_path / "b.yaml", _bundle(profile_id="new-one"))

@@ -22,7 +22,7 @@ from typing import Any
 from tui import __version__
 from tui.core import paths
 from tui.core.errors import InputError
-from tui.core.models import ModelProfile, Workload, parse_model_profile, parse_workload
+from tui.core.models import MAX_ID, ModelProfile, Workload, parse_model_profile, parse_workload
 from tui.core.plan.allowlist import Allowlist, load_allowlist
 from tui.core.plan.spec import LaunchPlan
 from tui.core.redact import REDACTED, Redactor
@@ -189,6 +189,7 @@ def write_bundle(path: Path, data: Mapping[str, Any]) -> None:
 
 
 _SOURCE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}\Z")
+_WORKLOAD_NAME = re.compile(rf"[a-z0-9][a-z0-9._-]{{0,{MAX_ID - 1}}}\Z")
 
 
 def _vet_profile(raw: Any, path: Path, rules: Allowlist, allow_env: Collection[str]) -> int | None:
@@ -301,6 +302,9 @@ def load_bundle(path: Path, *, allow_env: Collection[str] = (), allow: Allowlist
     if wls is not None:
         for name in list(wls.data):
             wls.get(name, dict)
+            if not isinstance(name, str) or not _WORKLOAD_NAME.match(name):  # as the workloads file takes them
+                raise wls.error(str(name), "workload names are lowercase letters, digits, '.', '-', '_' (at most "
+                                           f"{MAX_ID}); got {shown(repr(name), 60)}")
             workloads[name] = parse_workload(name, wls.data[name], path, prefix=f"workloads.{name}.")
             wl_data[name] = plain(wls.data[name])
         wls.done()
