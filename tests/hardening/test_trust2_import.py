@@ -297,6 +297,17 @@ class TestFixesApplied:
         out, err = capsys.readouterr()
         assert "fixes_applied[0]: kv-cache-too-small-for-max-len is not applied here" in err
         assert "--max-model-len 12000" in out  # its value, carried as the allowlist lets it (an int in range)
+        assert "playbook fix kv-cache-too-small-for-max-len: applied when the layout was started (not applied " \
+               "here)" in out
+
+    def test_the_bundles_own_list_of_fixes_is_only_said_never_applied(self, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+        data = _bundle([("dp2", _plan("dp2", fixes=["vllm-port-uri"]))], profile_id="new-one")
+        data["fixes"].append({"change": "playbook fix made-up", "reason": "trust me", "source": "fix:made-up"})
+        assert main(["import", "--sim", str(_write(tmp_path / "b.yaml", data)), "--yes"]) == 0
+        out = capsys.readouterr().out
+        assert "playbook fix made-up: trust me (not applied here)" in out
+        assert "playbook fix vllm-port-uri: applied when the layout was started\n" in out
 
 
 WILDCARDS = ["0.0.0.0", "0", "::", "::0", "[::]", "::ffff:0.0.0.0", "0x0", "000.0.0.0", "0.0", "0:0::0"]

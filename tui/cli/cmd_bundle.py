@@ -292,10 +292,15 @@ def describe(bundle: Bundle, ctx: CliContext, plans: list[tuple[str, BundlePlan 
         ctx.print(bp.plan.shell())
         print_bundle_plan(bp, ctx.print)
     if bundle.fixes:
+        # a playbook fix is applied here only by this host's own entry (bundle_plan.plan_here): one the bundle lists
+        # that no plan here applied is said to be only the exporting host's
+        applied = {fix for _, bp, _ in plans if bp is not None for fix in bp.plan.fixes_applied}
         ctx.print("")
         ctx.print("fixes it carries:")
         for f in bundle.fixes:
-            ctx.print(f"  {shown(f['change'], 120)}: {shown(f['reason'], 200)}")
+            fix = f["source"].removeprefix("fix:") if f["source"].startswith("fix:") else None
+            ctx.print(f"  {shown(f['change'], 120)}: {shown(f['reason'], 200)}"
+                      + (" (not applied here)" if fix is not None and fix not in applied else ""))
     if bundle.workloads:
         ctx.print("")
         ctx.print("workloads: " + ", ".join(
