@@ -162,7 +162,7 @@ IMPORTERS = [(2, PlanOptions()), (4, PlanOptions(host="10.30.0.9", port=18000, s
              (8, PlanOptions(side_channel_base=25600, vllm_executable="/usr/local/bin/vllm"))]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.filter_too_much])
 @given(layout=layouts(), importer=st.sampled_from(IMPORTERS))
 def test_export_then_import_gives_back_the_same_plan(layout: tuple[ModelProfile, str, PlanOptions, LaunchPlan],
