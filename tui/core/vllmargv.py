@@ -459,11 +459,11 @@ def check_env(name: str, value: str, source: Source, *, field: str, file: str | 
     if rule.kind is Kind.SECRET and name != "VLLM_API_KEY" and source in (Source.OPERATOR, Source.PROFILE,
                                                                           Source.BUNDLE, Source.REMOTE):
         return  # this host's own value (redacted wherever it is written); a bundle's is the allowlist's to judge
-    where = "set it in your own environment if you mean it" if rule.kind is Kind.CODE else ""
-    what = "is placement" if rule.kind is Kind.PLACEMENT else (
-        "is a secret" if rule.kind is Kind.SECRET else "is never taken")
-    raise InputError(f"{name} {what} ({rule.why}): {source.value} may not set it" + (f"; {where}" if where else ""),
-                     file=file, line=line, field=field)
+    if rule.kind is Kind.CODE:
+        raise InputError(f"{name} is never taken from {source.value}, even with --allow-env ({rule.why}): set it in "
+                         "your own environment if you mean it", file=file, line=line, field=field)
+    what = "is placement" if rule.kind is Kind.PLACEMENT else "is a secret"
+    raise InputError(f"{name} {what} ({rule.why}): {source.value} may not set it", file=file, line=line, field=field)
 
 
 def check_model(model: str, *, field: str = "model", file: str | Path | None = None, line: int | None = None) -> str:
