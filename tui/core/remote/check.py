@@ -10,16 +10,28 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tui.core import safeio
+from tui.core import safeio, typedread
 from tui.core.errors import InputError
 from tui.core.plan.preflight import FAIL, PASS, WARN, Check
-from tui.core.remote.ssh import MAX_STDERR, RemoteResult, SshTransport, Unreachable, classify, last_line
+from tui.core.remote.ssh import (
+    MAX_STDERR,
+    AnswerTooLarge,
+    RemoteResult,
+    SshTransport,
+    Unreachable,
+    classify,
+    last_line,
+)
 
 #: clocks further apart than this are a warning (events of two hosts would not line up on one time axis)
 CLOCK_WARN_S = 0.5
 #: round trips the clock is read over (the shortest is used)
 CLOCK_SAMPLES = 5
 _VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)?(?:[.+-][0-9A-Za-z.+-]*)?)\b")
+#: bytes of a ``--version`` answer read at most, of a ``status --json`` answer, of one clock reading's line
+MAX_VERSION_ANSWER = 64 * 1024
+MAX_STATUS_ANSWER = 4 * 1024 * 1024
+MAX_CLOCK_LINE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +64,17 @@ def read_clock(transport: SshTransport, samples: int = CLOCK_SAMPLES, timeout_s:
     assert proc.stdout is not None
     timer = threading.Timer(timeout_s, proc.kill)
     timer.start()
+    done = False
     try:
         for _ in range(samples):
             t0 = time.time()
             proc.stdin.write(b"x\n")
             proc.stdin.flush()
-            line = proc.stdout.readline()
+            line = proc.stdout.readline(MAX_CLOCK_LINE)  # an endless line is cut here, not held
             t1 = time.time()
             text = line.decode("utf-8", "replace").strip()
+            if not line.endswith(b"\n") and line:
+                text = text[:20] + "…"  # longer than any date +%s.%N: refused below
             if not re.fullmatch(r"\d{1,12}(?:\.\d{1,9})?", text):
                 err = proc.stderr.read(MAX_STDERR).decode("utf-8", "replace") if proc.stderr and not line else ""
                 found = classify(err)
@@ -70,6 +85,7 @@ def read_clock(transport: SshTransport, samples: int = CLOCK_SAMPLES, timeout_s:
             reading = ClockReading(offset_s=float(text) - (t0 + t1) / 2, rtt_s=t1 - t0)
             if best is None or reading.rtt_s < best.rtt_s:
                 best = reading
+        done = True
     except (BrokenPipeError, OSError):
         raise Unreachable(transport.name, "closed", "the clock's session ended") from None
     finally:
@@ -77,7 +93,7 @@ def read_clock(transport: SshTransport, samples: int = CLOCK_SAMPLES, timeout_s:
         with contextlib.suppress(OSError):
             proc.stdin.close()
         try:
-            proc.wait(2)
+            proc.wait(2 if done else 0)  # a clock gone wrong is stopped at once
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -105,33 +121,41 @@ def check_host(transport: SshTransport, ref: Reference, *, timeout_s: float = 20
     entry = transport.entry
     t0 = time.monotonic()
     try:
-        first = transport.run([*entry.disagg_tui, "--version"], timeout_s=timeout_s)
+        first = transport.run([*entry.disagg_tui, "--version"], timeout_s=timeout_s, max_bytes=MAX_VERSION_ANSWER)
     except Unreachable as exc:
         return [Check("reach", FAIL, f"unreachable ({exc.reason}): {exc.one_line().split(': ', 2)[-1]}")]
+    except AnswerTooLarge as exc:
+        return [Check("reach", FAIL, exc.title)]
     dest = entry.ssh + (f" port {entry.port}" if entry.port else "") + (f" via {entry.jump}" if entry.jump else "")
     out = [Check("reach", PASS, f"ssh {dest} in {time.monotonic() - t0:.2f} s")]
     try:
         out.append(_versions_line("disagg-tui", version_in(first.stdout), ref.disagg_tui, first,
                                   f"{' '.join(entry.disagg_tui)}"))
-        vres = transport.run([entry.vllm, "--version"], timeout_s=timeout_s)
+        vres = transport.run([entry.vllm, "--version"], timeout_s=timeout_s, max_bytes=MAX_VERSION_ANSWER)
         out.append(_versions_line("vllm", version_in(vres.stdout), ref.vllm, vres, entry.vllm,
                                   missing_ok="none there (a simulated host needs none)" if entry.sim else None))
         out.append(_host_line(transport, timeout_s))
         out.append(_clock_line(transport))
     except Unreachable as exc:  # lost half-way
         out.append(Check("reach", FAIL, f"lost ({exc.reason}): {exc.one_line().split(': ', 2)[-1]}"))
+    except AnswerTooLarge as exc:  # a command that would not stop talking: stopped, and so is the check
+        out.append(Check("reach", FAIL, exc.title))
     return out
 
 
 def _host_line(transport: SshTransport, timeout_s: float) -> Check:
-    res = transport.run(transport.entry.remote_cli("status", "--json"), timeout_s=timeout_s)
+    res = transport.run(transport.entry.remote_cli("status", "--json"), timeout_s=timeout_s,
+                        max_bytes=MAX_STATUS_ANSWER)
     if not res.ok:
         return Check("host", FAIL, f"'disagg-tui status --json' failed there: {last_line(res.stderr) or res.rc}")
     try:
         data = safeio.parse_json(res.stdout, f"{transport.name}: status --json")
-        label = str(data["snapshot"]["host"]["label"])[:200]
+        label = data["snapshot"]["host"]["label"]
+        typedread.check_text(label, ("snapshot.host.label",), limit=1024)
         layouts = data.get("layouts") or []
         n = len(layouts) if isinstance(layouts, list) else 0
+    except typedread.FieldError as exc:
+        return Check("host", WARN, f"'disagg-tui status --json' answered {exc.text()}")
     except (InputError, KeyError, TypeError, AttributeError):
         return Check("host", WARN, "'disagg-tui status --json' answered what this version does not read")
     gpus = transport.entry.gpus

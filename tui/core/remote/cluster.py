@@ -15,27 +15,36 @@ A host that cannot be reached is one line naming it and why (:class:`~tui.core.r
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
-from tui.core import safeio
+from tui.core import netaddr, safeio, typedread
 from tui.core.errors import AppError, InputError
 from tui.core.plan.cluster import ClusterHost, ClusterPlan, cross_checks
 from tui.core.plan.hostfacts import HostFacts
 from tui.core.remote.check import version_in
 from tui.core.remote.host import RemoteHost
 from tui.core.remote.inventory import Inventory
-from tui.core.remote.ssh import SshTransport, Unreachable, last_line
+from tui.core.remote.ssh import SshTransport, Unreachable, last_line, size_text
+from tui.core.remote.stream import end_session
 
-#: the longest line of a remote ``up``'s progress kept
+#: the longest line of a remote ``up``'s progress kept (a longer one is shown cut, the rest of it skipped)
 MAX_LINE = 4096
+#: bytes of a remote ``up``/``down``'s progress read at most: past it the command is stopped (a real start of many
+#: servers prints well under a MiB)
+MAX_PROGRESS = 64 * 1024 * 1024
 #: servers one host's plan may list, words of a server's argv, variables of its environment
 MAX_SERVERS = 256
 MAX_WORDS = 4096
 MAX_VARS = 1024
+#: bytes of a host's ``plan --json`` answer read at most (a plan of 8 servers is ~20 kB)
+MAX_PLAN_ANSWER = 4 * 1024 * 1024
+#: bytes of a ``--version`` answer read at most
+MAX_VERSION_ANSWER = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +113,7 @@ class Hosts:
         not run or names no version."""
         def one(n: str) -> str | None:
             t = self.transports[n]
-            res = t.run([t.entry.vllm, "--version"], timeout_s=60.0)
+            res = t.run([t.entry.vllm, "--version"], timeout_s=60.0, max_bytes=MAX_VERSION_ANSWER)
             return version_in(res.stdout) if res.ok else None
         with ThreadPoolExecutor(max_workers=min(16, len(self.names))) as pool:
             return dict(zip(self.names, pool.map(one, self.names), strict=True))
@@ -114,58 +123,156 @@ class Hosts:
             t.close()
 
 
-def _text(d: dict[str, Any], key: str, source: str, *, limit: int = 2000, optional: bool = False) -> str:
-    v = d.get(key)
-    if v is None and optional:
-        return ""
-    if not isinstance(v, str):
-        raise InputError(f"expected a string, got {safeio.shown(repr(v), 40)}", file=source, field=key)
-    return safeio.shown(v, limit)
+# --- a host's ``plan --json`` answer as it comes over the wire (what ``LaunchPlan.redacted_dict`` writes; a newer
+# version's extra keys are ignored) --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _WireServer:
+    name: str
+    role: str
+    url: str
+    shell: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    gpus: tuple[int, ...] | None = None
 
 
-def read_remote_plan(host: str, text: str) -> RemotePlan:
-    """A host's ``plan --json`` answer (from outside: strict, bounded, every string made printable)."""
+@dataclass(frozen=True, slots=True)
+class _WireProxy:
+    url: str
+    shell: str
+
+
+@dataclass(frozen=True, slots=True)
+class _WirePlan:
+    servers: tuple[Any, ...]
+    proxy: _WireProxy | None = None
+    warnings: tuple[str, ...] | None = None
+    simulated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _WireCheck:
+    name: str
+    status: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class _WireAnswer:
+    plan: _WirePlan
+    preflight: tuple[Any, ...]
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+
+
+def _typed(cls: type[Any], data: Any, source: str, where: str) -> Any:
+    try:
+        return typedread.read(cls, data)
+    except typedread.FieldError as exc:
+        raise InputError(exc.reason, file=source, field=".".join(p for p in (where, exc.field) if p)) from None
+
+
+def _name(value: str, source: str, field: str, limit: int) -> str:
+    """A name from the answer (a server's, a check's): printable and short, refused otherwise (never escaped: a
+    name is never drawn as something else)."""
+    try:
+        typedread.check_text(value, (), limit=limit)
+    except typedread.FieldError as exc:
+        raise InputError(exc.reason, file=source, field=field) from None
+    if not value.strip():
+        raise InputError("empty", file=source, field=field)
+    return value
+
+
+def _same_host(a: str, b: str) -> bool:
+    pa, pb = netaddr.parse_host(a), netaddr.parse_host(b)
+    if pa is not None or pb is not None:
+        return pa == pb
+    return a.strip().lower().rstrip(".") == b.strip().lower().rstrip(".")
+
+
+def _url_of(value: str, source: str, field: str, address: str | None) -> str:
+    """A server's or the proxy's URL: ``http://HOST:PORT``, its host never a wildcard (``0``, ``::0``... reach the
+    asking host itself) and, when the host's ``address`` is known, that address (its planner binds nothing else)."""
+    url = _name(value, source, field, 300)
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if parts.scheme not in ("http", "https") or not host or port is None:
+        raise InputError(f"not an http://HOST:PORT URL: {safeio.shown(url, 80)!r}", file=source, field=field)
+    if netaddr.is_wildcard(host):
+        raise InputError(f"{netaddr.wildcard_why(host)}: an address no other host can use", file=source, field=field)
+    if address is not None and not _same_host(host, address):
+        raise InputError(f"{safeio.shown(host, 80)!r} is not this host's address {address}", file=source,
+                         field=field)
+    return url
+
+
+def read_remote_plan(host: str, text: str, address: str | None = None) -> RemotePlan:
+    """A host's ``plan --json`` answer (from outside: strict, bounded, typed; names and URLs refused unless
+    printable, other texts made printable). ``address``: the host's address in the layout, which every URL of its
+    answer must name."""
     source = f"{host}: plan --json"
     data = safeio.parse_json(text, source)
-    if not isinstance(data, dict) or not isinstance(data.get("plan"), dict) or \
-            not isinstance(data.get("preflight"), list):
+    if not isinstance(data, dict) or not isinstance(data.get("plan"), dict):
         raise InputError("not a 'plan --json' answer", file=source, field="plan")
-    plan = data["plan"]
-    servers_raw = plan.get("servers")
-    if not isinstance(servers_raw, list) or not 1 <= len(servers_raw) <= MAX_SERVERS:
+    answer: _WireAnswer = _typed(_WireAnswer, data, source, "")
+    plan = answer.plan
+    if not 1 <= len(plan.servers) <= MAX_SERVERS:
         raise InputError(f"expected 1 to {MAX_SERVERS} servers", file=source, field="plan.servers")
     servers = []
-    for s in servers_raw:
-        if not isinstance(s, dict):
-            raise InputError("a server is not an object", file=source, field="plan.servers")
-        argv, env = s.get("argv"), s.get("env")
-        if not isinstance(argv, list) or not 1 <= len(argv) <= MAX_WORDS or \
-                not all(isinstance(w, str) and len(w) <= 2000 for w in argv):
-            raise InputError(f"a server's argv is 1 to {MAX_WORDS} words", file=source, field="plan.servers.argv")
-        if not isinstance(env, dict) or len(env) > MAX_VARS or \
-                not all(isinstance(k, str) and isinstance(v, str) and len(k) + len(v) <= 4000 for k, v in env.items()):
-            raise InputError(f"a server's env is at most {MAX_VARS} variables", file=source, field="plan.servers.env")
-        gpus = s.get("gpus") or []
-        if not isinstance(gpus, list) or len(gpus) > 72 or \
-                not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 72 for g in gpus):
-            raise InputError("a server's GPUs are at most 72 indices 0-71", file=source, field="plan.servers.gpus")
-        servers.append(RemoteServer(name=_text(s, "name", source, limit=64), role=_text(s, "role", source, limit=16),
-                                    url=_text(s, "url", source, limit=300), shell=_text(s, "shell", source),
-                                    argv=tuple(argv), env=tuple(env.items()), gpus=tuple(gpus)))
-    proxy = plan.get("proxy")
-    proxy_shell = _text(proxy, "shell", source) if isinstance(proxy, dict) else None
-    proxy_url = _text(proxy, "url", source, limit=300) if isinstance(proxy, dict) else None
-    warnings = plan.get("warnings") or []
-    if not isinstance(warnings, list):
-        raise InputError("expected a list", file=source, field="plan.warnings")
+    names: set[str] = set()
+    for i, raw in enumerate(plan.servers):
+        where = f"plan.servers[{i}]"
+        s: _WireServer = _typed(_WireServer, raw, source, where)
+        name = _name(s.name, source, f"{where}.name", 64)
+        if name in names:
+            raise InputError(f"server {name!r} is listed twice", file=source, field=f"{where}.name")
+        names.add(name)
+        role = _name(s.role, source, f"{where}.role", 16)
+        if not 1 <= len(s.argv) <= MAX_WORDS:
+            raise InputError(f"a server's argv is 1 to {MAX_WORDS} words", file=source, field=f"{where}.argv")
+        for k, w in enumerate(s.argv):
+            _word(w, source, f"{where}.argv[{k}]")
+        if len(s.env) > MAX_VARS:
+            raise InputError(f"a server's env is at most {MAX_VARS} variables", file=source, field=f"{where}.env")
+        for var, value in s.env.items():
+            if not _ENV_NAME.match(var):
+                raise InputError(f"not a variable name: {safeio.shown(var, 40)!r}", file=source, field=f"{where}.env")
+            _word(value, source, f"{where}.env.{var}", limit=4000)
+        gpus = s.gpus or ()
+        if len(gpus) > 72 or not all(0 <= g < 72 for g in gpus) or len(set(gpus)) != len(gpus):
+            raise InputError("a server's GPUs are at most 72 distinct indices 0-71", file=source,
+                             field=f"{where}.gpus")
+        servers.append(RemoteServer(name=name, role=role, url=_url_of(s.url, source, f"{where}.url", address),
+                                    shell=safeio.shown(s.shell, 2000), argv=s.argv, env=tuple(s.env.items()),
+                                    gpus=gpus))
+    proxy = plan.proxy
+    proxy_url = None if proxy is None else _url_of(proxy.url, source, "plan.proxy.url", address)
     checks = []
-    for c in data["preflight"][:64]:
-        if not isinstance(c, dict) or c.get("status") not in ("pass", "warn", "fail"):
-            raise InputError("a preflight check without a status", file=source, field="preflight")
-        checks.append((_text(c, "name", source, limit=40), str(c["status"]), _text(c, "reason", source, limit=400)))
-    return RemotePlan(host=host, servers=tuple(servers), proxy_shell=proxy_shell, proxy_url=proxy_url,
-                      warnings=tuple(safeio.shown(w, 400) for w in warnings[:32]), preflight=tuple(checks),
-                      simulated=bool(plan.get("simulated")))
+    for i, raw in enumerate(answer.preflight[:64]):
+        c: _WireCheck = _typed(_WireCheck, raw, source, f"preflight[{i}]")
+        if c.status not in ("pass", "warn", "fail"):
+            raise InputError(f"a check's status is pass, warn or fail, not {safeio.shown(c.status, 20)!r}",
+                             file=source, field=f"preflight[{i}].status")
+        checks.append((_name(c.name, source, f"preflight[{i}].name", 64), c.status, safeio.shown(c.reason, 400)))
+    return RemotePlan(host=host, servers=tuple(servers), proxy_shell=None if proxy is None else
+                      safeio.shown(proxy.shell, 2000), proxy_url=proxy_url,
+                      warnings=tuple(safeio.shown(w, 400) for w in (plan.warnings or ())[:32]),
+                      preflight=tuple(checks), simulated=plan.simulated)
+
+
+def _word(value: str, source: str, field: str, limit: int = 2000) -> None:
+    """A word of a server's argv or a variable's value: at most ``limit`` characters, no control character (a
+    newline or an escape is in no flag or path a planner writes)."""
+    try:
+        typedread.check_text(value, (), limit=limit)
+    except typedread.FieldError as exc:
+        raise InputError(exc.reason, file=source, field=field) from None
 
 
 def combined_plan(plan: ClusterPlan, plans: dict[str, RemotePlan]) -> dict[str, Any]:
@@ -184,10 +291,10 @@ def remote_plans(hosts: Hosts, plan: ClusterPlan, *, preflight: bool = True, tim
         t = hosts.transports[name]
         argv = t.entry.remote_cli("plan", *plan.part(name).request.to_argv(), "--json",
                                   *(() if preflight else ("--no-preflight",)))
-        res = t.run(argv, timeout_s=timeout_s)
+        res = t.run(argv, timeout_s=timeout_s, max_bytes=MAX_PLAN_ANSWER)
         if not res.ok:
             raise AppError(f"{name}: its planner refused its part: {last_line(res.stderr) or f'exit {res.rc}'}")
-        return read_remote_plan(name, res.stdout)
+        return read_remote_plan(name, res.stdout, plan.part(name).address)
     with ThreadPoolExecutor(max_workers=min(16, len(plan.parts))) as pool:
         return dict(zip(plan.hosts, pool.map(one, plan.hosts), strict=True))
 
@@ -206,40 +313,71 @@ class PartResult:
     last: str = ""
 
 
+async def bounded_lines(reader: asyncio.StreamReader, max_line: int) -> AsyncIterator[tuple[bytes, bool]]:
+    """The lines of ``reader`` as they come, each with whether it was cut: a line longer than ``max_line`` bytes is
+    yielded once, its first ``max_line`` bytes, and the rest of it (up to its newline, however far) skipped as it
+    is read; nothing more than one chunk beyond ``max_line`` is ever held."""
+    held = bytearray()
+    skipping = False
+    while chunk := await reader.read(64 * 1024):
+        start = 0
+        while start < len(chunk):
+            nl = chunk.find(b"\n", start)
+            end = len(chunk) if nl < 0 else nl
+            if not skipping:
+                held += chunk[start:end]
+                if len(held) > max_line:
+                    yield bytes(held[:max_line]), True
+                    held.clear()
+                    skipping = True
+                elif nl >= 0:
+                    yield bytes(held), False
+                    held.clear()
+            if nl < 0:
+                break
+            skipping = False
+            start = nl + 1
+    if held and not skipping:
+        yield bytes(held), False
+
+
 async def _run_streaming(t: SshTransport, remote: list[str], on_line: Callable[[str, str], None],
                          timeout_s: float) -> PartResult:
     argv = t.argv(remote, shared=False)  # its own connection: a start of minutes never holds the shared one
     try:
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                     stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.STDOUT, limit=MAX_LINE * 4,
+                                                    stderr=asyncio.subprocess.STDOUT,
                                                     start_new_session=True)
     except OSError as exc:
         raise Unreachable(t.name, "ssh-missing", f"cannot run ssh: {exc.strerror}") from None
     last = ""
+    total = 0
     assert proc.stdout is not None
 
-    async def pump() -> None:
-        nonlocal last
+    async def pump() -> bool:
+        """Hand on each line; False when the output went past MAX_PROGRESS."""
+        nonlocal last, total
         assert proc.stdout is not None
-        while True:
-            try:
-                raw = await proc.stdout.readline()
-            except ValueError:  # a line beyond the limit: skip what is left of it
-                raw = await proc.stdout.read(MAX_LINE)
-            if not raw:
-                return
-            line = safeio.shown(raw.decode("utf-8", "replace").rstrip("\n"), MAX_LINE)
+        async for raw, cut in bounded_lines(proc.stdout, MAX_LINE):
+            total += len(raw) + 1
+            if total > MAX_PROGRESS:
+                return False
+            line = safeio.shown(raw.decode("utf-8", "replace").rstrip("\r"), MAX_LINE) + (" …(cut)" if cut else "")
             if line.strip():
                 last = line
                 on_line(t.name, line)
+        return True
+
     try:
-        await asyncio.wait_for(pump(), timeout_s)
+        within = await asyncio.wait_for(pump(), timeout_s)
+        if not within:
+            await end_session(proc)
+            return PartResult(t.name, 125, f"the output of `{t.what(remote)}` from {t.name} exceeded "
+                                           f"{size_text(MAX_PROGRESS)}: stopped")
         rc = await asyncio.wait_for(proc.wait(), 10.0)
     except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
+        await end_session(proc)
         return PartResult(t.name, 124, f"no end within {timeout_s:g} s")
     return PartResult(t.name, rc, last)
 

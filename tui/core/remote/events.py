@@ -21,8 +21,8 @@ class RemoteTick(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HostUnreachable(Event):
     """A host that cannot be reached now: ``reason`` is one word (refused, timeout, auth, host-key, dns,
-    network, closed, stalled, remote-failed, ssh-missing, ssh-failed), ``detail`` one line; another try in
-    ``retry_in_s``."""
+    network, closed, stalled, remote-failed, ssh-missing, ssh-failed, too-large), ``detail`` one line; another
+    try in ``retry_in_s``."""
 
     kind: ClassVar[str] = "host_unreachable"
     host: str

@@ -11,9 +11,12 @@ one-word reason and a one-line detail.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import selectors
 import shlex
+import signal
 import stat
 import subprocess
 import tempfile
@@ -32,9 +35,14 @@ ALIVE_INTERVAL_S = 1
 ALIVE_COUNT = 3
 #: seconds an idle shared connection stays open
 CONTROL_PERSIST_S = 60
-#: bytes of a remote command's output kept (stdout; stderr keeps its last 64 KiB)
-MAX_OUTPUT = 16 * 1024 * 1024
+#: bytes of a remote command's answer (stdout) read at most, unless the caller names its own cap: past it the command
+#: is stopped (ssh killed) and the answer refused. Checked while reading: nothing beyond the cap is ever held.
+MAX_OUTPUT = 1024 * 1024
+#: the last bytes of a command's stderr kept (its last lines say why it failed), and the most read of it at all
 MAX_STDERR = 64 * 1024
+MAX_STDERR_READ = 1024 * 1024
+#: bytes read from a pipe at a time
+_CHUNK = 64 * 1024
 #: the longest a unix socket path may be (sun_path is 108 bytes on Linux; ssh adds a random suffix while binding)
 _SOCKET_PATH_MAX = 90
 
@@ -72,6 +80,29 @@ class Unreachable(AppError):
         self.detail = printable(detail)[:300]
         what = _WHAT.get(reason, reason)
         super().__init__(f"{host}: unreachable: {what}" + (f" — {self.detail}" if self.detail else ""))
+
+
+def size_text(n: int) -> str:
+    """``1 MiB``, ``64 KiB``, ``300 bytes``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} bytes"
+
+
+class AnswerTooLarge(AppError):
+    """A remote command that said more than its cap (stopped as soon as it did): one line naming the command and
+    the host (``answer of `hosts facts --json` from gpu-b exceeded 1 MiB``)."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, host: str, what: str, limit: int, *, stream: str = "answer") -> None:
+        self.host = host
+        self.what = what
+        self.limit = limit
+        super().__init__(f"{stream} of `{what}` from {host} exceeded {size_text(limit)}",
+                         "the remote side sent far more than this command ever prints: is its disagg-tui of this "
+                         "version, and its shell quiet (no banner from .bashrc)?")
 
 
 def classify(stderr: str) -> tuple[str, str] | None:
@@ -127,6 +158,61 @@ def control_dir(preferred: Path | None = None) -> Path | None:
     return None
 
 
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a command's ssh (its own process group: a ProxyJump's ssh with it; a shared master has detached into
+    its own session and stays) and reap it, its pipes closed: nothing more is read."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            with contextlib.suppress(OSError):
+                proc.kill()
+    proc.wait()
+    for f in (proc.stdout, proc.stderr):
+        if f is not None:
+            f.close()
+
+
+def read_capped(proc: subprocess.Popen[bytes], max_bytes: int, deadline: float
+                ) -> tuple[bytearray, bytearray, str | None]:
+    """``proc``'s stdout and stderr read as they come until both end and it exits: at most ``max_bytes`` of stdout
+    and :data:`MAX_STDERR_READ` of stderr (its last :data:`MAX_STDERR` kept). The third item says why reading
+    stopped early (the caller stops the command): ``"answer"`` or ``"errors"`` past its cap, ``"timeout"`` past
+    ``deadline`` (a monotonic time); None when the command ended within both."""
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    out = bytearray()
+    err = bytearray()
+    err_total = 0
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ, "answer")
+        sel.register(proc.stderr, selectors.EVENT_READ, "errors")
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return out, err, "timeout"
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, _CHUNK)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                elif key.data == "answer":
+                    out += chunk
+                    if len(out) > max_bytes:
+                        return out, err, "answer"
+                else:
+                    err_total += len(chunk)
+                    err += chunk
+                    if len(err) > 2 * MAX_STDERR:
+                        del err[:-MAX_STDERR]
+                    if err_total > MAX_STDERR_READ:
+                        return out, err, "errors"
+    try:
+        proc.wait(max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        return out, err, "timeout"
+    return out, err, None
+
+
 class SshTransport:
     """One inventory host, reached with ``ssh``."""
 
@@ -170,9 +256,23 @@ class SshTransport:
         """The local argv that runs ``remote`` (a list of words, quoted here for the remote shell) on the host."""
         return [*self.base_argv(shared=shared), "--", self.entry.ssh, shlex.join(remote)]
 
-    def run(self, remote: list[str], *, timeout_s: float = 20.0, shared: bool = True) -> RemoteResult:
-        """Run ``remote`` there and wait for it (at most ``timeout_s``): its exit status and output. Raises
-        :class:`Unreachable` when ssh could not reach the host or lost it, or the command did not end in time."""
+    def what(self, remote: list[str]) -> str:
+        """A remote command in words for an error (``hosts facts --json``: its own disagg-tui words and ``--sim``
+        left out), printable and short."""
+        words = list(remote)
+        cli = list(self.entry.disagg_tui)
+        if words[:len(cli)] == cli and len(words) > len(cli):
+            words = words[len(cli):]
+            if self.entry.sim and words[-1:] == ["--sim"]:
+                words = words[:-1]
+        return printable(shlex.join(words))[:80]
+
+    def run(self, remote: list[str], *, timeout_s: float = 20.0, shared: bool = True,
+            max_bytes: int = MAX_OUTPUT) -> RemoteResult:
+        """Run ``remote`` there and wait for it (at most ``timeout_s``): its exit status and output. Its answer is
+        read as it comes, at most ``max_bytes`` of it (and :data:`MAX_STDERR_READ` of its stderr): past that the
+        command is stopped and :class:`AnswerTooLarge` raised. Raises :class:`Unreachable` when ssh could not reach
+        the host or lost it, or the command did not end in time."""
         argv = self.argv(remote, shared=shared)
         t0 = time.monotonic()
         try:
@@ -181,23 +281,25 @@ class SshTransport:
         except OSError as exc:
             raise Unreachable(self.name, "ssh-missing", f"cannot run {self.ssh}: {exc.strerror}") from None
         try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
+            out, err, over = read_capped(proc, max_bytes, t0 + timeout_s)
+        finally:
+            _kill(proc)  # ended already (reaped), or stopped here: past its cap or its time
+        if over == "timeout":
             self.drop_shared()  # a master stuck on a dead link would hold every next command too
-            found = classify(err.decode("utf-8", "replace"))
-            raise Unreachable(self.name, "timeout", found[1] if found else f"no answer within {timeout_s:g} s") \
-                from None
+            found = classify(bytes(err[-MAX_STDERR:]).decode("utf-8", "replace"))
+            raise Unreachable(self.name, "timeout", found[1] if found else f"no answer within {timeout_s:g} s")
+        if over is not None:
+            raise AnswerTooLarge(self.name, self.what(remote), max_bytes if over == "answer" else MAX_STDERR_READ,
+                                 stream=over)
         seconds = time.monotonic() - t0
-        text_err = err[-MAX_STDERR:].decode("utf-8", "replace")
+        text_err = bytes(err[-MAX_STDERR:]).decode("utf-8", "replace")
         if proc.returncode == 255:
             found = classify(text_err)
             self.drop_shared()
             if found is not None:
                 raise Unreachable(self.name, *found)
             raise Unreachable(self.name, "ssh-failed", last_line(text_err) or "ssh exited 255")
-        return RemoteResult(rc=proc.returncode, stdout=out[:MAX_OUTPUT].decode("utf-8", "replace"),
+        return RemoteResult(rc=proc.returncode, stdout=bytes(out).decode("utf-8", "replace"),
                             stderr=text_err, seconds=seconds)
 
     def open(self, remote: list[str], *, shared: bool = True) -> subprocess.Popen[bytes]:

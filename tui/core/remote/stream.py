@@ -5,26 +5,36 @@ that reports it reconnected, and ticks flow again.
 
 The stream has its own connection (not the shared one short commands use): a link that dies under it is noticed
 by its keep-alives and by the stall timer, and cannot hold other commands up.
+
+What it holds is bounded whatever the remote side sends: a line is at most :attr:`RemoteWatch.max_line` bytes (one
+past it, or an endless one without a newline, ends the session with one line naming the host and the command:
+reason ``too-large``; nothing beyond the cap is kept), the pipe's backlog at most twice that (the reader stops
+reading from ssh beyond it), and its stderr is drained as it comes with its last :data:`MAX_STDERR` bytes kept (a
+remote that writes warnings forever neither blocks the stream nor fills memory).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import signal
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tui.core import safeio
-from tui.core.errors import InputError
+from tui.core import safeio, typedread
+from tui.core.errors import InputError, printable
 from tui.core.events import Event, event_from_dict
 from tui.core.launch.events import LayoutChanged, LogLine
 from tui.core.remote.events import HostReconnected, HostUnreachable, RemoteEvent, RemoteTick
-from tui.core.remote.ssh import MAX_STDERR, SshTransport, Unreachable, classify, last_line
+from tui.core.remote.ssh import MAX_STDERR, SshTransport, Unreachable, classify, last_line, size_text
 
-#: the longest line of a remote watch read (a tick of 72 GPUs and their processes is ~100 kB)
-MAX_LINE = 4 * 1024 * 1024
+#: the longest line of a remote watch read (a tick of 8 GPUs is ~5 kB, of 72 GPUs and their processes ~100 kB)
+MAX_LINE = 1024 * 1024
+#: the longest line of a remote follow read (a log line of vLLM's, a layout's plan)
+MAX_FOLLOW_LINE = 4 * 1024 * 1024
 #: (layout, server) logs a follow stream remembers the last line of
 MAX_FOLLOWED = 1024
 #: first and longest wait between tries
@@ -32,9 +42,36 @@ BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 10.0
 
 
+def kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL a session's ssh and its process group (``start_new_session``: a ProxyJump's ssh with it)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+
+
+async def end_session(proc: asyncio.subprocess.Process, wait_s: float = 2.0) -> int | None:
+    """Stop a session (its process group killed), close its pipes and reap it: its exit status (None when it
+    could not be reaped in ``wait_s``). The pipes are closed first because ``Process.wait()`` (Python 3.11) also
+    waits for every pipe to close, and a reader that stopped reading (a line past its cap, an output past its
+    budget) would keep one open forever."""
+    if proc.returncode is None:
+        kill_group(proc)
+    transport = getattr(proc, "_transport", None)  # asyncio's SubprocessTransport: no public way to close it
+    if transport is not None:
+        transport.close()
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(proc.wait(), wait_s)
+    return proc.returncode
+
+
 class RemoteWatch:
     """Follow one host's ``watch --json``. ``events()`` yields :class:`RemoteTick` for each line, and
     :class:`HostUnreachable` / :class:`HostReconnected` as the connection goes and comes back."""
+
+    #: the longest line read (bytes, its newline included)
+    max_line = MAX_LINE
 
     def __init__(self, transport: SshTransport, *, rate_hz: float = 2.0, stall_s: float | None = None,
                  backoff_first_s: float = BACKOFF_FIRST_S, backoff_max_s: float = BACKOFF_MAX_S,
@@ -49,6 +86,8 @@ class RemoteWatch:
         self.backoff_max_s = backoff_max_s
         self.extra_args = extra_args
         self._proc: asyncio.subprocess.Process | None = None
+        self._err = bytearray()  # the last MAX_STDERR bytes of the session's stderr
+        self._drain: asyncio.Task[None] | None = None
         self.connects = 0  # sessions started (1 + reconnect attempts)
 
     def remote_argv(self) -> list[str]:
@@ -61,24 +100,46 @@ class RemoteWatch:
     async def _start(self) -> asyncio.subprocess.Process:
         argv = self.transport.argv(self.remote_argv(), shared=False)
         self.connects += 1
-        return await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                     stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.PIPE, limit=MAX_LINE,
+                                                    stderr=asyncio.subprocess.PIPE, limit=self.max_line,
                                                     start_new_session=True)
+        self._err = bytearray()
+        if proc.stderr is not None:
+            self._drain = asyncio.create_task(self._drain_stderr(proc.stderr, self._err))
+        return proc
+
+    @staticmethod
+    async def _drain_stderr(reader: asyncio.StreamReader, kept: bytearray) -> None:
+        """Read a session's stderr as it comes, keeping its last :data:`MAX_STDERR` bytes."""
+        with contextlib.suppress(OSError, ValueError):
+            while chunk := await reader.read(64 * 1024):
+                kept += chunk
+                if len(kept) > 2 * MAX_STDERR:
+                    del kept[:-MAX_STDERR]
 
     async def _stop(self, proc: asyncio.subprocess.Process) -> tuple[int | None, str]:
         if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        err = b""
-        if proc.stderr is not None:
-            with contextlib.suppress(asyncio.TimeoutError, OSError, ValueError):
-                err = await asyncio.wait_for(proc.stderr.read(MAX_STDERR), 2.0)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(proc.wait(), 2.0)
-        return proc.returncode, err.decode("utf-8", "replace")
+            kill_group(proc)
+        drain, self._drain = self._drain, None
+        try:
+            if drain is not None and not drain.done():
+                await asyncio.wait_for(drain, 2.0)  # cancelled past it: a child of ssh holding its stderr open
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:  # the drain cancelled by a loop shutting down: go on closing; ours: stop
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+        finally:
+            rc = await end_session(proc)
+        return rc, bytes(self._err[-MAX_STDERR:]).decode("utf-8", "replace")
 
-    def _why(self, rc: int | None, stderr: str, stalled: bool, killed: bool) -> tuple[str, str]:
+    def _why(self, rc: int | None, stderr: str, stalled: bool, killed: bool, too_large: bool = False
+             ) -> tuple[str, str]:
+        if too_large:
+            return "too-large", (f"a line of `{self.transport.what(self.remote_argv())}` from {self.transport.name} "
+                                 f"exceeded {size_text(self.max_line)}")
         found = classify(stderr)
         if found is not None:
             return found
@@ -99,6 +160,7 @@ class RemoteWatch:
             proc = await self._start()
             self._proc = proc
             stalled = False
+            too_large = False
             first = True
             try:
                 assert proc.stdout is not None
@@ -115,8 +177,8 @@ class RemoteWatch:
                             return
                         stalled = True
                         break
-                    except ValueError:  # a line past MAX_LINE: nothing a watch of ours prints
-                        stalled = False
+                    except ValueError:  # a line past max_line (or endless): nothing a watch of ours prints
+                        too_large = True
                         break
                     if not line:
                         break
@@ -137,7 +199,7 @@ class RemoteWatch:
             finally:
                 rc, err = await self._stop(proc)
                 self._proc = None
-            reason, detail = self._why(rc, err, stalled, killed=stalled)
+            reason, detail = self._why(rc, err, stalled, killed=stalled or too_large, too_large=too_large)
             if down_since is None:
                 down_since = time.monotonic()
             wait_s = min(backoff, self.backoff_max_s) * (0.8 + 0.4 * random.random())
@@ -172,6 +234,8 @@ class RemoteFollow(RemoteWatch):
     After a reconnect the remote side sends its logs again from the first line: lines already yielded are not
     yielded twice."""
 
+    max_line = MAX_FOLLOW_LINE
+
     def __init__(self, transport: SshTransport, **kwargs: Any) -> None:
         kwargs.setdefault("stall_s", 4.0)  # heartbeats each second
         super().__init__(transport, **kwargs)
@@ -190,7 +254,7 @@ class RemoteFollow(RemoteWatch):
             ev = event_from_dict(data)
         except ValueError as exc:
             self.skipped += 1
-            self.last_skipped = f"{str(data.get('kind'))[:40]}: {str(exc)[:200]}"
+            self.last_skipped = printable(f"{typedread.described(data.get('kind'))}: {str(exc)[:200]}", 300)
             return None
         if isinstance(ev, LayoutChanged):
             self._layout = ev.layout_id
