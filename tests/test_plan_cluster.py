@@ -140,7 +140,8 @@ def test_a_hosts_plan_answer_is_hostile_until_checked(text: str) -> None:
 
 
 def test_a_hosts_plan_answer_is_printed_safe() -> None:
-    text = json.dumps({"plan": {"servers": [{"name": "s\x1b[2J", "role": "single", "url": "http://x:1",
+    # a name with an escape is refused (tests/hardening/test_trust2_remote.py); the texts are made printable
+    text = json.dumps({"plan": {"servers": [{"name": "s", "role": "single", "url": "http://x:1",
                                              "shell": "vllm serve \x1b]0;owned\x07", "argv": ["vllm"], "env": {}}],
                                 "warnings": ["w\x1b[31m"]},
                        "preflight": [{"name": "ports", "status": "fail", "reason": "in use\r\n: 8000"}]})

@@ -110,6 +110,7 @@ def run_watch(args: argparse.Namespace, ctx: CliContext) -> int:
         raise InputError(f"must be > 0, got {args.seconds:g}", field="--seconds")
     inv = inventory.load()
     transport = _transport(inv, inv.get(args.name))
+    from tui.console.remotetick import TickError, read_tick
     from tui.core.remote.stream import RemoteWatch
 
     async def follow() -> None:
@@ -118,9 +119,12 @@ def run_watch(args: argparse.Namespace, ctx: CliContext) -> int:
             if args.json:
                 ctx.out.write(json_line(ev.to_dict()) + "\n")
             elif isinstance(ev, RemoteTick):
-                gpus = ev.tick.get("gpus") or []
-                servers = ev.tick.get("servers") or []
-                ctx.out.write(f"{ev.host}: {len(gpus)} GPUs, {len(servers)} servers\n")
+                try:  # checked as the console checks it: a tick of the wrong shape is one line, the next one shows
+                    tick = read_tick(ev.tick, ev.host)
+                except TickError as err:
+                    ctx.out.write(f"{ev.host}: a tick refused: {err}\n")
+                else:
+                    ctx.out.write(f"{ev.host}: {len(tick.gpus)} GPUs, {len(tick.servers)} servers\n")
             elif isinstance(ev, HostUnreachable):
                 ctx.out.write(f"{ev.host}: unreachable ({ev.reason}): {safeio.shown(ev.detail)}; again in "
                               f"{ev.retry_in_s:.1f} s\n")

@@ -1,18 +1,25 @@
 """One tick of another host's ``watch --json``, read as hostile input: what the console draws of that host.
 
 The tick is a line from another machine (``RemoteTick.tick``, a JSON object the stream's strict parser already
-bounded: no NaN, no deep nesting, at most 4 MiB). :func:`read_tick` checks it field by field through ``typedread``
-against the shape ``tui.core.telemetry.view.tick_dict`` writes (the one writer of that line), keeps at most
-:data:`MAX_GPUS` GPUs, :data:`MAX_SERVERS` servers and :data:`MAX_PROCESSES` processes a GPU, cuts every string
-and makes it printable, and turns what is left into the console's own types (``GpuSample``, ``ServerHealth``,
-``ServerFigures``), so a remote GPU or server is drawn by the same code as a local one. A tick of the wrong shape
-is a :class:`TickError` naming the field (one line); the caller skips it.
+bounded: no NaN, no deep nesting, at most 1 MiB). :func:`read_tick` checks it field by field through ``typedread``
+against the shape ``tui.core.telemetry.view.tick_dict`` writes (the one writer of that line): every number within
+the range a measurement of its kind can have (:data:`_RANGES`: a utilisation 0-100 %, a temperature, a pid, a
+status code), every name or version (a host name, a GPU's name and UUID, a server's name, role, URL, vLLM version
+and model, the layout's words: :data:`_NAMES`) printable (no control character, no terminal escape, no bidi mark:
+refused, not escaped, so that a name is never drawn as something else). Texts that are messages (a server's error,
+the host's errors, a process's command name, which any user of that host may choose) are kept as data and made
+printable by the sink when drawn. It keeps at most :data:`MAX_GPUS` GPUs, :data:`MAX_SERVERS` servers and
+:data:`MAX_PROCESSES` processes a GPU and turns what is left into the console's own types (``GpuSample``,
+``ServerHealth``, ``ServerFigures``), so a remote GPU or server is drawn by the same code as a local one. A tick
+of the wrong shape is a :class:`TickError`: one line naming the host and the field; the caller skips it and the
+next good tick is drawn.
 
 No Textual here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +43,18 @@ TIME_MAX = typedread.TIME_MAX
 
 
 class TickError(ValueError):
-    """A tick of the wrong shape: ``text`` is one line naming the field."""
+    """A tick of the wrong shape: one line naming the host (when known) and the field."""
+
+    def __init__(self, reason: str, field: str = "", host: str = "") -> None:
+        self.reason = reason
+        self.field = field
+        self.host = host
+        where = f"field '{field}': " if field else ""
+        super().__init__(printable(f"{host + ': ' if host else ''}{where}{reason}", 400))
+
+    def of(self, host: str) -> TickError:
+        """The same error naming ``host``."""
+        return TickError(self.reason, self.field, host)
 
 
 # --- the wire shape (what tick_dict writes; a newer version's extra keys are ignored) ----------------------------
@@ -162,6 +180,37 @@ class _Tick:
     errors: tuple[str, ...] = ()
 
 
+#: the range of each number of the wire shape, by class and field (what no measurement of its kind leaves)
+_BYTES = (0.0, float(1 << 50))  # a PiB
+_RATE = (0.0, 1e15)
+_COUNT = (0.0, 1e18)
+_RANGES: dict[type, dict[str, tuple[float, float]]] = {
+    _Gpu: {"index": (0, 1023), "utilization_gpu": (0, 100), "utilization_memory": (0, 100), "memory_used": _BYTES,
+           "memory_total": _BYTES, "power_w": (0, 1e5), "power_limit_w": (0, 1e5), "temperature_c": (-100, 300),
+           "sm_clock_mhz": (0, 1e5), "mem_clock_mhz": (0, 1e5), "pstate": (0, 32)},
+    _Process: {"pid": (0, typedread.PID_MAX), "memory": _BYTES, "tp_rank": (0, 1 << 20), "dp_rank": (0, 1 << 20)},
+    _Server: {"latency_ms": (0, 1e9), "status_code": (0, 999)},
+    _Figures: {"span_s": (0, 1e9), "scrapes": _COUNT, "requests_running": _COUNT, "requests_waiting": _COUNT,
+               "kv_cache_usage": (0, 1), "prompt_tokens_per_s": _RATE, "generation_tokens_per_s": _RATE},
+    _BySource: {"computed": _RATE, "cached": _RATE, "kv_transfer": _RATE},
+    _Kv: {"transfers": _COUNT, "transfers_per_s": _RATE, "bytes": _COUNT, "bytes_per_s": _RATE,
+          "xfer_time_mean_ms": (0, 1e9), "xfer_time_p90_ms": (0, 1e9), "failed_transfers": _COUNT,
+          "failed_notifications": _COUNT, "expired_requests": _COUNT},
+    _Disagg: {"external_kv_transfer_tokens": _COUNT, "local_compute_tokens": _COUNT, "local_cache_hit_tokens": _COUNT,
+              "external_share": (0, 1)},
+}
+#: the names and versions of the wire shape, by class and field, and the most characters each may have: printable
+#: or the tick is refused (a list field: each of its items)
+_NAMES: dict[type, dict[str, int]] = {
+    _Host: {"label": 1024, "hostname": 253},
+    _Gpu: {"uuid": 128, "name": 128, "throttle": 64},
+    _Process: {"kind": 32, "owner": 256, "role": 32, "mapping": 32},
+    _Server: {"name": 256, "endpoint": 1024, "role": 32, "health": 32, "version": 128, "model": 1024},
+    _Layout: {"id": 256, "topology": 64, "profile": 256, "status": 32, "exited": 256, "endpoint": 1024},
+    _Disagg: {"verdict": 64},
+}
+
+
 # --- what the console keeps --------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -208,28 +257,55 @@ def _pct(x: float | None) -> float | None:
     return None if x is None else min(max(float(x), 0.0), 100.0)
 
 
-def _nonneg(x: int | None) -> int | None:
-    return None if x is None or x < 0 else x
+def _bound(x: float) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
+def _join(where: str, field: str) -> str:
+    return f"{where}.{field}" if where and field and not field.startswith("[") else where + field
+
+
+def _checked(obj: Any, where: str) -> None:
+    """Every range and name of ``obj`` (a wire-shape dataclass typedread built) and of those inside it."""
+    for name, (lo, hi) in _RANGES.get(type(obj), {}).items():
+        v = getattr(obj, name)
+        if v is not None and not lo <= v <= hi:
+            raise TickError(f"out of range: {typedread.described(v)} (within {_bound(lo)}..{_bound(hi)})",
+                            _join(where, name))
+    for name, limit in _NAMES.get(type(obj), {}).items():
+        v = getattr(obj, name)
+        for i, text in enumerate(v) if isinstance(v, tuple) else ((None, v),):
+            try:
+                typedread.check_text(text, (), limit=limit)
+            except typedread.FieldError as exc:
+                raise TickError(exc.reason, _join(where, name + (f"[{i}]" if i is not None else ""))) from None
+    for name in getattr(obj, "__dataclass_fields__", {}):
+        v = getattr(obj, name)
+        if dataclasses.is_dataclass(v):
+            _checked(v, _join(where, name))
+        elif isinstance(v, tuple):
+            for i, item in enumerate(v):
+                if dataclasses.is_dataclass(item):
+                    _checked(item, _join(where, f"{name}[{i}]"))
 
 
 def _read(cls: type[Any], data: Any, where: str) -> Any:
     try:
-        return typedread.read(cls, data)
+        obj = typedread.read(cls, data)
     except typedread.FieldError as exc:
-        field = ".".join(p for p in (where, exc.field) if p)
-        raise TickError(f"field '{field}': {exc.reason}" if field else exc.reason) from None
+        raise TickError(exc.reason, _join(where, exc.field)) from None
+    _checked(obj, where)
+    return obj
 
 
 def _gpu(g: _Gpu, tick_time: float) -> GpuSample:
-    if not 0 <= g.index < 1024:
-        raise TickError(f"field 'gpus.index': out of range: {g.index}")
-    procs = tuple(GpuProcess(pid=max(p.pid, 0), memory=_nonneg(p.memory), kind=_text(p.kind, 24) or "compute",
+    procs = tuple(GpuProcess(pid=p.pid, memory=p.memory, kind=_text(p.kind, 24) or "compute",
                              name=_text(p.name), owner=_text(p.owner) or None, role=_text(p.role, 16) or None,
                              tp_rank=p.tp_rank, dp_rank=p.dp_rank, mapping=_text(p.mapping, 16) or "unknown")
                   for p in g.processes[:MAX_PROCESSES])
     return GpuSample(index=g.index, uuid=_text(g.uuid, 80), name=_text(g.name), ts=g.ts or tick_time,
                      util_gpu=_pct(g.utilization_gpu), util_mem=_pct(g.utilization_memory),
-                     mem_used=_nonneg(g.memory_used), mem_total=_nonneg(g.memory_total), power_w=g.power_w,
+                     mem_used=g.memory_used, mem_total=g.memory_total, power_w=g.power_w,
                      power_limit_w=g.power_limit_w, temp_c=g.temperature_c, sm_clock_mhz=g.sm_clock_mhz,
                      mem_clock_mhz=g.mem_clock_mhz, pstate=g.pstate,
                      throttle=tuple(_text(t, 32) for t in g.throttle[:8]) if g.throttle is not None else None,
@@ -273,13 +349,20 @@ def _server(s: _Server, tick_time: float) -> RemoteServer:
                         metrics_error=_text(s.metrics_error, TEXT_CHARS) if s.metrics_error else None)
 
 
-def read_tick(data: Any) -> HostTick:
-    """The checked tick (a :class:`TickError` when it is not one)."""
+def read_tick(data: Any, host: str = "") -> HostTick:
+    """The checked tick of ``host`` (a :class:`TickError` naming the host and the field when it is not one)."""
+    try:
+        return _read_tick(data)
+    except TickError as err:
+        raise err.of(host) from None
+
+
+def _read_tick(data: Any) -> HostTick:
     if not isinstance(data, dict):
-        raise TickError("not a JSON object")
+        raise TickError(f"not a JSON object but {typedread.described(data)}")
     t: _Tick = _read(_Tick, data, "")
     if not 0 <= t.time <= TIME_MAX:
-        raise TickError(f"field 'time': out of range: {t.time!r}")
+        raise TickError(f"out of range: {t.time!r}", "time")
     h = t.host or _Host()
     gpus_raw = t.gpus[:MAX_GPUS]
     servers_raw = t.servers[:MAX_SERVERS]
@@ -288,7 +371,7 @@ def read_tick(data: Any) -> HostTick:
     for i, g in enumerate(gpus_raw):
         sample = _gpu(_read(_Gpu, g, f"gpus[{i}]"), t.time)
         if sample.index in seen:
-            raise TickError(f"field 'gpus[{i}].index': GPU {sample.index} is listed twice")
+            raise TickError(f"GPU {sample.index} is listed twice", f"gpus[{i}].index")
         seen.add(sample.index)
         gpus.append(sample)
     servers: list[RemoteServer] = []
