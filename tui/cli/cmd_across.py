@@ -237,8 +237,7 @@ class AcrossCampaign:
             if old.status == "up" and old.owner == self.owner and set(old.names) & set(cplan.hosts):
                 await down_across(self.hosts, old.names, lambda h, line: None)
                 record.mark_stopped(old.names)
-        lines: list[str] = []
-        results = await up_across(self.hosts, cplan, lambda h, line: lines.append(f"{h}: {line}"))
+        results = await up_across(self.hosts, cplan, lambda h, line: None)  # a failure's last line is in results
         bad = [r for r in results if r.rc != 0]
         if bad:
             raise AppError(f"{bad[0].host}: its part did not come up (exit {bad[0].rc}): {bad[0].last}",

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tui.core import paths, yamlio
+from tui.core import netaddr, paths, yamlio
 from tui.core.errors import InputError
 
 FILE_NAME = "hosts.yaml"
@@ -74,9 +74,11 @@ class HostEntry:
         host = self.ssh.rsplit("@", 1)[-1].strip("[]")
         try:
             ipaddress.ip_address(host)
+            if netaddr.is_wildcard(host):
+                raise ValueError(host)
         except ValueError:
             raise InputError(f"{self.name}: no address for a layout across hosts (its ssh destination {host!r} is "
-                             "an alias)", field=f"hosts.{self.name}.address",
+                             "an alias or the wildcard)", field=f"hosts.{self.name}.address",
                              hint="add 'address: IP' (the address the other hosts reach it at) to hosts.yaml") from None
         return host
 
@@ -191,6 +193,9 @@ def _entry(name: str, data: Any, source: Path, line: int | None) -> HostEntry:
         except ValueError:
             if not _ADDRESS.fullmatch(address):
                 raise f.error("address", f"not an IP address or a host name: {address[:80]!r}") from None
+        if netaddr.is_wildcard(address):
+            raise f.error("address", f"{netaddr.wildcard_why(address)}: give the address the other hosts reach "
+                                     "this one at")
     f.done()
     return HostEntry(name=name, ssh=dest, port=port, jump=jump, disagg_tui=cli, vllm=vllm, gpus=gpus, sim=sim,
                      address=address)
