@@ -142,7 +142,8 @@ def test_a_hosts_plan_answer_is_hostile_until_checked(text: str) -> None:
 def test_a_hosts_plan_answer_is_printed_safe() -> None:
     # a name with an escape is refused (tests/hardening/test_trust2_remote.py); the texts are made printable
     text = json.dumps({"plan": {"servers": [{"name": "s", "role": "single", "url": "http://x:1",
-                                             "shell": "vllm serve \x1b]0;owned\x07", "argv": ["vllm"], "env": {}}],
+                                             "shell": "vllm serve \x1b]0;owned\x07", "argv": ["vllm", "serve", "m"],
+                                             "env": {}}],
                                 "warnings": ["w\x1b[31m"]},
                        "preflight": [{"name": "ports", "status": "fail", "reason": "in use\r\n: 8000"}]})
     p = read_remote_plan("b", text)
@@ -154,8 +155,14 @@ def test_the_clusters_file_is_read_as_from_outside(tmp_path: Path) -> None:
     f = tmp_path / "clusters.json"
     f.write_text(json.dumps({"format": 1, "clusters": [{"id": "x", "topology": "dp2", "model": "m",
                                                          "endpoint": 5}]}))
-    with pytest.raises(InputError, match="endpoint"):
-        record.load_all(f)
+    assert record.load_all(f) == []  # a record that does not read is left out, with a warning naming it
+    (note,) = record.drain_notes()
+    assert "clusters[0].endpoint" in note and "left out" in note
+    good = {"id": "y", "topology": "dp2", "model": "m", "endpoint": "http://10.0.0.2:8000"}
+    f.write_text(json.dumps({"format": 1, "clusters": [
+        {**good, "id": "x", "endpoint": "http://10.0.0.9:8000/\x1b]52;c;eA==\x07"}, good]}))
+    assert [r.id for r in record.load_all(f)] == ["y"]
+    assert "not an http URL" in record.drain_notes()[0]
     f.write_text("[1, 2]")
     with pytest.raises(InputError, match="not a clusters file"):
         record.load_all(f)

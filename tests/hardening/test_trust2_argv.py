@@ -197,3 +197,43 @@ class TestNeverMeansNever:
                                                                   "b": {"env": {name: "/tmp/x"}}}}}})
         line = _one_line(run_cli(["knobs"]))
         assert "knobs.yaml" in line and name in line and "never taken" in line, line
+
+
+class TestRemotePlanAnswers:
+    """Another host's ``plan --json`` answer goes through the same table: its placement is its own planner's, but a
+    code-loading flag or variable, an option-shaped model or a bare word is refused naming the host and field."""
+
+    @staticmethod
+    def _answer(argv: list[str], env: dict[str, str] | None = None) -> str:
+        import json
+
+        return json.dumps({"plan": {"servers": [{"name": "prefill-0", "role": "prefill", "url": "http://10.0.0.2:8100",
+                                                 "shell": "x", "argv": argv, "env": env or {}}]},
+                           "preflight": []})
+
+    def test_its_own_placement_is_taken(self) -> None:
+        from tui.core.remote.cluster import read_remote_plan
+
+        argv = ["vllm", "serve", "m", "--host", "10.0.0.2", "--port", "8100", "--tensor-parallel-size", "1",
+                "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}',
+                "--trust-remote-code"]
+        p = read_remote_plan("b", self._answer(argv, {"CUDA_VISIBLE_DEVICES": "0",
+                                                      "VLLM_NIXL_SIDE_CHANNEL_HOST": "10.0.0.2"}), "10.0.0.2")
+        assert p.servers[0].argv == tuple(argv)
+
+    @pytest.mark.parametrize(("argv", "env", "says"), [
+        (["vllm", "serve", "--config=/tmp/x.yaml"], {}, "starts with '-'"),
+        (["vllm", "run-batch", "m"], {}, "vllm serve MODEL"),
+        (["vllm", "serve", "m", "--worker_extension_cls", "evil.X"], {}, "never taken"),
+        (["vllm", "serve", "m", "-h"], {}, "help"),
+        (["vllm", "serve", "m", "stray"], {}, "not a flag"),
+        (["vllm", "serve", "m"], {"LD_PRELOAD": "/tmp/evil.so"}, "never taken"),
+        (["vllm", "serve", "m"], {"https_proxy": "http://10.9.9.9:3128"}, "never taken"),
+    ])
+    def test_what_no_host_may_answer(self, argv: list[str], env: dict[str, str], says: str) -> None:
+        from tui.core.remote.cluster import read_remote_plan
+
+        with pytest.raises(InputError) as err:
+            read_remote_plan("b", self._answer(argv, env), "10.0.0.2")
+        line = err.value.one_line()
+        assert "b: plan --json" in line and "plan.servers[0]" in line and says in line, line

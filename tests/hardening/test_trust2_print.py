@@ -237,8 +237,6 @@ class TestCliOutput:
                       "hosts check", "profile list", "web --sim"):
             assert any(s.startswith(where) for s in shown), (where, shown)
 
-    @pytest.mark.xfail(strict=True, reason="clusters.json's texts are not checked when read (the state paragraph's "
-                       "schema covers layouts.json): an endpoint with an escape is a traceback in bench")
     def test_a_clusters_endpoint_with_an_escape_is_one_line(self, poisoned: dict[str, Path]) -> None:
         from tests.hardening.poisoned import write_clusters
         from tui.core import paths

@@ -131,12 +131,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _state_notes(ctx: CliContext) -> None:
-    """The state file's warnings (a layout's record that does not read back, quarantined), one ``warning:`` line
-    each; only where the command read the state."""
-    state = sys.modules.get("tui.core.launch.state")
-    if state is not None:
-        for note in state.drain_notes():
-            ctx.warn(note)
+    """The state files' warnings (a layout's record that does not read back, quarantined; a layout across hosts
+    left out of ``clusters.json``), one ``warning:`` line each; only where the command read them."""
+    for module in ("tui.core.launch.state", "tui.core.remote.record"):
+        state = sys.modules.get(module)
+        if state is not None:
+            for note in state.drain_notes():
+                ctx.warn(note)
 
 
 def entry() -> None:

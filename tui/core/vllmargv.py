@@ -456,6 +456,8 @@ def check_env(name: str, value: str, source: Source, *, field: str, file: str | 
     rule = env_rule(name)
     if rule is None:
         return
+    if rule.kind is Kind.PLACEMENT and source is Source.REMOTE:
+        return  # another host's planner placed its own servers
     if rule.kind is Kind.SECRET and name != "VLLM_API_KEY" and source in (Source.OPERATOR, Source.PROFILE,
                                                                           Source.BUNDLE, Source.REMOTE):
         return  # this host's own value (redacted wherever it is written); a bundle's is the allowlist's to judge
@@ -464,6 +466,34 @@ def check_env(name: str, value: str, source: Source, *, field: str, file: str | 
                          "your own environment if you mean it", file=file, line=line, field=field)
     what = "is placement" if rule.kind is Kind.PLACEMENT else "is a secret"
     raise InputError(f"{name} {what} ({rule.why}): {source.value} may not set it", file=file, line=line, field=field)
+
+
+def check_removal(word: str, source: Source, *, field: str, file: str | Path | None = None,
+                  line: int | None = None) -> str:
+    """A flag ``source`` takes off a server's argv (a playbook fix's ``remove_args``, filled from a log line): the
+    long name vLLM reads it as, never a placement flag the planner wrote (``--host`` gone, vLLM binds every
+    interface; ``--kv-transfer-config`` gone, a disaggregated server no longer transfers)."""
+    words = word.split()
+    if len(words) != 1 or not words[0].startswith("-"):
+        raise InputError(f"{shown(word, 60)!r}: name one flag to remove", file=file, line=line, field=field)
+    flag = flag_of(words[0])
+    rule = flag_rule(flag)
+    if rule is not None and rule.kind is Kind.PLACEMENT:
+        shown_flag = flag if flag == words[0] else f"{shown(words[0], 60)} (vLLM reads it as {flag})"
+        raise InputError(f"{shown_flag} is placement ({rule.why}): {source.value} may not remove it", file=file,
+                         line=line, field=field)
+    return flag
+
+
+def check_unset(name: str, source: Source, placed: Iterable[str], *, field: str, file: str | Path | None = None,
+                line: int | None = None) -> None:
+    """A variable ``source`` takes out of a server's environment (a fix's ``unset_env``): never a placement variable
+    the planner set (``placed``): without ``CUDA_VISIBLE_DEVICES`` a server takes every GPU of the host, without
+    ``VLLM_NIXL_SIDE_CHANNEL_PORT`` two servers share vLLM's default port."""
+    rule = env_rule(name)
+    if rule is not None and rule.kind is Kind.PLACEMENT and name in set(placed):
+        raise InputError(f"{shown(name, 60)} is placement ({rule.why}): {source.value} may not unset it", file=file,
+                         line=line, field=field)
 
 
 def check_model(model: str, *, field: str = "model", file: str | Path | None = None, line: int | None = None) -> str:

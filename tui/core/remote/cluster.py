@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from tui.core import netaddr, safeio, typedread
+from tui.core import netaddr, safeio, typedread, vllmargv
 from tui.core.errors import AppError, InputError
 from tui.core.plan.cluster import ClusterHost, ClusterPlan, cross_checks
 from tui.core.plan.hostfacts import HostFacts
@@ -240,10 +240,16 @@ def read_remote_plan(host: str, text: str, address: str | None = None) -> Remote
             _word(w, source, f"{where}.argv[{k}]")
         if len(s.env) > MAX_VARS:
             raise InputError(f"a server's env is at most {MAX_VARS} variables", file=source, field=f"{where}.env")
+        if len(s.argv) < 3 or s.argv[1] != "serve":
+            raise InputError("a server's command line is 'vllm serve MODEL [flags]'", file=source,
+                             field=f"{where}.argv")
+        vllmargv.check_model(s.argv[2], field=f"{where}.argv[2]", file=source)
+        vllmargv.check_tail(s.argv[3:], vllmargv.Source.REMOTE, field=f"{where}.argv", file=source)
         for var, value in s.env.items():
             if not _ENV_NAME.match(var):
                 raise InputError(f"not a variable name: {safeio.shown(var, 40)!r}", file=source, field=f"{where}.env")
             _word(value, source, f"{where}.env.{var}", limit=4000)
+            vllmargv.check_env(var, value, vllmargv.Source.REMOTE, field=f"{where}.env.{var}", file=source)
         gpus = s.gpus or ()
         if len(gpus) > 72 or not all(0 <= g < 72 for g in gpus) or len(set(gpus)) != len(gpus):
             raise InputError("a server's GPUs are at most 72 distinct indices 0-71", file=source,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -75,10 +76,45 @@ def load_all(path: Path | None = None) -> list[ClusterRecord]:
     out = []
     for i, item in enumerate(data["clusters"][:MAX_KEPT]):
         try:
-            out.append(typedread.read(ClusterRecord, item))
+            rec = typedread.read(ClusterRecord, item)
+            _check_texts(rec)
         except typedread.FieldError as exc:
-            raise InputError(exc.reason, file=path, field=f"clusters[{i}]" + (f".{exc.field}" if exc.field else "")
-                             ) from None
+            where = f"clusters[{i}]" + (f".{exc.field}" if exc.field else "")
+            _notes[where] = f"{path}: field '{where}': {exc.reason}: that layout across hosts is left out"
+            continue
+        out.append(rec)
+    return out
+
+
+_notes: dict[str, str] = {}
+_URL = re.compile(r"https?://[A-Za-z0-9.:\[\]_-]{1,300}(/[A-Za-z0-9._~/-]{0,200})?\Z")
+
+
+def _check_texts(rec: ClusterRecord) -> None:
+    """The record's names and its endpoint as a layout across hosts this console started has them: printable
+    words, an http URL (what a benchmark is sent to); FieldError naming the field otherwise."""
+    for name in ("id", "topology", "model", "status", "owner"):
+        _text(getattr(rec, name), (name,), 400)
+    if not _URL.match(rec.endpoint):
+        raise typedread.FieldError(f"not an http URL: '{safeio.shown(rec.endpoint, 80)}'", ("endpoint",))
+    for k, h in enumerate(rec.hosts[:64]):
+        for name in ("name", "address", "does"):
+            _text(getattr(h, name), ("hosts", k, name), 400)
+        for j, w in enumerate(h.argv[:4096]):
+            _text(w, ("hosts", k, "argv", j), 4000)
+
+
+def _text(value: str, path: tuple[str | int, ...], limit: int) -> None:
+    try:
+        typedread.check_text(value, path, limit=limit)
+    except typedread.FieldError as exc:  # said with the text itself, escaped: what the operator looks for
+        raise typedread.FieldError(f"{exc.reason}: '{safeio.shown(value, 80)}'", path) from None
+
+
+def drain_notes() -> list[str]:
+    """The warnings reading ``clusters.json`` gave (a record left out), each once: the CLI prints them."""
+    out = list(_notes.values())
+    _notes.clear()
     return out
 
 
