@@ -37,6 +37,7 @@ from tui.core.plan.ports import SERVER_PORT_STEP as SERVER_PORT_STEP
 from tui.core.plan.ports import SIDE_CHANNEL_BASE as SIDE_CHANNEL_BASE
 from tui.core.plan.spec import LaunchPlan, PlanFix, ProxySpec, ServerSpec, Workaround
 from tui.core.redact import is_secret_flag
+from tui.core.safeio import shown
 from tui.core.topology import Topology, parse_topology
 
 READY_TIMEOUT_ENV = "1800"
@@ -440,20 +441,31 @@ def apply_fix(p: LaunchPlan, fix: PlanFix, label: str) -> LaunchPlan:
         if fix.roles and s.role not in fix.roles:
             servers.append(s)
             continue
+        where = f"playbook entry {label}"
         for k, v in fix.set_env:
-            vllmargv.check_env(k, v, vllmargv.Source.PLAYBOOK, field=f"fix.set_env.{k}", file=f"playbook entry {label}")
+            vllmargv.check_env(k, v, vllmargv.Source.PLAYBOOK, field=f"fix.set_env.{k}", file=where)
+        for k in fix.unset_env:  # filled from a log line: never what the planner placed
+            vllmargv.check_unset(k, vllmargv.Source.PLAYBOOK, (name for name, _ in s.env), field="fix.unset_env",
+                                 file=where)
         env = [(k, v) for k, v in s.env if k not in fix.unset_env]
         set_keys = dict(fix.set_env)
         env = [(k, set_keys.pop(k) if k in set_keys else v) for k, v in env]
         env += list(set_keys.items())
         argv = list(s.argv)
         for flag in fix.remove_args:
-            argv = _remove_flag(argv, flag.split()[0])
+            argv = _remove_flag(argv, vllmargv.check_removal(flag, vllmargv.Source.PLAYBOOK, field="fix.remove_args",
+                                                             file=where))
         for item in fix.add_args:
-            parts = shlex.split(item)
+            try:
+                parts = shlex.split(item)
+            except ValueError as exc:  # a placeholder filled from a log line with an unbalanced quote
+                raise InputError(f"cannot split {shown(item, 80)!r}: {exc}", file=where, field="fix.add_args") from None
             if not parts:
                 continue
-            vllmargv.check_tail(parts, vllmargv.Source.PLAYBOOK, field="fix.add_args", file=f"playbook entry {label}")
+            read = vllmargv.check_tail(parts, vllmargv.Source.PLAYBOOK, field="fix.add_args", file=where)
+            if len(read) != 1:  # '--max-model-len {estimated}' filled with '8 --enforce-eager': one flag an item
+                raise InputError(f"{shown(item, 80)!r} is {len(read)} flags: a fix's item is one flag with its value",
+                                 file=where, field="fix.add_args")
             argv = _remove_flag(argv, parts[0])
             argv += parts
         servers.append(replace(s, env=tuple(env), argv=tuple(argv)))

@@ -1,0 +1,76 @@
+"""Issue 32, the held-out corpus: the trust pass tried again with shapes nobody listed, as a hostile teammate, a
+careless colleague on a shared host and a broken remote host would. One class per kind of hole (argv, terminal,
+disk, state, resource); each case checks the real behaviour (the CLI in-process, or the function at the place the
+value is used)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tui.core.errors import InputError
+from tui.core.models import Catalog
+from tui.core.plan.hostfacts import sim_facts
+from tui.core.plan.planner import PlanOptions, apply_fix, plan
+from tui.core.plan.spec import PlanFix
+
+M = "dummy-qwen3-8b"
+
+
+def _pd_plan():  # type: ignore[no-untyped-def]
+    return plan(Catalog.load().model(M), "1p1d", sim_facts("h200", 2), PlanOptions())
+
+
+class TestArgv:
+    """A word reaches vLLM's argv or environment through a playbook fix's placeholder, filled from a LOG LINE: the
+    line is the least trusted text of all (a request's prompt can end up in a server's log)."""
+
+    @pytest.mark.parametrize("line", [
+        "vllm serve: error: unrecognized arguments: --host",  # vLLM then binds every interface
+        "error: unrecognized arguments: --kv-transfer-config",  # a P/D server that no longer transfers
+        "error: ambiguous option: --ho could match --host, --hf-token",  # the prefix vLLM reads as --host
+        "error: unrecognized arguments: --tensor_parallel_size",
+        "error: unrecognized arguments: -tp",
+    ])
+    def test_the_shipped_unknown_flag_fix_never_removes_placement(self, line: str) -> None:
+        from tui.core.playbook.book import load_playbook
+        from tui.core.playbook.offline import diagnose_lines
+
+        book = load_playbook(operator=False)
+        diags = diagnose_lines([line], book).diagnoses
+        assert [d.entry_id for d in diags] == ["unknown-flag"], diags
+        (eid, fix), = book.fixes(diags, "unknown-flag")
+        with pytest.raises(InputError) as err:
+            apply_fix(_pd_plan(), fix, eid)
+        msg = err.value.one_line()
+        assert "fix.remove_args" in msg and "placement" in msg and "unknown-flag" in msg, msg
+
+    @pytest.mark.parametrize("name", ["CUDA_VISIBLE_DEVICES", "VLLM_NIXL_SIDE_CHANNEL_PORT"])
+    def test_the_shipped_unknown_env_fix_never_unsets_what_the_planner_placed(self, name: str) -> None:
+        from tui.core.playbook.book import load_playbook
+        from tui.core.playbook.offline import diagnose_lines
+
+        book = load_playbook(operator=False)
+        diags = diagnose_lines([f"Unknown vLLM environment variable detected: {name}"], book).diagnoses
+        (eid, fix), = book.fixes(diags, "unknown-vllm-env")
+        with pytest.raises(InputError, match=r"placement.*may not unset it"):
+            apply_fix(_pd_plan(), fix, eid)
+
+    def test_a_fix_still_unsets_and_removes_what_is_not_placement(self) -> None:
+        p = plan(Catalog.load().model(M), "1p1d", sim_facts("h200", 2),
+                 PlanOptions(extra_args=("--max-num-seqs", "8"), extra_env=(("VLLM_ATTENTION_BACKEND", "X"),)))
+        fixed = apply_fix(p, PlanFix(unset_env=("VLLM_ATTENTION_BACKEND", "VLLM_PORT"),
+                                     remove_args=("--max_num_seqs",)), "e")
+        s = fixed.servers[0]
+        assert "VLLM_ATTENTION_BACKEND" not in dict(s.env) and "--max-num-seqs" not in s.argv
+        assert s.argv[3:5] == ("--host", "127.0.0.1") and dict(s.env)["CUDA_VISIBLE_DEVICES"] == "0"
+
+    @pytest.mark.parametrize("captured", ["8 --enforce-eager", "8 --max-num-seqs 1", "8 --disable-log-stats"])
+    def test_a_placeholder_filled_from_a_log_line_is_one_value(self, captured: str) -> None:
+        """A teammate's entry '--max-model-len {n}' with a capture that can hold spaces: the log line adds flags."""
+        with pytest.raises(InputError, match="one flag with its value"):
+            apply_fix(_pd_plan(), PlanFix(add_args=(f"--max-model-len {captured}",)), "team-entry")
+
+    @pytest.mark.parametrize("captured", ['8"', "'8", "8\\"])
+    def test_a_placeholder_with_an_unbalanced_quote_is_a_refusal_not_a_traceback(self, captured: str) -> None:
+        with pytest.raises(InputError, match="cannot split"):
+            apply_fix(_pd_plan(), PlanFix(add_args=(f"--max-model-len {captured}",)), "team-entry")
