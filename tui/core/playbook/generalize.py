@@ -14,6 +14,7 @@ import re
 
 from tui.core.errors import InputError
 from tui.core.launch.phases import parse_line
+from tui.core.playbook.linear import Unsupported, compile_linear
 from tui.core.playbook.literals import required_literals
 from tui.core.playbook.loader import MAX_PATTERN_CHARS
 from tui.core.playbook.redos import explosive
@@ -131,8 +132,8 @@ def pattern_for(line: str) -> str:
         msg = cut_message(msg, len(msg) * 2 // 3)
         pattern = _generalize_message(msg)
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:  # pragma: no cover - generalize only emits escaped text and fixed classes
+        regex = compile_linear(pattern)
+    except (re.error, Unsupported) as exc:  # pragma: no cover - generalize only emits escaped text and classes
         raise InputError(f"could not build a pattern from the line: {exc}", field="--text") from None
     if regex.search(line.rstrip("\r\n")) is None:  # pragma: no cover - a bug in generalize if it happens
         raise InputError(f"the generalised pattern {pattern!r} does not match the line", field="--text")
@@ -145,9 +146,9 @@ def pattern_for(line: str) -> str:
 
 def check_pattern(pattern: str, line: str | None) -> str:
     """An operator's own pattern for ``line`` (the generalised one, edited; None: an entry edited without its
-    line): it compiles, cannot take exponential time, finds ``line``, and keeps enough fixed text to be specific.
-    Returns it stripped; raises InputError naming what is wrong (the loader checks it again when the entry is
-    validated)."""
+    line): it compiles for the linear-time engine (``linear``), finds ``line`` with it, and keeps enough fixed text
+    to be specific. Returns it stripped; raises InputError naming what is wrong (the loader checks it again when
+    the entry is validated)."""
     text = pattern.strip()
     if not text:
         raise InputError("the pattern is empty", field="--pattern")
@@ -155,12 +156,14 @@ def check_pattern(pattern: str, line: str | None) -> str:
         raise InputError(f"a pattern is at most {MAX_PATTERN_CHARS:,} characters; this one has {len(text):,}",
                          field="--pattern")
     try:
-        regex = re.compile(text)
+        regex = compile_linear(text)  # what the matcher runs: the line is checked with it
     except re.error as exc:
         raise InputError(f"not a regular expression: {exc}", field="--pattern") from None
-    if explosive(text):  # before it is run on the line
-        raise InputError("it repeats a repeat whose rounds can meet anywhere (like (a+)+): it can take minutes on "
-                         "one log line", field="--pattern")
+    except Unsupported as exc:
+        raise InputError(str(exc), field="--pattern") from None
+    if explosive(text):
+        raise InputError("it repeats a repeat whose rounds can meet anywhere (like (a+)+), which costs a "
+                         "backtracking engine minutes on one log line", field="--pattern")
     if regex.search("") is not None:
         raise InputError("it matches an empty line, so it would match every line", field="--pattern")
     if line is not None and regex.search(line.rstrip("\r\n")) is None:

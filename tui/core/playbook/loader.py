@@ -2,7 +2,8 @@
 
 The format is documented at the top of ``profiles/playbook.yaml``. Every mistake is one :class:`InputError` naming
 ``file:line: field``: unknown keys, wrong types, a regular expression that does not compile (with ``re``'s own
-message), a ``{placeholder}`` in a fix that no pattern captures, ``auto: true`` without a fix.
+message) or that the linear-time engine cannot take (``linear``: a lookaround, a backreference), a
+``{placeholder}`` in a fix that no pattern captures, ``auto: true`` without a fix.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from tui.core import paths, safeio
 from tui.core.errors import InputError
 from tui.core.launch.phases import PHASE_INDEX
+from tui.core.playbook.linear import Unsupported, compile_linear
 from tui.core.playbook.literals import required_literals
 from tui.core.playbook.model import (
     ARCHES,
@@ -68,23 +70,28 @@ def operator_playbook_path() -> Path:
 
 
 def compile_probe(text: str, f: Fields, key: str, index: int | None = None, line: int | None = None) -> Probe:
+    """A pattern compiled for matching by RE2 (``linear``: time linear in the line, whoever wrote the pattern), read
+    alike by ``re`` (its messages name the position of a mistake, and its parser finds the literals)."""
     where = f"{f.name(key)}[{index + 1}]" if index is not None else f.name(key)
+    at = line or f.line_of(key)
     if len(text) > MAX_PATTERN_CHARS:
         raise InputError(f"a pattern is at most {MAX_PATTERN_CHARS:,} characters; this one has {len(text):,} "
                          f"({shown(text, 60)}): keep the part that states the error", file=f.source,
-                         line=line or f.line_of(key), field=where)
+                         line=at, field=where)
     try:
-        regex = re.compile(text)
+        regex = compile_linear(text)
     except re.error as exc:
         raise InputError(f"bad regular expression {shown(repr(text), 120)}: {exc}", file=f.source,
-                         line=line or f.line_of(key), field=where) from None
+                         line=at, field=where) from None
+    except Unsupported as exc:
+        raise InputError(f"{shown(repr(text), 120)}: {exc}", file=f.source, line=at, field=where) from None
+    if explosive(text):
+        raise InputError(f"{shown(repr(text), 120)} repeats a repeat whose rounds can meet anywhere (like (a+)+), "
+                         "which costs a backtracking engine minutes on one log line; repeat it once, or start each "
+                         "round with what no round ends with", file=f.source, line=at, field=where)
     if regex.search("") is not None:
         raise InputError(f"{shown(repr(text), 120)} matches an empty line, so it would match every line; make it "
-                         "say what to look for", file=f.source, line=line or f.line_of(key), field=where)
-    if explosive(text):
-        raise InputError(f"{shown(repr(text), 120)} repeats a repeat whose rounds can meet anywhere (like (a+)+): "
-                         "it can take minutes on one log line; repeat it once, or start each round with what no "
-                         "round ends with", file=f.source, line=line or f.line_of(key), field=where)
+                         "say what to look for", file=f.source, line=at, field=where)
     return Probe(text=text, regex=regex, literals=required_literals(text))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tui.core.plan.planner import PlanFix
 
@@ -26,15 +26,34 @@ BENCH_PHASES = ("none", "setup", "warmup", "run")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+class RegexMatch(Protocol):
+    """What the matcher reads of a match (``re.Match`` and ``linear.LinearMatch`` are ones)."""
+
+    def groupdict(self) -> dict[str, str | Any]: ...
+
+
+class Regex(Protocol):
+    """A compiled pattern as the matcher uses it. The loader compiles every playbook pattern with
+    ``linear.compile_linear`` (RE2: time linear in the line); ``re.Pattern`` is one too (tests, benchmarks)."""
+
+    @property
+    def pattern(self) -> str: ...
+
+    @property
+    def groupindex(self) -> Mapping[str, int]: ...
+
+    def search(self, string: str, /) -> RegexMatch | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Probe:
     """One compiled regular expression. ``literals``: one of them must occur in a line for it to match."""
 
     text: str
-    regex: re.Pattern[str]
+    regex: Regex
     literals: tuple[str, ...] = ()
 
-    def search(self, line: str) -> re.Match[str] | None:
+    def search(self, line: str) -> RegexMatch | None:
         if self.literals and not any(lit in line for lit in self.literals):
             return None
         return self.regex.search(line)
