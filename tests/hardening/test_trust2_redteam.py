@@ -5,8 +5,11 @@ value is used)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tests.hardening.cli import run_cli
 from tui.core.errors import InputError
 from tui.core.models import Catalog
 from tui.core.plan.hostfacts import sim_facts
@@ -74,3 +77,23 @@ class TestArgv:
     def test_a_placeholder_with_an_unbalanced_quote_is_a_refusal_not_a_traceback(self, captured: str) -> None:
         with pytest.raises(InputError, match="cannot split"):
             apply_fix(_pd_plan(), PlanFix(add_args=(f"--max-model-len {captured}",)), "team-entry")
+
+    @pytest.mark.parametrize("how", ["folder", "config.json", "hf-cache", "discovered"])
+    def test_a_model_folder_never_trusts_its_own_code(self, how: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+        """A teammate's folder on a shared disk (or a repo in the HF cache) whose config.json has auto_map: ``--model
+        DIR`` derived ``trust_remote_code: true`` on the spot, and vLLM ran the folder's Python with no word."""
+        from tests.model_fixtures import hf_cache, model_folder
+
+        if how == "hf-cache":
+            monkeypatch.setenv("HF_HUB_CACHE", str(hf_cache(tmp_path / "hf", "team/evil", "deepseek-v2-lite-chat")))
+            ref = "team/evil"
+        else:
+            folder = model_folder(tmp_path / "shared", "deepseek-v2-lite-chat")
+            ref = {"folder": str(folder), "config.json": str(folder / "config.json"),
+                   "discovered": "deepseek-v2-lite-chat"}[how]
+            monkeypatch.setenv("DISAGG_TUI_MODEL_DIRS", str(tmp_path / "shared"))
+        r = run_cli(["plan", "--sim", "--model", ref, "--topology", "tp1"])
+        assert r.code == 0, r.err
+        assert "vllm serve" in r.out and "trust-remote-code" not in r.out, r.out
+        assert "ships its own Python code" in r.err

@@ -16,7 +16,8 @@ What is read from ``config.json`` (a multimodal model's ``text_config`` first, t
   bounded by the window; counting them in full errs on the safe side of the memory checks);
 - the quantisation from ``quantization_config`` (fp8, compressed-tensors, modelopt, AWQ, GPTQ), else the checkpoint
   dtype (``torch_dtype``/``dtype``), and an FP8 KV cache where the checkpoint quantises it;
-- ``trust_remote_code`` where the model ships its own code (``auto_map``).
+- never ``trust_remote_code``: a folder that ships its own code (``auto_map``) gets a warning and ``false``; only a
+  profile the operator writes says true.
 
 The parameter counts are computed from that shape (embedding, attention or linear-attention/Mamba projections, MLP
 or experts with the router and shared experts); the weights' size is what the files hold. The KV cache per token
@@ -232,9 +233,13 @@ def derive(folder: Path, *, repo_id: str | None = None, revision: str = "", prof
     data["checked_with_vllm"] = []
     vllm: dict[str, Any] = {"gpu_memory_utilization": DEFAULT_GPU_MEMORY_UTILIZATION,
                             "max_model_len": min(max_pos, DEFAULT_MAX_MODEL_LEN) if max_pos else None}
-    if "auto_map" in raw or "auto_map" in cfg:
-        vllm["trust_remote_code"] = True
-        r.comments["vllm.trust_remote_code"] = "config.json auto_map: the model ships its own code"
+    if "auto_map" in raw or "auto_map" in cfg:  # never trusted on a folder's word: a profile of the operator's says so
+        vllm["trust_remote_code"] = False
+        r.comments["vllm.trust_remote_code"] = ("config.json auto_map: the model ships its own Python code; true lets "
+                                                "vLLM run it (only for a folder you trust)")
+        r.warnings.append(f"{shown(repo_id or str(folder), 200)} ships its own Python code (config.json auto_map): "
+                          "vLLM runs it only with trust_remote_code: true in a profile of yours ('disagg-tui profile "
+                          "new --from MODEL -o FILE', then --model FILE); vLLM's own implementation is used until then")
     if repo_id:
         vllm["served_model_name"] = repo_id
         r.comments["vllm.served_model_name"] = "the repo id, as vLLM names a model it is given by id"
