@@ -264,6 +264,14 @@ class TestDiagnoseIsBoundedOnAnyLine:
         assert time.perf_counter() - t0 < 5
         assert len(FAIL_LINE) < MAX_MATCH_CHARS // 2  # (what makes it findable: the line's last 8,192 characters)
 
+    def test_a_line_with_a_lone_surrogate(self, book: Playbook) -> None:
+        """A line from another host's JSON stream can hold one (``"\\udcff"``); RE2 reads UTF-8: no traceback, and
+        the line is still matched."""
+        m = book.matcher("remote")
+        assert m.feed("\udcff " + " " * 20_000, 1) == []
+        found = m.feed(FAIL_LINE.replace("ERROR", "ERROR \ud800"), 2)
+        assert [d.entry_id for d in found] == ["unknown-flag"] and found[0].captures == {"flag": "--no-such-flag."}
+
     @pytest.mark.timeout(180)
     def test_100k_lines(self, book: Playbook) -> None:
         """``re`` spends ~5 ms on each of these lines with ``\\s*\\s*\\s*x`` alone: 100,000 of them, minutes."""

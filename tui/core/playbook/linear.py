@@ -106,7 +106,10 @@ class LinearPattern:
         self.groupindex: Mapping[str, int] = {str(k): int(v) for k, v in regex.groupindex.items()}
 
     def search(self, text: str) -> LinearMatch | None:
-        m = self._regex.search(text)
+        try:
+            m = self._regex.search(text)
+        except UnicodeEncodeError:  # a lone surrogate (a JSON string from another host may hold one): RE2 reads
+            m = self._regex.search(text.encode("utf-8", "replace").decode("utf-8"))  # UTF-8; '?' keeps positions
         return None if m is None else LinearMatch(m)
 
     def __repr__(self) -> str:
