@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.hardening.cli import run_cli
 from tui.core.errors import InputError
@@ -97,3 +98,27 @@ class TestArgv:
         assert r.code == 0, r.err
         assert "vllm serve" in r.out and "trust-remote-code" not in r.out, r.out
         assert "ships its own Python code" in r.err
+
+
+class TestResource:
+    """A file under its size cap that still takes seconds or gigabytes."""
+
+    @pytest.mark.parametrize("value", [":".join(["59"] * 290_000), "0x" + "f" * 900_000, "0b" + "1" * 900_000,
+                                       "1" + "_0" * 400_000, "1" + "0" * 900_000 + ".5"])
+    def test_a_number_of_a_megabyte_in_a_teammates_profile_is_refused_at_once(self, value: str,
+                                                                               tmp_path: Path) -> None:
+        """YAML 1.1 reads '59:59:...' as one base-60 integer, summed in quadratic time: a 0.9 MB profile (under its
+        1 MiB cap) held ``plan`` for 18 s before any range check saw the number."""
+        import time
+
+        data = Catalog.load().model(M).to_dict()
+        data["id"] = "team-profile"
+        text = yaml.safe_dump(data, sort_keys=False).replace("max_model_len: ", f"max_model_len: {value} #", 1)
+        path = tmp_path / "team.yaml"
+        path.write_text(text, encoding="utf-8")
+        assert len(text) < 1 << 20
+        t0 = time.monotonic()
+        r = run_cli(["plan", "--sim", "--model", str(path), "--topology", "tp1"])
+        assert time.monotonic() - t0 < 5
+        assert r.code == 2 and "Traceback" not in r.err, r.err
+        assert "a number written in" in r.err and "team.yaml" in r.err and len(r.err_lines) == 1, r.err

@@ -151,8 +151,26 @@ def _construct_sequence(loader: _MarkedLoader, node: yaml.SequenceNode) -> LList
     return out
 
 
+#: characters of a number as written (``1_000_000``, ``0x1f``, ``1.5e3``): YAML 1.1's base-60 integers
+#: (``59:59:...``) are summed in quadratic time, so a 0.9 MB one took 18 s before any range check
+MAX_NUMBER_TEXT = 64
+
+
+def _bounded(construct: Any) -> Any:
+    def number(loader: _MarkedLoader, node: yaml.ScalarNode) -> Any:
+        if len(node.value) > MAX_NUMBER_TEXT:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a number written in {len(node.value):,} characters: too many digits (at most "
+                            f"{MAX_NUMBER_TEXT})", node.start_mark)
+        return construct(loader, node)
+    return number
+
+
 _MarkedLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _MarkedLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+_MarkedLoader.add_constructor("tag:yaml.org,2002:int", _bounded(yaml.constructor.SafeConstructor.construct_yaml_int))
+_MarkedLoader.add_constructor("tag:yaml.org,2002:float",
+                              _bounded(yaml.constructor.SafeConstructor.construct_yaml_float))
 
 
 class _Frame:
