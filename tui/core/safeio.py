@@ -76,6 +76,12 @@ def open_regular(path: str | Path, *, field: str | None = None) -> tuple[int, os
     """An open descriptor of ``path`` (read-only, never blocking on a FIFO) and its ``fstat``; InputError for a
     missing file or anything but a regular file. The caller closes the descriptor."""
     p = Path(path)
+    try:  # a device is never opened at all (a tape rewinds, a terminal is claimed): said from its stat first
+        pre = _special(os.stat(p).st_mode)
+    except OSError:
+        pre = None  # missing, a loop, no permission: said by the open below
+    if pre is not None and pre != "a directory":
+        raise InputError(f"not a regular file: {pre}" if pre != "not a regular file" else pre, file=p, field=field)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
