@@ -586,3 +586,30 @@ class TestStateReadsBack:
         store.file.write_text('{"version": 1, "layouts": {"a": ' + "[" * 500 + "]" * 500 + "}}")
         res = run_cli(["status"])
         assert res.code == 2 and "layouts.json" in _one_error(res)
+
+
+class TestDevicesNeverOpened:
+    """A file from outside that is a device (or a link to one) is refused from its stat: a terminal is never
+    claimed nor a tape rewound by opening it."""
+
+    @pytest.mark.parametrize("target", ["/dev/null", "/dev/zero", "/dev/tty"])
+    def test_a_link_to_a_device_is_refused_unopened(self, target: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+        from tui.core import safeio
+        from tui.core.errors import InputError
+
+        link = tmp_path / "session.dtrec"
+        link.symlink_to(target)
+        opened: list[str] = []
+        real_open = os.open
+
+        def spy(path: object, *args: object, **kwargs: object) -> int:
+            opened.append(str(path))
+            return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "open", spy)
+        if not os.path.exists(target):
+            pytest.skip(f"{target} is not on this machine")
+        with pytest.raises(InputError, match="not a regular file: a device"):
+            safeio.read_bytes(link, "recording")
+        assert str(link) not in opened
