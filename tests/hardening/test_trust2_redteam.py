@@ -122,3 +122,19 @@ class TestResource:
         assert time.monotonic() - t0 < 5
         assert r.code == 2 and "Traceback" not in r.err, r.err
         assert "a number written in" in r.err and "team.yaml" in r.err and len(r.err_lines) == 1, r.err
+
+    @pytest.mark.parametrize("line", [b"{}\n", b'{"kind":"notice","ts":1800000001}\n', b"[]\n", b"0\n"])
+    def test_a_recording_of_millions_of_tiny_events_is_bounded(self, line: bytes, tmp_path: Path) -> None:
+        """A 3 kB recording whose one zstd frame holds 10 million 3-byte lines (under the 32 MiB output floor): each
+        line was parsed and refused in turn, and ``replay --headless`` took 41 s."""
+        import time
+
+        from tests.hardening.test_hostile_records import T0, _frame, _recording
+
+        n = 30_000_000 // len(line)
+        path = _recording(tmp_path / "dense.dtrec", [(T0 + 1, T0 + 3, n, True, _frame(line * n))])
+        assert path.stat().st_size < 10_000
+        t0 = time.monotonic()
+        r = run_cli(["replay", "--headless", str(path)])
+        assert time.monotonic() - t0 < 10 and "Traceback" not in r.err, r.err
+        assert "no recording is that dense" in r.out + r.err
