@@ -138,3 +138,26 @@ class TestResource:
         r = run_cli(["replay", "--headless", str(path)])
         assert time.monotonic() - t0 < 10 and "Traceback" not in r.err, r.err
         assert "no recording is that dense" in r.out + r.err
+
+
+class TestDisk:
+    """Writes that followed a link."""
+
+    @pytest.mark.parametrize("fmt", ["md", "csv", "table", "json"])
+    def test_results_output_never_writes_through_a_planted_link(self, fmt: str, tmp_path: Path) -> None:
+        """A teammate plants /tmp/report.md -> ~/.bashrc; the operator's 'results -o /tmp/report.md' wrote the table
+        into the file the link named."""
+        from tests.hardening.poisoned import write_run
+        from tui.core import paths
+
+        write_run(paths.runs_dir())
+        victim = tmp_path / "bashrc"
+        victim.write_text("precious\n", encoding="utf-8")
+        link = tmp_path / "report.out"
+        link.symlink_to(victim)
+        r = run_cli(["results", "--format", fmt, "--output", str(link)])
+        assert r.code == 2 and "Traceback" not in r.err and "symlink" in r.err, (r.code, r.err)
+        assert victim.read_text(encoding="utf-8") == "precious\n" and link.is_symlink()
+        plain = tmp_path / "plain.out"  # an ordinary name is written, whole
+        assert run_cli(["results", "--format", fmt, "--output", str(plain)]).code == 0
+        assert plain.read_text(encoding="utf-8").strip()

@@ -8,7 +8,7 @@ from typing import Any
 
 from tui.cli import predictions
 from tui.cli.context import CliContext, add_global_options
-from tui.core import safeio
+from tui.core import paths, safeio, safewrite
 from tui.core.bench import scope, serverside, table
 from tui.core.bench.metrics import parse_goodput
 from tui.core.bench.store import find_runs, load_runs, write_json
@@ -94,7 +94,8 @@ def run(args: argparse.Namespace, ctx: CliContext) -> int:
                 text += "\n\n" + side
     if args.output:
         try:
-            Path(args.output).write_text(text + "\n", encoding="utf-8")
+            target = Path(args.output)  # all or nothing, never through a link (a /tmp name a teammate planted)
+            safewrite.write_atomic(target, text + "\n", mode=0o644, root=paths.root_for(target))
         except OSError as exc:
             raise InputError(f"cannot write: {exc.strerror or exc}", file=args.output, field="--output") from None
         print(f"wrote {args.output}", file=ctx.err)
