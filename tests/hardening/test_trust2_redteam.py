@@ -161,3 +161,15 @@ class TestDisk:
         plain = tmp_path / "plain.out"  # an ordinary name is written, whole
         assert run_cli(["results", "--format", fmt, "--output", str(plain)]).code == 0
         assert plain.read_text(encoding="utf-8").strip()
+
+    def test_profile_new_output_never_writes_through_a_planted_link(self, tmp_path: Path) -> None:
+        from tests.model_fixtures import model_folder
+
+        folder = model_folder(tmp_path / "m", "qwen3-8b")
+        victim = tmp_path / "bashrc"
+        victim.write_text("precious\n", encoding="utf-8")
+        link = tmp_path / "team.yaml"
+        link.symlink_to(victim)
+        r = run_cli(["profile", "new", "--from", str(folder), "-o", str(link), "--force"])
+        assert r.code == 2 and "Traceback" not in r.err and "symlink" in r.err, (r.code, r.err)
+        assert victim.read_text(encoding="utf-8") == "precious\n"

@@ -87,9 +87,9 @@ def run_new(args: argparse.Namespace, ctx: CliContext) -> int:
             root = paths.root_for(target)
             if root is not None:  # the config folder: checked, whole or not at all, never through a link
                 safewrite.write_atomic(target, text, root=root)
-            else:  # a file the operator named (-o)
+            else:  # a file the operator named (-o): whole, and never through a link a teammate planted there
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text, encoding="utf-8")
+                safewrite.write_atomic(target, text, mode=0o644)
         except OSError as exc:
             raise InputError(f"cannot write: {exc.strerror or exc}", file=target) from None
     problem = derived.problem()
