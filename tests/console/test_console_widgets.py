@@ -85,8 +85,8 @@ def test_launch_form_keeps_quoted_extra_args_whole() -> None:
     from tui.core.plan.request import LaunchRequest
 
     r = LaunchRequest.from_text({"model": "m", "topology": "tp1",
-                                 "arg": "--chat-template '{% a b %}' --enforce-eager"})
-    assert r.extra_args == ("--chat-template", "{% a b %}", "--enforce-eager")
+                                 "arg": "--served-model-name '{% a b %}' --enforce-eager"})
+    assert r.extra_args == ("--served-model-name", "{% a b %}", "--enforce-eager")
     assert LaunchRequest.from_argv(r.to_argv()) == r
 
 

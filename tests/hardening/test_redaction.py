@@ -37,7 +37,7 @@ SK = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5q"  # a made-up OpenAI-style key
 PASSWORD = "hunter2hunter2"
 MIRROR = f"https://alice:{PASSWORD}@mirror.example"
 SECRETS = (GH, SK, PASSWORD)
-SECRET_ENV = ["--env", f"MY_HF_TOKEN_2={GH}", "--env", f"HF_ENDPOINT={MIRROR}"]
+SECRET_ENV = ["--env", f"MY_HF_TOKEN_2={GH}", "--env", f"VLLM_TEAM_MIRROR={MIRROR}"]
 PLAIN_ENV = ["--env", "TOKENIZERS_PARALLELISM=false", "--arg", "--max-num-batched-tokens 8192"]
 MODEL = "qwen3.6-27b-nvfp4"
 MODEL_ID = "nvidia/Qwen3.6-27B-NVFP4"
@@ -153,7 +153,7 @@ def test_redaction_is_idempotent_so_a_stored_plan_keeps_its_key() -> None:
     from tui.core.topology import parse_topology
 
     p = plan(Catalog.load().model(MODEL), parse_topology("1p1d"), sim_facts("b200", 2),
-             PlanOptions(extra_env=(("MY_HF_TOKEN_2", GH), ("HF_ENDPOINT", MIRROR),
+             PlanOptions(extra_env=(("MY_HF_TOKEN_2", GH), ("VLLM_TEAM_MIRROR", MIRROR),
                                     ("TOKENIZERS_PARALLELISM", "false")),
                          extra_args=("--max-num-batched-tokens", "8192")))
     stored = p.redacted_dict()
@@ -269,7 +269,8 @@ def test_plan_prints_no_secret_and_keeps_the_knobs() -> None:
     res = run_cli(base)
     assert res.code == 0, res.err
     _no_secret(res.out + res.err, "plan's output")
-    assert "MY_HF_TOKEN_2='<redacted>'" in res.out and "HF_ENDPOINT='https://<redacted>@mirror.example'" in res.out
+    assert "MY_HF_TOKEN_2='<redacted>'" in res.out
+    assert "VLLM_TEAM_MIRROR='https://<redacted>@mirror.example'" in res.out
     assert "TOKENIZERS_PARALLELISM=false" in res.out and "--max-num-batched-tokens 8192" in res.out
     assert MODEL_ID in res.out
     js = run_cli([*base, "--json"])
@@ -307,13 +308,13 @@ def test_up_records_and_stores_no_secret_while_the_server_gets_the_real_ones(tmp
         (layout,) = StateStore().read().values()
         (server,) = layout.plan["servers"]
         assert server["env"]["MY_HF_TOKEN_2"] == REDACTED and server["env"]["TOKENIZERS_PARALLELISM"] == "false"
-        assert server["env"]["HF_ENDPOINT"] == f"https://{REDACTED}@mirror.example"
-        assert secret_names_in(layout.plan) == ["HF_ENDPOINT", "MY_HF_TOKEN_2"]
+        assert server["env"]["VLLM_TEAM_MIRROR"] == f"https://{REDACTED}@mirror.example"
+        assert secret_names_in(layout.plan) == ["MY_HF_TOKEN_2", "VLLM_TEAM_MIRROR"]
 
         # the live process got the real values
         procs = layout_processes(layout.id)
         assert procs
-        assert any(p.environ().get("MY_HF_TOKEN_2") == GH and p.environ().get("HF_ENDPOINT") == MIRROR
+        assert any(p.environ().get("MY_HF_TOKEN_2") == GH and p.environ().get("VLLM_TEAM_MIRROR") == MIRROR
                    and p.environ().get("VLLM_API_KEY") == SK and SK not in p.cmdline() for p in procs)
 
         with Recording.open(rec_file) as rec:
@@ -439,7 +440,7 @@ def test_a_console_job_shows_its_command_redacted(tmp_path: Path) -> None:
     from tui.console.jobs import Job
 
     job = Job(name="up", argv=["up", "--model", MODEL, "--env", f"MY_HF_TOKEN_2={GH}", "--env",
-                               f"HF_ENDPOINT={MIRROR}", "--arg", f"--api-key {SK}"], log=tmp_path / "j.log")
+                               f"VLLM_TEAM_MIRROR={MIRROR}", "--arg", f"--api-key {SK}"], log=tmp_path / "j.log")
     shown = job.shell()
     _no_secret(shown, "the job's command")
     assert shown.startswith(f"disagg-tui up --model {MODEL} --env 'MY_HF_TOKEN_2=<redacted>'")

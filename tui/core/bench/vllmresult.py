@@ -98,13 +98,13 @@ def read_vllm_result(raw: bytes, file: Path) -> dict[str, Any]:
         where = safeio.nonfinite_at(data)
         if where is not None:
             raise InputError(f"must be a finite number, got {where[1]!r}", file=file, field=where[0] or None)
-    check_vllm_result(data, file)
     # what is kept of it (summary.json) must read back as every later reader reads a run record: no integer of
-    # more digits than safeio takes, no nesting past its depth
+    # more digits than safeio takes (a float() of it is an OverflowError), no nesting past its depth
     try:
         safeio.parse_json(json.dumps(strip_detailed(data)), file)
     except InputError as exc:
         raise InputError(f"not a JSON result: {exc.message}", file=file) from None
+    check_vllm_result(data, file)
     return data
 
 
