@@ -237,3 +237,18 @@ class TestRemotePlanAnswers:
             read_remote_plan("b", self._answer(argv, env), "10.0.0.2")
         line = err.value.one_line()
         assert "b: plan --json" in line and "plan.servers[0]" in line and says in line, line
+
+    def test_a_headless_part_names_its_head_and_no_other_host(self) -> None:
+        import json
+
+        from tui.core.remote.cluster import read_remote_plan
+
+        def answer(url: str) -> str:
+            return json.dumps({"plan": {"servers": [{"name": "engines-1", "role": "headless", "url": url, "shell": "x",
+                                                     "argv": ["vllm", "serve", "m", "--headless"], "env": {}}]},
+                               "preflight": []})
+
+        p = read_remote_plan("b", answer("http://10.0.0.1:8000"), "10.0.0.2", head="10.0.0.1")
+        assert p.servers[0].url == "http://10.0.0.1:8000"
+        with pytest.raises(InputError, match=r"not this host's address 10\.0\.0\.1"):
+            read_remote_plan("b", answer("http://10.0.0.7:8000"), "10.0.0.2", head="10.0.0.1")

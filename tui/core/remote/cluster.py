@@ -212,10 +212,11 @@ def _url_of(value: str, source: str, field: str, address: str | None) -> str:
     return url
 
 
-def read_remote_plan(host: str, text: str, address: str | None = None) -> RemotePlan:
+def read_remote_plan(host: str, text: str, address: str | None = None, *, head: str | None = None) -> RemotePlan:
     """A host's ``plan --json`` answer (from outside: strict, bounded, typed; names and URLs refused unless
     printable, other texts made printable). ``address``: the host's address in the layout, which every URL of its
-    answer must name."""
+    answer must name; ``head``: the data-parallel head's address, which a ``--headless`` part's engines name (they
+    have no HTTP endpoint of their own: they are ready when the head is)."""
     source = f"{host}: plan --json"
     data = safeio.parse_json(text, source)
     if not isinstance(data, dict) or not isinstance(data.get("plan"), dict):
@@ -254,7 +255,8 @@ def read_remote_plan(host: str, text: str, address: str | None = None) -> Remote
         if len(gpus) > 72 or not all(0 <= g < 72 for g in gpus) or len(set(gpus)) != len(gpus):
             raise InputError("a server's GPUs are at most 72 distinct indices 0-71", file=source,
                              field=f"{where}.gpus")
-        servers.append(RemoteServer(name=name, role=role, url=_url_of(s.url, source, f"{where}.url", address),
+        own = head if role == "headless" and head else address
+        servers.append(RemoteServer(name=name, role=role, url=_url_of(s.url, source, f"{where}.url", own),
                                     shell=safeio.shown(s.shell, 2000), argv=s.argv, env=tuple(s.env.items()),
                                     gpus=gpus))
     proxy = plan.proxy
@@ -300,7 +302,8 @@ def remote_plans(hosts: Hosts, plan: ClusterPlan, *, preflight: bool = True, tim
         res = t.run(argv, timeout_s=timeout_s, max_bytes=MAX_PLAN_ANSWER)
         if not res.ok:
             raise AppError(f"{name}: its planner refused its part: {last_line(res.stderr) or f'exit {res.rc}'}")
-        return read_remote_plan(name, res.stdout, plan.part(name).address)
+        part = plan.part(name)
+        return read_remote_plan(name, res.stdout, part.address, head=part.request.dp_address)
     with ThreadPoolExecutor(max_workers=min(16, len(plan.parts))) as pool:
         return dict(zip(plan.hosts, pool.map(one, plan.hosts), strict=True))
 
