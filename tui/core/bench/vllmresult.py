@@ -98,10 +98,14 @@ def read_vllm_result(raw: bytes, file: Path) -> dict[str, Any]:
         where = safeio.nonfinite_at(data)
         if where is not None:
             raise InputError(f"must be a finite number, got {where[1]!r}", file=file, field=where[0] or None)
+    summary = strip_detailed(data)
+    where = safeio.nonfinite_at(summary)  # 1e400 decodes to inf without a constant: named by its field
+    if where is not None:
+        raise InputError(f"must be a finite number, got {where[1]!r}", file=file, field=where[0] or None)
     # what is kept of it (summary.json) must read back as every later reader reads a run record: no integer of
     # more digits than safeio takes (a float() of it is an OverflowError), no nesting past its depth
     try:
-        safeio.parse_json(json.dumps(strip_detailed(data)), file)
+        safeio.parse_json(json.dumps(summary), file)
     except InputError as exc:
         raise InputError(f"not a JSON result: {exc.message}", file=file) from None
     check_vllm_result(data, file)
