@@ -104,7 +104,8 @@ class TestResource:
     """A file under its size cap that still takes seconds or gigabytes."""
 
     @pytest.mark.parametrize("value", [":".join(["59"] * 290_000), "0x" + "f" * 900_000, "0b" + "1" * 900_000,
-                                       "1" + "_0" * 400_000, "1" + "0" * 900_000 + ".5"])
+                                       "1" + "_0" * 400_000, "1" + "0" * 900_000 + ".5"],
+                             ids=["base60", "hex", "binary", "underscored", "long-float"])
     def test_a_number_of_a_megabyte_in_a_teammates_profile_is_refused_at_once(self, value: str,
                                                                                tmp_path: Path) -> None:
         """YAML 1.1 reads '59:59:...' as one base-60 integer, summed in quadratic time: a 0.9 MB profile (under its
