@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -288,8 +289,11 @@ def test_up_bundle_takes_this_hosts_address_ports_and_gpus(tmp_path: Path, capsy
                                                           ) -> None:
     data = _bundle_data("1p1d", host="0.0.0.0", port=18000, server_base_port=18100, side_channel_base=15600)
     b = _write(tmp_path / "b.yaml", data)
-    ports = [str(p) for p in (21000 + (time.monotonic_ns() // 1000) % 20000,)]
-    port = int(ports[0])
+    from tests.helpers import _is_free
+
+    rng = random.Random()
+    port = next(p for p in iter(lambda: rng.randrange(21000, 31000), None)  # every port the layout binds: free now
+                if all(_is_free(p + d) for d in (0, 50, 51, 100, 200)))
     argv = ["up", "--sim", "--sim-startup", "0.3", "--bundle", str(b), "--port", str(port),
             "--server-port", str(port + 100), "--side-channel-port", str(port + 50)]
     try:
