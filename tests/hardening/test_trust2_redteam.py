@@ -174,3 +174,35 @@ class TestDisk:
         r = run_cli(["profile", "new", "--from", str(folder), "-o", str(link), "--force"])
         assert r.code == 2 and "Traceback" not in r.err and "symlink" in r.err, (r.code, r.err)
         assert victim.read_text(encoding="utf-8") == "precious\n"
+
+
+class TestInheritedVariables:
+    """A fix's ``unset_env`` of a variable the plan does not set (Kubernetes' ``VLLM_PORT=tcp://...``, inherited
+    from the operator's environment) takes it out of what the server starts with (it did nothing before: the
+    server started from os.environ), the plan and its shell say so, and a name filled from a log line takes only
+    vLLM's own variables away."""
+
+    def test_the_shipped_vllm_port_fix_reaches_the_server(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from tui.core.host.base import HostOptions
+        from tui.core.plan.spec import LaunchPlan
+        from tui.core.playbook import diagnose_lines, load_playbook
+        from tui.sim.host import SimHost
+
+        monkeypatch.setenv("VLLM_PORT", "tcp://10.96.14.2:8000")  # what Kubernetes sets for a service "vllm"
+        book = load_playbook(operator=False)
+        line = ("ValueError: VLLM_PORT 'tcp://10.96.14.2:8000' appears to be a URI. This may be caused by a "
+                "Kubernetes service discovery issue")
+        diags = diagnose_lines([line], book).diagnoses
+        (eid, fix), = book.fixes(diags, "vllm-port-uri")
+        fixed = apply_fix(_pd_plan(), fix, eid)
+        assert all(s.unset_env == ("VLLM_PORT",) for s in fixed.servers)
+        assert fixed.servers[0].shell().startswith("env -u VLLM_PORT ")
+        assert LaunchPlan.from_dict(fixed.to_dict()).servers[0].unset_env == ("VLLM_PORT",)
+        host = SimHost(HostOptions(sim=True, sim_gpu="h200", sim_gpus=2))
+        assert "VLLM_PORT" in host.server_command(_pd_plan().servers[0], _pd_plan()).env  # inherited, before
+        assert "VLLM_PORT" not in host.server_command(fixed.servers[0], fixed).env
+
+    @pytest.mark.parametrize("name", ["PATH", "LD_LIBRARY_PATH", "HOME", "CUDA_HOME"])
+    def test_a_log_line_takes_no_other_variable_away(self, name: str) -> None:
+        with pytest.raises(InputError, match="only vLLM's own variables"):
+            apply_fix(_pd_plan(), PlanFix(unset_env=(name,)), "team-entry")

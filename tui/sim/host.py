@@ -100,6 +100,8 @@ class SimHost(Host):
                        ) -> Command:
         argv = [*paths.python_module_argv("tui.sim.vllm"), *spec.argv[1:]]
         env = paths.child_env(self.sim_env(spec.name, profile_json))
+        for name in spec.unset_env:
+            env.pop(name, None)
         env.update(spec.env_dict())
         env.setdefault("PYTHONUNBUFFERED", "1")
         if self.options.api_key:

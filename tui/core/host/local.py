@@ -54,6 +54,8 @@ class LocalHost(Host):
         if argv[0] == plan.vllm_executable and info.resolved:
             argv[0] = info.resolved
         env = dict(os.environ)
+        for name in spec.unset_env:  # a fix's unset of an inherited variable (Kubernetes' VLLM_PORT=tcp://...)
+            env.pop(name, None)
         env.update(spec.env_dict())
         env.setdefault("PYTHONUNBUFFERED", "1")
         if self._api_key:

@@ -97,7 +97,8 @@ _PLAN_TYPES: dict[str, Any] = {"profile_id": str, "model": str, "served_name": s
                                "shared_gpus": bool}
 _SERVER_TYPES: dict[str, Any] = {"name": str, "role": str, "argv": list[str], "env": dict[str, str],
                                  "gpus": list[int], "host": str, "port": int, "tp": int, "dp": int,
-                                 "side_channel_port": int | None, "kv_role": str | None, "url": str, "shell": str}
+                                 "side_channel_port": int | None, "kv_role": str | None, "url": str, "shell": str,
+                                 "unset_env": list[str]}
 _PROXY_TYPES: dict[str, Any] = {"host": str, "port": int, "prefill": list[str], "decode": list[str], "url": str,
                                 "shell": str}
 _PLAN_RANGES = {"port": (0, 65535), "side_channel_port": (0, 65535), "tp": (1, 4096), "dp": (1, 4096)}

@@ -21,6 +21,7 @@ SO_REUSEPORT; a shared side-channel port hangs the second engine forever).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,6 +42,8 @@ from tui.core.safeio import shown
 from tui.core.topology import Topology, parse_topology
 
 READY_TIMEOUT_ENV = "1800"
+#: a variable a fix may take out of the environment a server inherits (vLLM's own)
+_VLLM_VAR = re.compile(r"VLLM_[A-Z0-9_]{1,64}")
 #: working memory vLLM needs beside weights and KV (activations, CUDA graphs, sampler), GiB per GPU
 RUNTIME_OVERHEAD_GIB = 2.0
 
@@ -447,6 +450,11 @@ def apply_fix(p: LaunchPlan, fix: PlanFix, label: str) -> LaunchPlan:
         for k in fix.unset_env:  # filled from a log line: never what the planner placed
             vllmargv.check_unset(k, vllmargv.Source.PLAYBOOK, (name for name, _ in s.env), field="fix.unset_env",
                                  file=where)
+        inherited = tuple(k for k in fix.unset_env if k not in dict(s.env))  # taken out of what the server inherits
+        for k in inherited:  # only vLLM's own: a name filled from a log line never takes PATH or LD_* away
+            if not _VLLM_VAR.fullmatch(k):
+                raise InputError(f"{shown(k, 60)}: a fix takes only vLLM's own variables (VLLM_*) out of the "
+                                 "environment a server inherits", file=where, field="fix.unset_env")
         env = [(k, v) for k, v in s.env if k not in fix.unset_env]
         set_keys = dict(fix.set_env)
         env = [(k, set_keys.pop(k) if k in set_keys else v) for k, v in env]
@@ -468,7 +476,8 @@ def apply_fix(p: LaunchPlan, fix: PlanFix, label: str) -> LaunchPlan:
                                  file=where, field="fix.add_args")
             argv = _remove_flag(argv, parts[0])
             argv += parts
-        servers.append(replace(s, env=tuple(env), argv=tuple(argv)))
+        servers.append(replace(s, env=tuple(env), argv=tuple(argv),
+                               unset_env=tuple(dict.fromkeys((*s.unset_env, *inherited)))))
     result = replace(p, servers=tuple(servers), fixes_applied=(*p.fixes_applied, label),
                      workarounds=(*p.workarounds, *(Workaround(d, f"playbook entry {label}", f"fix:{label}")
                                                     for d in fix.describe())))

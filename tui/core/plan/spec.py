@@ -46,6 +46,9 @@ class ServerSpec:
     dp: int = 1
     side_channel_port: int | None = None
     kv_role: str | None = None
+    #: variables taken out of the environment the server inherits (a playbook fix's ``unset_env`` of a variable
+    #: the plan itself does not set, such as Kubernetes' ``VLLM_PORT=tcp://...``)
+    unset_env: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -60,7 +63,8 @@ class ServerSpec:
         argv = list(self.argv)
         if display_exe is not None:
             argv[0] = display_exe
-        return shell_line(dict(self.env), argv)
+        line = shell_line(dict(self.env), argv)
+        return f"env {' '.join(f'-u {shlex.quote(k)}' for k in self.unset_env)} {line}" if self.unset_env else line
 
     def side_channel_ports(self) -> list[int]:
         if self.side_channel_port is None:
@@ -175,7 +179,8 @@ class LaunchPlan:
             "servers": [
                 {"name": s.name, "role": s.role, "argv": list(s.argv), "env": dict(s.env), "gpus": list(s.gpus),
                  "host": s.host, "port": s.port, "tp": s.tp, "dp": s.dp, "side_channel_port": s.side_channel_port,
-                 "kv_role": s.kv_role, "url": s.url, "shell": s.shell()}
+                 "kv_role": s.kv_role, "url": s.url, "shell": s.shell(),
+                 **({"unset_env": list(s.unset_env)} if s.unset_env else {})}
                 for s in self.servers
             ],
             "proxy": None if self.proxy is None else {
@@ -202,7 +207,7 @@ class LaunchPlan:
                        env=tuple((s.get("env") or {}).items()),
                        gpus=tuple(s["gpus"]), host=s["host"], port=int(s["port"]), tp=int(s.get("tp", 1)),
                        dp=int(s.get("dp", 1)), side_channel_port=s.get("side_channel_port"),
-                       kv_role=s.get("kv_role"))
+                       kv_role=s.get("kv_role"), unset_env=tuple(s.get("unset_env") or ()))
             for s in d["servers"]
         )
         p = d.get("proxy")

@@ -353,6 +353,7 @@ def _parse_plan(f: Fields) -> LaunchPlan:
         sf.get("kv_role", str)
         sf.get("url", str)
         sf.get("shell", str)
+        sf.str_list("unset_env")  # the exporting host's fix: this host's playbook applies its own
         sf.done()
     proxy = f.sub("proxy")
     if proxy is not None:
