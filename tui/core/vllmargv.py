@@ -524,8 +524,3 @@ def server_argv(exe: str, model: str, *words: str) -> tuple[str, ...]:
     The words are the planner's own (placement) and the tails each source's :func:`check_tail` let through."""
     check_model(model)
     return (exe, "serve", model, *words)
-
-
-def same_flag(a: str, b: str, table: FlagTable | None = None) -> bool:
-    """Whether the words ``a`` and ``b`` name one flag to vLLM (``-tp`` and ``--tensor_parallel_size=2``)."""
-    return flag_of(a, table) == flag_of(b, table)

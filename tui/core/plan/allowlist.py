@@ -133,12 +133,6 @@ class Allowlist:
     source: str = ""
     _lines: dict[str, int] = field(default_factory=dict)
 
-    @staticmethod
-    def never(name: str) -> bool:
-        """Whether no bundle may set ``name``, whatever the operator passes (:func:`vllmargv.env_rule`)."""
-        rule = vllmargv.env_rule(name)
-        return rule is not None and rule.kind in (vllmargv.Kind.CODE, vllmargv.Kind.PLACEMENT)
-
     def flag(self, flag: str) -> Shape | None:
         return self.flags.get(canonical_flag(flag))
 
