@@ -29,7 +29,7 @@ from tui.core.errors import InputError, printable
 from tui.core.events import Event, event_from_dict
 from tui.core.launch.events import LayoutChanged, LogLine
 from tui.core.remote.events import HostReconnected, HostUnreachable, RemoteEvent, RemoteTick
-from tui.core.remote.ssh import MAX_STDERR, SshTransport, Unreachable, classify, last_line, size_text
+from tui.core.remote.ssh import MAX_STDERR, SshTransport, classify, last_line, size_text
 
 #: the longest line of a remote watch read (a tick of 8 GPUs is ~5 kB, of 72 GPUs and their processes ~100 kB)
 MAX_LINE = 1024 * 1024
@@ -212,17 +212,6 @@ class RemoteWatch:
     async def aclose(self) -> None:
         if self._proc is not None:
             await self._stop(self._proc)
-
-
-async def first_tick(transport: SshTransport, timeout_s: float = 15.0) -> dict[str, Any]:
-    """One tick of the host's remote watch (its GPUs as they are now), for facts and checks."""
-    watch = RemoteWatch(transport, rate_hz=2.0, stall_s=timeout_s)
-    async for ev in watch.events(seconds=timeout_s):
-        if isinstance(ev, RemoteTick):
-            return ev.tick
-        if isinstance(ev, HostUnreachable):
-            raise Unreachable(transport.name, ev.reason, ev.detail)
-    raise Unreachable(transport.name, "timeout", f"no tick within {timeout_s:g} s")
 
 
 class RemoteFollow(RemoteWatch):
