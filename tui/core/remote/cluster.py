@@ -177,10 +177,7 @@ def _typed(cls: type[Any], data: Any, source: str, where: str) -> Any:
 def _name(value: str, source: str, field: str, limit: int) -> str:
     """A name from the answer (a server's, a check's): printable and short, refused otherwise (never escaped: a
     name is never drawn as something else)."""
-    try:
-        typedread.check_text(value, (), limit=limit)
-    except typedread.FieldError as exc:
-        raise InputError(exc.reason, file=source, field=field) from None
+    _word(value, source, field, limit)
     if not value.strip():
         raise InputError("empty", file=source, field=field)
     return value
