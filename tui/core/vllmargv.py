@@ -359,6 +359,17 @@ def flag_of(word: str, table: FlagTable | None = None) -> str:
     return _dashed(word.split("=", 1)[0]).split(".", 1)[0] if word.startswith("--") else word.split("=", 1)[0]
 
 
+def without_flags(argv: Sequence[str], flags: Iterable[str], table: FlagTable | None = None) -> list[str]:
+    """A server's ``argv`` without every word vLLM reads as one of ``flags`` (long names, as :func:`flag_of` gives
+    them), each with its values; the executable, ``serve`` and the model are never touched."""
+    drop = set(flags)
+    out = list(argv[:3])
+    for word in read_words(argv[3:], table):
+        if word.flag not in drop:
+            out += word.written
+    return out
+
+
 # --- the rules -----------------------------------------------------------------------------------------------------
 
 

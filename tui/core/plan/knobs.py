@@ -397,11 +397,7 @@ def _remove(argv: list[str], flag: str) -> list[str]:
     values, and without its ``--no-``/positive twin; the executable, ``serve`` and the model are never touched."""
     base = vllmargv.flag_of(flag)
     twins = {base, base.replace("--no-", "--", 1) if base.startswith("--no-") else "--no-" + base[2:]}
-    out = argv[:3]
-    for word in vllmargv.read_words(argv[3:]):
-        if word.flag not in twins:
-            out += word.written
-    return out
+    return vllmargv.without_flags(argv, twins)
 
 
 def _flag_groups(words: Sequence[str]) -> list[list[str]]:

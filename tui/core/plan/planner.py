@@ -429,12 +429,7 @@ def check_plan(p: LaunchPlan) -> None:
 def _remove_flag(argv: list[str], flag: str) -> list[str]:
     """``argv`` without ``flag`` in any spelling vLLM reads as it (``-tp``, ``--tensor_parallel_size=2``), its
     values going with it; the executable, ``serve`` and the model are never touched."""
-    target = vllmargv.flag_of(flag)
-    out = argv[:3]
-    for word in vllmargv.read_words(argv[3:]):
-        if word.flag != target:
-            out += word.written
-    return out
+    return vllmargv.without_flags(argv, (vllmargv.flag_of(flag),))
 
 
 def apply_fix(p: LaunchPlan, fix: PlanFix, label: str) -> LaunchPlan:
