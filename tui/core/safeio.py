@@ -256,29 +256,6 @@ def load_json(path: str | Path, kind: str = "text", *, field: str | None = None)
     return parse_json(read_text(path, kind, field=field), path, field=field)
 
 
-def load_figures(path: str | Path, kind: str = "results") -> Any:
-    """A JSON file of measurements from outside (a ``vllm bench`` result): as :func:`load_json`, but a ``NaN``, an
-    ``Infinity`` or a number that overflows is refused naming the field it is in (``field 'ttfts[3]'``), so the
-    operator knows which figure to look at."""
-    text = read_text(path, kind)
-    deep = json_depth_exceeded(text)
-    if deep is not None:
-        raise InputError(f"not accepted JSON: nested deeper than {MAX_DEPTH} levels", file=path, line=deep)
-    try:
-        data = json.loads(text, parse_int=_bounded_int)
-    except _JsonRefused as exc:
-        raise InputError(f"not accepted JSON: {exc}", file=path) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON: {exc.msg} (column {exc.colno})", file=path, line=exc.lineno) from None
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"not valid JSON: {str(exc)[:120]}", file=path) from None
-    where = nonfinite_at(data)
-    if where is not None:
-        field, value = where
-        raise InputError(f"must be a finite number, got {value!r}", file=path, field=field or None)
-    return data
-
-
 def nonfinite_at(data: Any) -> tuple[str, float] | None:
     """The path (``ttfts[3]``, ``a.b``) and value of the first NaN or infinity in ``data``, else None."""
     stack: list[tuple[Any, str]] = [(data, "")]
