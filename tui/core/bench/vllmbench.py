@@ -247,6 +247,9 @@ async def run_vllm_bench(command: Sequence[str], opts: BenchOptions, target: Ben
     except OSError as exc:
         raise InputError(f"cannot run {argv[0]}: {exc.strerror}", field="--vllm-bench",
                          hint=VLLM_BENCH_HINT) from None
+    except asyncio.CancelledError:  # stopped while it was starting (asyncio kills the child): said as any stop
+        await ended("incomplete", "stopped while vllm bench serve was starting: no request of it is kept")
+        raise
 
     async def pump(stream: asyncio.StreamReader) -> None:
         buf = ""
